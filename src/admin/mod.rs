@@ -1,0 +1,176 @@
+//! Administrative operations, the same whether the command line runs them on the data
+//! directory itself or sends them to the running server over its admin socket (redb allows one
+//! process to write, so when a server runs, it does the work).
+
+mod socket;
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::clock::SharedClock;
+use crate::identity::{self, ConnectorAccess, IdentityError, NewPerson, Role};
+use crate::store::{self, Store, StoreError};
+
+pub use socket::{SOCKET_FILE, SocketError, serve_socket, socket_path, try_send};
+
+/// One administrative request; the wire format of the admin socket.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum AdminRequest {
+    OrgCreate { name: String },
+    OrgList,
+    OrgSet {
+        slug: String,
+        connector_access: Option<ConnectorAccess>,
+        require_second_factor: Option<bool>,
+    },
+    UserAdd {
+        email: String,
+        name: Option<String>,
+        password: String,
+    },
+    UserList,
+    UserTotp { email: String },
+    UserPasswd { email: String, password: String },
+    MemberAdd {
+        org: String,
+        email: String,
+        role: Role,
+        may_connect: bool,
+    },
+    /// `path` is absolute: the server may run in another working directory.
+    Backup { path: PathBuf },
+}
+
+/// Why an administrative request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The request was understood and refused (exit status 1).
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Socket(#[from] SocketError),
+}
+
+impl From<IdentityError> for AdminError {
+    fn from(e: IdentityError) -> Self {
+        match e {
+            IdentityError::Store(s) => AdminError::Store(s),
+            other => AdminError::Refused(other.to_string()),
+        }
+    }
+}
+
+/// What an admin request needs: the store, the data directory and the clock.
+#[derive(Clone)]
+pub struct AdminContext {
+    pub store: Store,
+    pub data_dir: PathBuf,
+    pub clock: SharedClock,
+}
+
+fn org_json(o: &identity::Org) -> Value {
+    json!({
+        "id": o.id, "slug": o.slug, "name": o.name,
+        "connector_access": o.connector_access,
+        "require_second_factor": o.require_second_factor,
+        "created_at": o.created_at.to_string(),
+    })
+}
+
+/// Runs one request. `progress` receives lines for long work (backups).
+pub fn execute(
+    ctx: &AdminContext,
+    req: AdminRequest,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Value, AdminError> {
+    let now = ctx.clock.now();
+    let store = &ctx.store;
+    Ok(match req {
+        AdminRequest::OrgCreate { name } => {
+            let org = identity::create_org(store, &name, now)?;
+            json!({"id": org.id, "slug": org.slug})
+        }
+        AdminRequest::OrgList => {
+            let items: Vec<Value> = identity::list_orgs(store)?.iter().map(org_json).collect();
+            json!({ "items": items })
+        }
+        AdminRequest::OrgSet {
+            slug,
+            connector_access,
+            require_second_factor,
+        } => org_json(&identity::set_org_policy(
+            store,
+            &slug,
+            connector_access,
+            require_second_factor,
+        )?),
+        AdminRequest::UserAdd {
+            email,
+            name,
+            password,
+        } => {
+            let p = identity::add_person(
+                store,
+                NewPerson {
+                    email: &email,
+                    name: name.as_deref(),
+                    password: &password,
+                },
+                now,
+            )?;
+            json!({"id": p.id, "email": p.email})
+        }
+        AdminRequest::UserList => {
+            let items: Vec<Value> = identity::list_people(store)?
+                .iter()
+                .map(|p| {
+                    json!({
+                        "id": p.id, "email": p.email, "name": p.name,
+                        "second_factor": p.has_second_factor(),
+                        "accepted_terms": p.accepted_terms,
+                        "created_at": p.created_at.to_string(),
+                    })
+                })
+                .collect();
+            json!({ "items": items })
+        }
+        AdminRequest::UserTotp { email } => {
+            let e = identity::reset_totp(store, &email)?;
+            json!({"otpauth_uri": e.otpauth_uri, "secret": e.secret})
+        }
+        AdminRequest::UserPasswd { email, password } => {
+            identity::set_password(store, &email, &password)?;
+            json!({"email": email.trim().to_lowercase()})
+        }
+        AdminRequest::MemberAdd {
+            org,
+            email,
+            role,
+            may_connect,
+        } => {
+            let (m, created) = identity::add_member(store, &org, &email, role, may_connect, now)?;
+            json!({
+                "org_id": m.org_id, "person_id": m.person_id, "role": m.role,
+                "may_connect": m.may_connect, "created": created,
+            })
+        }
+        AdminRequest::Backup { path } => {
+            if !path.is_absolute() {
+                return Err(AdminError::Refused("backup path must be absolute".into()));
+            }
+            let summary = store::backup_to_dir(
+                store,
+                &ctx.data_dir,
+                &path,
+                &now.to_string(),
+                progress,
+            )?;
+            json!({"path": summary.path, "records": summary.records, "bytes": summary.bytes})
+        }
+    })
+}

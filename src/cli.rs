@@ -1,0 +1,341 @@
+//! The command line: clap definitions and what each command does. `main.rs` only dispatches.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use serde_json::Value;
+
+use crate::admin::{self, AdminContext, AdminError, AdminRequest};
+use crate::clock;
+use crate::config::{Config, ConfigError, LogFormat, Settings};
+use crate::identity::{ConnectorAccess, Role};
+use crate::store::{self, Store};
+
+#[derive(Debug, Parser)]
+#[command(name = "kennis", version, about = "Knowledge-base connector, OAuth login and event triggers in one binary")]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// TOML config file (also KENNIS_CONFIG).
+    #[arg(long, global = true, env = "KENNIS_CONFIG", value_name = "F")]
+    pub config: Option<PathBuf>,
+    /// Data directory (default ./data; also KENNIS_DATA_DIR).
+    #[arg(long, global = true, value_name = "D")]
+    pub data_dir: Option<PathBuf>,
+    /// Log format: text or json (also KENNIS_LOG_FORMAT).
+    #[arg(long, global = true, value_name = "FORMAT")]
+    pub log_format: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server.
+    Serve(ServeArgs),
+    /// Organisations.
+    #[command(subcommand)]
+    Org(OrgCommand),
+    /// People.
+    #[command(subcommand)]
+    User(UserCommand),
+    /// Memberships.
+    #[command(subcommand)]
+    Member(MemberCommand),
+    /// Copy the data directory's contents into a new directory PATH, consistently, even while
+    /// the server runs.
+    Backup {
+        path: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Restore a backup made by `kennis backup` into an empty data directory.
+    Restore {
+        path: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (default 127.0.0.1:8080).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Public base URL (issuer, links); default http(s)://<listen address>.
+    #[arg(long, value_name = "URL")]
+    pub public_url: Option<String>,
+    #[arg(long, value_name = "F", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    #[arg(long, value_name = "F", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Create a demo organisation and person on first start.
+    #[arg(long)]
+    pub demo: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OrgCommand {
+    Create {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change an organisation's connector policy (ORG is its slug).
+    Set {
+        org: String,
+        #[arg(long, value_name = "all_members|selected_members|nobody")]
+        connector_access: Option<ConnectorAccess>,
+        #[arg(long, value_name = "true|false")]
+        require_second_factor: Option<bool>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Add a person; the password is read from a prompt or, with --password-stdin, stdin.
+    Add {
+        email: String,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        password_stdin: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start a new second-factor enrolment; prints the otpauth URI and secret.
+    Totp {
+        email: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set a new password.
+    Passwd {
+        email: String,
+        #[arg(long)]
+        password_stdin: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MemberCommand {
+    /// Add a person to an organisation (or change their role and right to connect).
+    Add {
+        org: String,
+        email: String,
+        #[arg(long, default_value = "member")]
+        role: Role,
+        #[arg(long)]
+        may_connect: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// How a command failed; decides the exit status.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Bad usage: exit status 2.
+    #[error("{0}")]
+    Usage(String),
+    /// A refused or failed request: exit status 1.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<AdminError> for CliError {
+    fn from(e: AdminError) -> Self {
+        CliError::Failed(e.to_string())
+    }
+}
+
+impl From<ConfigError> for CliError {
+    fn from(e: ConfigError) -> Self {
+        CliError::Failed(e.to_string())
+    }
+}
+
+impl From<store::StoreError> for CliError {
+    fn from(e: store::StoreError) -> Self {
+        CliError::Failed(e.to_string())
+    }
+}
+
+impl CliError {
+    pub fn exit(self) -> ExitCode {
+        eprintln!("kennis: {self}");
+        match self {
+            CliError::Usage(_) => ExitCode::from(2),
+            CliError::Failed(_) => ExitCode::from(1),
+        }
+    }
+}
+
+/// Assembles the configuration: file, then environment, then flags.
+pub fn load_config(global: &GlobalArgs, flags: Settings) -> Result<Config, CliError> {
+    let file = match &global.config {
+        Some(path) => Settings::from_file(path)?,
+        None => Settings::default(),
+    };
+    let env = Settings::from_env(|k| std::env::var(k).ok());
+    let global_flags = Settings {
+        data_dir: global.data_dir.clone(),
+        log_format: global.log_format.clone(),
+        ..Settings::default()
+    };
+    Ok(file.overlay(env).overlay(global_flags).overlay(flags).validate()?)
+}
+
+/// Sets up logging on stderr.
+pub fn init_logging(format: LogFormat, default_level: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("KENNIS_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).try_init(),
+    };
+}
+
+/// Runs `req` through the running server's admin socket, or on the store directly when no
+/// server runs on this data directory.
+pub fn run_admin(config: &Config, req: AdminRequest) -> Result<Value, CliError> {
+    let mut progress = |p: &str| eprintln!("{p}");
+    if let Some(v) = admin::try_send(&config.data_dir, &req, &mut progress)? {
+        return Ok(v);
+    }
+    let store = Store::open(&config.data_dir).map_err(|e| match e {
+        store::StoreError::Locked { .. } => CliError::Failed(format!(
+            "{e}; its admin socket {} does not answer",
+            admin::socket_path(&config.data_dir).display()
+        )),
+        other => other.into(),
+    })?;
+    let ctx = AdminContext {
+        store,
+        data_dir: config.data_dir.clone(),
+        clock: clock::system(),
+    };
+    Ok(admin::execute(&ctx, req, &mut progress)?)
+}
+
+/// Prints the JSON object, or the human rendering.
+pub fn output(json: bool, value: &Value, human: impl FnOnce(&Value) -> String) {
+    let mut out = std::io::stdout().lock();
+    let text = if json { value.to_string() } else { human(value) };
+    let _ = writeln!(out, "{}", text.trim_end());
+}
+
+/// Reads a password: one line from stdin with `--password-stdin`, else twice from a prompt.
+pub fn read_password(from_stdin: bool) -> Result<String, CliError> {
+    if from_stdin {
+        let mut line = String::new();
+        std::io::stdin()
+            .lock()
+            .read_line(&mut line)
+            .map_err(|e| CliError::Failed(format!("reading the password from stdin: {e}")))?;
+        return Ok(line.trim_end_matches(['\n', '\r']).to_owned());
+    }
+    if !std::io::stdin().is_terminal() {
+        return Err(CliError::Usage(
+            "no terminal to ask for a password: pass --password-stdin and write it to stdin".into(),
+        ));
+    }
+    let first = rpassword::prompt_password("Password: ").map_err(|e| CliError::Failed(e.to_string()))?;
+    let second = rpassword::prompt_password("Again: ").map_err(|e| CliError::Failed(e.to_string()))?;
+    if first != second {
+        return Err(CliError::Failed("the two passwords differ".into()));
+    }
+    Ok(first)
+}
+
+/// A backup path made absolute: the server may run in another directory.
+pub fn absolute(path: &Path) -> Result<PathBuf, CliError> {
+    std::path::absolute(path).map_err(|e| CliError::Failed(format!("{}: {e}", path.display())))
+}
+
+/// `kennis restore`: offline only, into an empty data directory.
+pub fn restore(config: &Config, path: &Path) -> Result<Value, CliError> {
+    if std::os::unix::net::UnixStream::connect(admin::socket_path(&config.data_dir)).is_ok() {
+        return Err(CliError::Failed(format!(
+            "a kennis server is running on {}; restore into a new, empty data directory",
+            config.data_dir.display()
+        )));
+    }
+    let summary = store::restore_from_dir(path, &config.data_dir, &mut |p| eprintln!("{p}"))?;
+    Ok(serde_json::json!({"path": summary.path, "records": summary.records, "bytes": summary.bytes}))
+}
+
+/// Human rendering of `{items: [...]}` lists: one line per item with the named fields.
+pub fn human_list(v: &Value, fields: &[&str]) -> String {
+    let items = v["items"].as_array().cloned().unwrap_or_default();
+    if items.is_empty() {
+        return "(none)".into();
+    }
+    items
+        .iter()
+        .map(|item| {
+            fields
+                .iter()
+                .map(|f| match &item[*f] {
+                    Value::String(s) => s.clone(),
+                    Value::Null => "-".into(),
+                    other => other.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join("\t")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `kennis serve`.
+pub fn serve(config: Config, demo: bool) -> Result<(), CliError> {
+    init_logging(config.log_format, "info,kennis=info");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Failed(format!("starting the runtime: {e}")))?;
+    runtime.block_on(async move {
+        let server = crate::http::start(config, clock::system())
+            .await
+            .map_err(|e| CliError::Failed(e.to_string()))?;
+        let app = server.app.clone();
+        if demo {
+            let store = app.store.clone();
+            let now = app.clock.now();
+            let setup = tokio::task::spawn_blocking(move || crate::demo::ensure(&store, now))
+                .await
+                .expect("demo task")
+                .map_err(|e| CliError::Failed(format!("demo setup: {e}")))?;
+            print!("{}", crate::demo::describe(&setup, &app.connector_url(), &app.public_url));
+        }
+        println!("kennis listening on {}", app.public_url);
+        let _ = std::io::stdout().flush();
+        let mut server = server;
+        tokio::select! {
+            _ = crate::http::shutdown_signal() => tracing::info!("shutting down"),
+            _ = server.stopped() => {},
+        }
+        server.shutdown().await;
+        Ok(())
+    })
+}

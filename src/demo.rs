@@ -1,0 +1,112 @@
+//! `kennis serve --demo`: a demo organisation and person, so a newcomer can connect an
+//! assistant within a minute. Created once; later starts reuse them.
+
+use serde_json::json;
+
+use crate::identity::{self, NewPerson, Role};
+use crate::store::{META, Store};
+
+pub const DEMO_ORG: &str = "Demo Organisatie";
+pub const DEMO_SLUG: &str = "demo-organisatie";
+pub const DEMO_EMAIL: &str = "demo@kennis.example";
+const DEMO_MARKER: &[u8] = b"demo_created";
+
+/// What `--demo` did.
+pub enum DemoSetup {
+    /// First start: the credentials, shown once.
+    Created {
+        email: String,
+        password: String,
+        otpauth_uri: String,
+        totp_secret: String,
+    },
+    /// The demo data already existed.
+    Existing { email: String },
+}
+
+/// Creates the demo organisation and person if this data directory has none yet.
+pub fn ensure(store: &Store, now: jiff::Timestamp) -> Result<DemoSetup, identity::IdentityError> {
+    if store.read(|tx| tx.get::<bool>(META, DEMO_MARKER))? == Some(true) {
+        return Ok(DemoSetup::Existing {
+            email: DEMO_EMAIL.into(),
+        });
+    }
+    let org = match identity::create_org(store, DEMO_ORG, now) {
+        Ok(org) => org,
+        Err(identity::IdentityError::DuplicateOrg(_)) => identity::find_org(store, DEMO_SLUG)?,
+        Err(e) => return Err(e),
+    };
+    let password = random_password();
+    let person = match identity::add_person(
+        store,
+        NewPerson {
+            email: DEMO_EMAIL,
+            name: Some("Demo Gebruiker"),
+            password: &password,
+        },
+        now,
+    ) {
+        Ok(p) => p,
+        Err(identity::IdentityError::DuplicateEmail(_)) => {
+            identity::set_password(store, DEMO_EMAIL, &password)?;
+            identity::find_person(store, DEMO_EMAIL)?
+        }
+        Err(e) => return Err(e),
+    };
+    let enrolment = identity::reset_totp(store, DEMO_EMAIL)?;
+    identity::confirm_totp_unchecked(store, person.id)?;
+    identity::add_member(store, &org.slug, DEMO_EMAIL, Role::Admin, true, now)?;
+    store.write(|tx| tx.put(META, DEMO_MARKER, &true))?;
+    Ok(DemoSetup::Created {
+        email: DEMO_EMAIL.into(),
+        password,
+        otpauth_uri: enrolment.otpauth_uri,
+        totp_secret: enrolment.secret,
+    })
+}
+
+fn random_password() -> String {
+    use base64::Engine;
+    let bytes: [u8; 15] = rand::random();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// The text printed at start-up.
+pub fn describe(setup: &DemoSetup, connector_url: &str, public_url: &str) -> String {
+    match setup {
+        DemoSetup::Created {
+            email,
+            password,
+            otpauth_uri,
+            totp_secret,
+        } => format!(
+            "Demo data created. These credentials are shown only now:\n  \
+             portal:     {public_url}/login\n  \
+             email:      {email}\n  \
+             password:   {password}\n  \
+             second factor (add to an authenticator app):\n    {otpauth_uri}\n    secret: {totp_secret}\n\
+             Connector URL to paste into your assistant: {connector_url}\n"
+        ),
+        DemoSetup::Existing { email } => format!(
+            "Demo data already present (login {email}).\n  \
+             Forgot the password?  kennis user passwd {email}\n  \
+             New second factor:    kennis user totp {email}\n  \
+             (or stop the server and remove the data directory to start over)\n\
+             Connector URL to paste into your assistant: {connector_url}\n"
+        ),
+    }
+}
+
+/// The demo setup as JSON, for `--json` consumers and tests.
+pub fn to_json(setup: &DemoSetup) -> serde_json::Value {
+    match setup {
+        DemoSetup::Created {
+            email,
+            password,
+            otpauth_uri,
+            totp_secret,
+        } => json!({"created": true, "email": email, "password": password,
+                    "otpauth_uri": otpauth_uri, "totp_secret": totp_secret}),
+        DemoSetup::Existing { email } => json!({"created": false, "email": email}),
+    }
+}

@@ -1,0 +1,462 @@
+//! Organisations, people, memberships, passwords, second factor and terms — and the one
+//! question every connector call asks again: may this person still act in this organisation?
+
+mod password;
+mod totp;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::store::{
+    MEMBERSHIPS, MEMBERSHIPS_BY_PERSON, ORG_SLUGS, ORGS, PEOPLE, PEOPLE_BY_EMAIL, ReadTx,
+    Store, StoreError, key,
+};
+
+pub use password::{check_strength, hash_password, verify_password_hash};
+pub use totp::{TotpEnrolment, code_at};
+
+/// Why an identity operation was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error("{0}")]
+    InvalidInput(String),
+    #[error("password refused: {0}")]
+    WeakPassword(String),
+    #[error("a person with email {0} already exists")]
+    DuplicateEmail(String),
+    #[error("an organisation with slug `{0}` already exists")]
+    DuplicateOrg(String),
+    #[error("unknown organisation `{0}`")]
+    UnknownOrg(String),
+    #[error("unknown person `{0}`")]
+    UnknownPerson(String),
+    #[error("wrong email or password")]
+    BadCredentials,
+    #[error("wrong or already used code")]
+    BadSecondFactor,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Who in an organisation may connect an assistant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnectorAccess {
+    #[default]
+    AllMembers,
+    SelectedMembers,
+    Nobody,
+}
+
+impl std::str::FromStr for ConnectorAccess {
+    type Err = IdentityError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "all_members" => Ok(Self::AllMembers),
+            "selected_members" => Ok(Self::SelectedMembers),
+            "nobody" => Ok(Self::Nobody),
+            other => Err(IdentityError::InvalidInput(format!(
+                "connector access `{other}` is not one of all_members, selected_members, nobody"
+            ))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Admin,
+    #[default]
+    Member,
+}
+
+impl std::str::FromStr for Role {
+    type Err = IdentityError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "admin" => Ok(Self::Admin),
+            "member" => Ok(Self::Member),
+            other => Err(IdentityError::InvalidInput(format!(
+                "role `{other}` is not admin or member"
+            ))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Org {
+    pub id: u64,
+    pub name: String,
+    pub slug: String,
+    pub connector_access: ConnectorAccess,
+    pub require_second_factor: bool,
+    pub created_at: Timestamp,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Person {
+    pub id: u64,
+    pub email: String,
+    pub name: String,
+    /// argon2id PHC string; never the password.
+    pub password_hash: String,
+    pub totp: Option<totp::TotpState>,
+    pub accepted_terms: Option<String>,
+    pub created_at: Timestamp,
+}
+
+impl Person {
+    pub fn has_second_factor(&self) -> bool {
+        self.totp.as_ref().is_some_and(|t| t.confirmed)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Membership {
+    pub org_id: u64,
+    pub person_id: u64,
+    pub role: Role,
+    pub may_connect: bool,
+    pub created_at: Timestamp,
+}
+
+/// Why a person may not (or no longer) act through the connector. The text is the reason
+/// the connector's 401 names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AccessDenied {
+    #[error("not a member")]
+    NotMember,
+    #[error("connecting not allowed")]
+    ConnectingNotAllowed,
+    #[error("second factor required")]
+    SecondFactorRequired,
+    #[error("terms not accepted")]
+    TermsNotAccepted,
+}
+
+/// Normalises an email address for uniqueness checks: trimmed, lower case.
+pub fn normalize_email(email: &str) -> Result<String, IdentityError> {
+    let email = email.trim().to_lowercase();
+    let bad = || IdentityError::InvalidInput(format!("`{email}` is not an email address"));
+    let (local, domain) = email.split_once('@').ok_or_else(bad)?;
+    if local.is_empty()
+        || domain.len() < 3
+        || !domain.contains('.')
+        || domain.starts_with('.')
+        || domain.ends_with('.')
+        || domain.contains('@')
+        || email.len() > 254
+        || email.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(bad());
+    }
+    Ok(email)
+}
+
+/// A URL-safe slug: lower-case letters and digits separated by single dashes.
+pub fn slugify(name: &str) -> String {
+    use unicode_normalization::UnicodeNormalization;
+    let mut slug = String::new();
+    for c in name.nfkd().filter(|c| c.is_ascii() || c.is_alphanumeric()) {
+        if c.is_ascii_alphanumeric() {
+            slug.push(c.to_ascii_lowercase());
+        } else if !slug.ends_with('-') && !slug.is_empty() && c.is_ascii() {
+            slug.push('-');
+        }
+    }
+    slug.trim_end_matches('-').chars().take(63).collect::<String>().trim_end_matches('-').to_owned()
+}
+
+fn check_name(field: &str, name: &str, max: usize) -> Result<String, IdentityError> {
+    let name = name.trim();
+    if name.is_empty() || name.chars().count() > max || name.chars().any(char::is_control) {
+        return Err(IdentityError::InvalidInput(format!(
+            "{field} must be 1 to {max} characters without control characters"
+        )));
+    }
+    Ok(name.to_owned())
+}
+
+pub fn create_org(store: &Store, name: &str, now: Timestamp) -> Result<Org, IdentityError> {
+    let name = check_name("organisation name", name, 100)?;
+    let slug = slugify(&name);
+    if slug.is_empty() {
+        return Err(IdentityError::InvalidInput(
+            "organisation name needs at least one letter or digit".into(),
+        ));
+    }
+    store.write(|tx| {
+        if tx.get::<u64>(ORG_SLUGS, slug.as_bytes())?.is_some() {
+            return Err(IdentityError::DuplicateOrg(slug.clone()));
+        }
+        let org = Org {
+            id: tx.next_id("org")?,
+            name,
+            slug: slug.clone(),
+            connector_access: ConnectorAccess::default(),
+            require_second_factor: true,
+            created_at: now,
+        };
+        tx.put(ORGS, &key::id(org.id), &org)?;
+        tx.put(ORG_SLUGS, slug.as_bytes(), &org.id)?;
+        Ok(org)
+    })
+}
+
+pub fn list_orgs(store: &Store) -> Result<Vec<Org>, IdentityError> {
+    Ok(store.read(|tx| tx.scan::<Org>(ORGS, b""))?.into_iter().map(|r| r.1).collect())
+}
+
+pub fn org_by_slug(tx: &ReadTx, slug: &str) -> Result<Option<Org>, StoreError> {
+    match tx.get::<u64>(ORG_SLUGS, slug.as_bytes())? {
+        Some(id) => tx.get(ORGS, &key::id(id)),
+        None => Ok(None),
+    }
+}
+
+pub fn find_org(store: &Store, slug: &str) -> Result<Org, IdentityError> {
+    store
+        .read(|tx| org_by_slug(tx, slug))?
+        .ok_or_else(|| IdentityError::UnknownOrg(slug.to_owned()))
+}
+
+/// Changes an organisation's connector policy; `None` leaves a setting as it is.
+pub fn set_org_policy(
+    store: &Store,
+    slug: &str,
+    access: Option<ConnectorAccess>,
+    require_second_factor: Option<bool>,
+) -> Result<Org, IdentityError> {
+    store.write(|tx| {
+        let id: u64 = tx
+            .get(ORG_SLUGS, slug.as_bytes())?
+            .ok_or_else(|| IdentityError::UnknownOrg(slug.to_owned()))?;
+        let mut org: Org = tx
+            .get(ORGS, &key::id(id))?
+            .ok_or_else(|| IdentityError::UnknownOrg(slug.to_owned()))?;
+        if let Some(a) = access {
+            org.connector_access = a;
+        }
+        if let Some(r) = require_second_factor {
+            org.require_second_factor = r;
+        }
+        tx.put(ORGS, &key::id(id), &org)?;
+        Ok(org)
+    })
+}
+
+/// A person to be added.
+pub struct NewPerson<'a> {
+    pub email: &'a str,
+    pub name: Option<&'a str>,
+    pub password: &'a str,
+}
+
+pub fn add_person(store: &Store, new: NewPerson<'_>, now: Timestamp) -> Result<Person, IdentityError> {
+    let email = normalize_email(new.email)?;
+    let name = match new.name {
+        Some(n) => check_name("name", n, 200)?,
+        None => email.split('@').next().unwrap_or_default().to_owned(),
+    };
+    check_strength(new.password, &email)?;
+    // Hash before the write transaction: argon2 is deliberately slow.
+    let password_hash = hash_password(new.password);
+    store.write(|tx| {
+        if tx.get::<u64>(PEOPLE_BY_EMAIL, email.as_bytes())?.is_some() {
+            return Err(IdentityError::DuplicateEmail(email.clone()));
+        }
+        let person = Person {
+            id: tx.next_id("person")?,
+            email: email.clone(),
+            name,
+            password_hash,
+            totp: None,
+            accepted_terms: None,
+            created_at: now,
+        };
+        tx.put(PEOPLE, &key::id(person.id), &person)?;
+        tx.put(PEOPLE_BY_EMAIL, email.as_bytes(), &person.id)?;
+        Ok(person)
+    })
+}
+
+pub fn list_people(store: &Store) -> Result<Vec<Person>, IdentityError> {
+    Ok(store.read(|tx| tx.scan::<Person>(PEOPLE, b""))?.into_iter().map(|r| r.1).collect())
+}
+
+pub fn person_by_email(tx: &ReadTx, email: &str) -> Result<Option<Person>, StoreError> {
+    let Ok(email) = normalize_email(email) else {
+        return Ok(None);
+    };
+    match tx.get::<u64>(PEOPLE_BY_EMAIL, email.as_bytes())? {
+        Some(id) => tx.get(PEOPLE, &key::id(id)),
+        None => Ok(None),
+    }
+}
+
+pub fn find_person(store: &Store, email: &str) -> Result<Person, IdentityError> {
+    store
+        .read(|tx| person_by_email(tx, email))?
+        .ok_or_else(|| IdentityError::UnknownPerson(email.trim().to_owned()))
+}
+
+/// Changes a person in one transaction, looked up by id.
+fn update_person<T>(
+    store: &Store,
+    person_id: u64,
+    f: impl FnOnce(&mut Person) -> Result<T, IdentityError>,
+) -> Result<T, IdentityError> {
+    store.write(|tx| {
+        let mut person: Person = tx
+            .get(PEOPLE, &key::id(person_id))?
+            .ok_or_else(|| IdentityError::UnknownPerson(format!("#{person_id}")))?;
+        let out = f(&mut person)?;
+        tx.put(PEOPLE, &key::id(person_id), &person)?;
+        Ok(out)
+    })
+}
+
+pub fn set_password(store: &Store, email: &str, password: &str) -> Result<(), IdentityError> {
+    let person = find_person(store, email)?;
+    check_strength(password, &person.email)?;
+    let hash = hash_password(password);
+    update_person(store, person.id, |p| {
+        p.password_hash = hash;
+        Ok(())
+    })
+}
+
+/// Checks an email and password. Unknown emails cost the same work as known ones, so timing
+/// does not tell which addresses exist.
+pub fn verify_login(store: &Store, email: &str, password: &str) -> Result<Person, IdentityError> {
+    let person = store.read(|tx| person_by_email(tx, email))?;
+    match person {
+        Some(p) if verify_password_hash(&p.password_hash, password) => Ok(p),
+        Some(_) => Err(IdentityError::BadCredentials),
+        None => {
+            password::burn_equivalent_time(password);
+            Err(IdentityError::BadCredentials)
+        }
+    }
+}
+
+/// Starts (or restarts) second-factor enrolment: a new secret, not yet confirmed.
+pub fn reset_totp(store: &Store, email: &str) -> Result<TotpEnrolment, IdentityError> {
+    let person = find_person(store, email)?;
+    let (state, enrolment) = totp::new_secret(&person.email)?;
+    update_person(store, person.id, |p| {
+        p.totp = Some(state);
+        Ok(())
+    })?;
+    Ok(enrolment)
+}
+
+/// Marks an enrolment confirmed without a code: for the demo person, whose secret is printed.
+pub fn confirm_totp_unchecked(store: &Store, person_id: u64) -> Result<(), IdentityError> {
+    update_person(store, person_id, |p| match &mut p.totp {
+        Some(t) => {
+            t.confirmed = true;
+            Ok(())
+        }
+        None => Err(IdentityError::InvalidInput("no second factor to confirm".into())),
+    })
+}
+
+/// Checks a TOTP code (confirming enrolment on first success). A code is accepted once: the
+/// time step it belongs to is stored and no earlier or equal step is accepted again.
+pub fn verify_totp(store: &Store, person_id: u64, code: &str, now: Timestamp) -> Result<(), IdentityError> {
+    update_person(store, person_id, |p| {
+        let state = p.totp.as_mut().ok_or(IdentityError::BadSecondFactor)?;
+        let step = totp::matching_step(state, code, now).ok_or(IdentityError::BadSecondFactor)?;
+        state.last_step = Some(step);
+        state.confirmed = true;
+        Ok(())
+    })
+}
+
+pub fn accept_terms(store: &Store, person_id: u64, version: &str) -> Result<(), IdentityError> {
+    update_person(store, person_id, |p| {
+        p.accepted_terms = Some(version.to_owned());
+        Ok(())
+    })
+}
+
+/// Adds a person to an organisation, or updates role and `may_connect` if already a member.
+pub fn add_member(
+    store: &Store,
+    org_slug: &str,
+    email: &str,
+    role: Role,
+    may_connect: bool,
+    now: Timestamp,
+) -> Result<(Membership, bool), IdentityError> {
+    store.write(|tx| {
+        let org_id: u64 = tx
+            .get(ORG_SLUGS, org_slug.as_bytes())?
+            .ok_or_else(|| IdentityError::UnknownOrg(org_slug.to_owned()))?;
+        let email_key = normalize_email(email).map_err(|_| IdentityError::UnknownPerson(email.to_owned()))?;
+        let person_id: u64 = tx
+            .get(PEOPLE_BY_EMAIL, email_key.as_bytes())?
+            .ok_or_else(|| IdentityError::UnknownPerson(email.to_owned()))?;
+        let k = key::pair(org_id, person_id);
+        let existing: Option<Membership> = tx.get(MEMBERSHIPS, &k)?;
+        let created = existing.is_none();
+        let m = Membership {
+            org_id,
+            person_id,
+            role,
+            may_connect,
+            created_at: existing.map(|e| e.created_at).unwrap_or(now),
+        };
+        tx.put(MEMBERSHIPS, &k, &m)?;
+        tx.put(MEMBERSHIPS_BY_PERSON, &key::pair(person_id, org_id), &())?;
+        Ok((m, created))
+    })
+}
+
+/// A person's organisations with their memberships.
+pub fn organisations_of(tx: &ReadTx, person_id: u64) -> Result<Vec<(Org, Membership)>, StoreError> {
+    let mut out = Vec::new();
+    for (k, ()) in tx.scan::<()>(MEMBERSHIPS_BY_PERSON, &key::id(person_id))? {
+        let org_id = key::id_at(&k, 8).expect("pair key");
+        let m: Option<Membership> = tx.get(MEMBERSHIPS, &key::pair(org_id, person_id))?;
+        let org: Option<Org> = tx.get(ORGS, &key::id(org_id))?;
+        if let (Some(org), Some(m)) = (org, m) {
+            out.push((org, m));
+        }
+    }
+    Ok(out)
+}
+
+/// The check every connector call repeats: is the person still a member, may they connect,
+/// have they a second factor where the organisation asks for one, and have they accepted the
+/// current terms? Reads only; one snapshot.
+pub fn connector_access(
+    tx: &ReadTx,
+    org_id: u64,
+    person_id: u64,
+    terms_version: &str,
+) -> Result<Result<(Org, Person, Membership), AccessDenied>, StoreError> {
+    let m: Option<Membership> = tx.get(MEMBERSHIPS, &key::pair(org_id, person_id))?;
+    let org: Option<Org> = tx.get(ORGS, &key::id(org_id))?;
+    let person: Option<Person> = tx.get(PEOPLE, &key::id(person_id))?;
+    let (Some(m), Some(org), Some(person)) = (m, org, person) else {
+        return Ok(Err(AccessDenied::NotMember));
+    };
+    let allowed = match org.connector_access {
+        ConnectorAccess::AllMembers => true,
+        ConnectorAccess::SelectedMembers => m.may_connect,
+        ConnectorAccess::Nobody => false,
+    };
+    if !allowed {
+        return Ok(Err(AccessDenied::ConnectingNotAllowed));
+    }
+    if org.require_second_factor && !person.has_second_factor() {
+        return Ok(Err(AccessDenied::SecondFactorRequired));
+    }
+    if person.accepted_terms.as_deref() != Some(terms_version) {
+        return Ok(Err(AccessDenied::TermsNotAccepted));
+    }
+    Ok(Ok((org, person, m)))
+}
+

@@ -1,0 +1,15 @@
+//! kennis: a self-hosted knowledge-base connector (MCP), its OAuth 2.1 login, and event
+//! triggers that start agent runs — one binary and one data directory.
+//!
+//! The binary (`src/main.rs`) only parses the command line and calls into this library; the
+//! integration tests drive the same library and binary.
+
+pub mod admin;
+pub mod app;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod demo;
+pub mod http;
+pub mod identity;
+pub mod store;

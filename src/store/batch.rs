@@ -1,0 +1,170 @@
+//! A background writer for high-rate appends (audit records, last-use stamps). One redb commit
+//! costs an fsync; batching many records into one commit keeps request latency free of it.
+//!
+//! Promise: a record handed to [`BatchWriter::append`] is durable within [`MAX_DELAY`] plus
+//! one commit, and [`BatchWriter::shutdown`] commits everything handed in before it returns.
+
+use std::sync::Mutex;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use redb::TableHandle;
+
+use super::{Store, Table, encode, next_in};
+
+/// How long a record may wait for company before its batch is committed.
+pub const MAX_DELAY: Duration = Duration::from_millis(50);
+/// The most records in one commit.
+pub const MAX_BATCH: usize = 2048;
+
+enum Msg {
+    Append {
+        table: Table,
+        /// `None`: the writer assigns the next number of the table's own sequence.
+        key: Option<Vec<u8>>,
+        value: Vec<u8>,
+    },
+    Flush(Sender<()>),
+}
+
+/// Handle to the writer thread. Dropping it without [`shutdown`](Self::shutdown) still
+/// commits what was queued, but does not wait for it.
+pub struct BatchWriter {
+    tx: Mutex<Option<Sender<Msg>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl BatchWriter {
+    pub fn start(store: Store) -> BatchWriter {
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("kennis-batch-writer".into())
+            .spawn(move || run(store, rx))
+            .expect("spawn batch writer");
+        BatchWriter {
+            tx: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+        }
+    }
+
+    /// Queues a record under an explicit key.
+    pub fn put<R: serde::Serialize>(&self, table: Table, key: Vec<u8>, record: &R) {
+        self.send(Msg::Append {
+            table,
+            key: Some(key),
+            value: encode(record),
+        });
+    }
+
+    /// Queues a record under the next sequence number of `table` (named after the table).
+    pub fn append<R: serde::Serialize>(&self, table: Table, record: &R) {
+        self.send(Msg::Append {
+            table,
+            key: None,
+            value: encode(record),
+        });
+    }
+
+    /// Waits until everything queued before this call is committed.
+    pub fn flush(&self) {
+        let (done_tx, done_rx) = mpsc::channel();
+        self.send(Msg::Flush(done_tx));
+        let _ = done_rx.recv();
+    }
+
+    /// Commits everything queued and stops the thread; later appends are dropped.
+    pub fn shutdown(&self) {
+        self.tx.lock().expect("batch writer lock").take();
+        if let Some(t) = self.thread.lock().expect("batch writer lock").take() {
+            let _ = t.join();
+        }
+    }
+
+    fn send(&self, msg: Msg) {
+        if let Some(tx) = &*self.tx.lock().expect("batch writer lock") {
+            // The thread only ends after the sender is dropped, so this cannot fail while
+            // `self` is alive, short of a panic in the writer, which is logged there.
+            let _ = tx.send(msg);
+        }
+    }
+}
+
+fn run(store: Store, rx: Receiver<Msg>) {
+    let mut open = true;
+    while open {
+        let first = match rx.recv() {
+            Ok(m) => m,
+            Err(_) => break,
+        };
+        let deadline = Instant::now() + MAX_DELAY;
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok(m) => batch.push(m),
+                Err(RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Disconnected) => {
+                    open = false;
+                    break;
+                }
+            }
+        }
+        let mut waiters = Vec::new();
+        if let Err(e) = commit(&store, batch, &mut waiters) {
+            tracing::error!(error = %e, "batch writer could not commit; records of this batch are lost");
+        }
+        for w in waiters {
+            let _ = w.send(());
+        }
+    }
+}
+
+fn commit(store: &Store, batch: Vec<Msg>, waiters: &mut Vec<Sender<()>>) -> Result<(), super::StoreError> {
+    let txn = store.db().begin_write()?;
+    for msg in batch {
+        match msg {
+            Msg::Append { table, key, value } => {
+                let key = match key {
+                    Some(k) => k,
+                    None => next_in(&txn, &format!("table:{}", table.name()))?.to_be_bytes().to_vec(),
+                };
+                txn.open_table(table)?.insert(key.as_slice(), value.as_slice())?;
+            }
+            Msg::Flush(w) => waiters.push(w),
+        }
+    }
+    txn.commit()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::AUDIT;
+    use super::*;
+
+    #[test]
+    fn appends_are_committed_in_order_and_shutdown_flushes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let writer = BatchWriter::start(store.clone());
+        for i in 0..5000u32 {
+            writer.append(AUDIT, &i);
+        }
+        writer.shutdown();
+        let rows: Vec<(Vec<u8>, u32)> = store.read(|tx| tx.scan(AUDIT, b"")).unwrap();
+        assert_eq!(rows.len(), 5000);
+        assert!(rows.iter().enumerate().all(|(i, r)| r.1 == i as u32));
+    }
+
+    #[test]
+    fn flush_makes_records_visible() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let writer = BatchWriter::start(store.clone());
+        writer.put(AUDIT, b"k".to_vec(), &"v");
+        writer.flush();
+        let v: Option<String> = store.read(|tx| tx.get(AUDIT, b"k")).unwrap();
+        assert_eq!(v.as_deref(), Some("v"));
+    }
+}

@@ -1,0 +1,361 @@
+//! The redb store: table definitions, typed records, schema version and migrations, batched
+//! appends and backups. This is the only module that opens transactions; domain modules pass
+//! closures that receive a [`ReadTx`] or [`WriteTx`].
+//!
+//! Every table maps bytes to bytes. Records are serde JSON, keys are built by [`key`]. One
+//! uniform table type keeps backups generic (they copy every table in [`ALL_TABLES`]) and keeps
+//! the record format readable when debugging a data directory.
+
+mod backup;
+mod batch;
+pub mod key;
+mod migrate;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use redb::{
+    Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, TableHandle,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+pub use backup::{BackupManifest, BackupSummary, backup_to_dir, restore_from_dir};
+pub use batch::BatchWriter;
+pub use migrate::{SCHEMA_VERSION, set_schema_version_for_tests};
+
+/// A table of the store: byte keys to byte values.
+pub type Table = TableDefinition<'static, &'static [u8], &'static [u8]>;
+
+/// Schema version and other facts about the store itself.
+pub const META: Table = Table::new("meta");
+/// Named counters handing out ids (`org`, `person`, …).
+pub const SEQUENCES: Table = Table::new("sequences");
+/// Organisations by id.
+pub const ORGS: Table = Table::new("orgs");
+/// Organisation id by slug.
+pub const ORG_SLUGS: Table = Table::new("org_slugs");
+/// People by id.
+pub const PEOPLE: Table = Table::new("people");
+/// Person id by lower-cased email.
+pub const PEOPLE_BY_EMAIL: Table = Table::new("people_by_email");
+/// Memberships by (org id, person id).
+pub const MEMBERSHIPS: Table = Table::new("memberships");
+/// The same memberships by (person id, org id), to list a person's organisations.
+pub const MEMBERSHIPS_BY_PERSON: Table = Table::new("memberships_by_person");
+/// Audit records, appended through the batch writer, by sequence number.
+pub const AUDIT: Table = Table::new("audit");
+
+/// Every table, in the order backups copy them.
+pub const ALL_TABLES: &[Table] = &[
+    META,
+    SEQUENCES,
+    ORGS,
+    ORG_SLUGS,
+    PEOPLE,
+    PEOPLE_BY_EMAIL,
+    MEMBERSHIPS,
+    MEMBERSHIPS_BY_PERSON,
+    AUDIT,
+];
+
+/// File name of the database inside the data directory.
+pub const DB_FILE: &str = "kennis.redb";
+
+/// Why the store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the database {path} is in use by another process (is a kennis server running on this data directory?)")]
+    Locked { path: PathBuf },
+    #[error(
+        "the data directory was written by a newer kennis (schema version {found}); this binary knows up to version {known}: upgrade kennis or restore a backup made by this version"
+    )]
+    NewerSchema { found: u32, known: u32 },
+    #[error("database error: {0}")]
+    Db(String),
+    #[error("stored record in table `{table}` is unreadable: {message}")]
+    Corrupt { table: String, message: String },
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("backup refused: {0}")]
+    Backup(String),
+}
+
+macro_rules! db_error_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StoreError {
+            fn from(e: $t) -> Self {
+                StoreError::Db(e.to_string())
+            }
+        }
+    )*};
+}
+db_error_from!(
+    redb::Error,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);
+
+impl From<redb::DatabaseError> for StoreError {
+    fn from(e: redb::DatabaseError) -> Self {
+        StoreError::Db(e.to_string())
+    }
+}
+
+/// The open database. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    db: Arc<Database>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+impl Store {
+    /// Opens (or creates) `<data_dir>/kennis.redb` and brings its schema up to date.
+    pub fn open(data_dir: &Path) -> Result<Store, StoreError> {
+        ensure_private_dir(data_dir)?;
+        let path = data_dir.join(DB_FILE);
+        Self::open_file(&path)
+    }
+
+    /// Opens (or creates) a database file and brings its schema up to date.
+    pub fn open_file(path: &Path) -> Result<Store, StoreError> {
+        let db = match Database::create(path) {
+            Ok(db) => db,
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                return Err(StoreError::Locked { path: path.into() });
+            }
+            Err(redb::DatabaseError::Storage(redb::StorageError::Io(e)))
+                if e.kind() == std::io::ErrorKind::WouldBlock =>
+            {
+                return Err(StoreError::Locked { path: path.into() });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let store = Store {
+            db: Arc::new(db),
+            path: path.to_owned(),
+        };
+        migrate::migrate(&store)?;
+        Ok(store)
+    }
+
+    /// Path of the database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` in one read transaction (a consistent snapshot).
+    pub fn read<T, E: From<StoreError>>(
+        &self,
+        f: impl FnOnce(&ReadTx) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let txn = self.db.begin_read().map_err(StoreError::from)?;
+        f(&ReadTx { txn })
+    }
+
+    /// Runs `f` in one write transaction; commits (durably) when it returns `Ok`, and discards
+    /// every change when it returns `Err`, so a refused request leaves stored data untouched.
+    pub fn write<T, E: From<StoreError>>(
+        &self,
+        f: impl FnOnce(&mut WriteTx) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let txn = self.db.begin_write().map_err(StoreError::from)?;
+        let mut tx = WriteTx { txn };
+        let out = f(&mut tx)?;
+        tx.txn.commit().map_err(StoreError::from)?;
+        Ok(out)
+    }
+
+    pub(crate) fn db(&self) -> &Database {
+        &self.db
+    }
+}
+
+/// Creates the directory if needed and restricts it to the owner: it holds secrets.
+pub fn ensure_private_dir(dir: &Path) -> Result<(), StoreError> {
+    let io = |source| StoreError::Io {
+        path: dir.to_owned(),
+        source,
+    };
+    if !dir.exists() {
+        std::fs::create_dir_all(dir).map_err(io)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+        }
+    }
+    Ok(())
+}
+
+fn decode<R: DeserializeOwned>(table: &Table, bytes: &[u8]) -> Result<R, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
+        table: table.name().to_owned(),
+        message: e.to_string(),
+    })
+}
+
+fn encode<R: Serialize>(record: &R) -> Vec<u8> {
+    serde_json::to_vec(record).expect("records always serialise")
+}
+
+fn get_in<R: DeserializeOwned>(
+    t: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    def: &Table,
+    key: &[u8],
+) -> Result<Option<R>, StoreError> {
+    match t.get(key)? {
+        Some(v) => Ok(Some(decode(def, v.value())?)),
+        None => Ok(None),
+    }
+}
+
+fn scan_in<R: DeserializeOwned>(
+    t: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    def: &Table,
+    prefix: &[u8],
+) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
+    let mut out = Vec::new();
+    for entry in t.range::<&[u8]>(prefix..)? {
+        let (k, v) = entry?;
+        if !k.value().starts_with(prefix) {
+            break;
+        }
+        out.push((k.value().to_vec(), decode(def, v.value())?));
+    }
+    Ok(out)
+}
+
+/// A read transaction.
+pub struct ReadTx {
+    txn: redb::ReadTransaction,
+}
+
+impl ReadTx {
+    pub fn get<R: DeserializeOwned>(&self, table: Table, key: &[u8]) -> Result<Option<R>, StoreError> {
+        get_in(&self.txn.open_table(table)?, &table, key)
+    }
+
+    /// Every record whose key starts with `prefix`, in key order.
+    pub fn scan<R: DeserializeOwned>(
+        &self,
+        table: Table,
+        prefix: &[u8],
+    ) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
+        scan_in(&self.txn.open_table(table)?, &table, prefix)
+    }
+
+    pub fn count(&self, table: Table) -> Result<u64, StoreError> {
+        Ok(self.txn.open_table(table)?.len()?)
+    }
+}
+
+/// A write transaction.
+pub struct WriteTx {
+    txn: redb::WriteTransaction,
+}
+
+impl WriteTx {
+    pub fn get<R: DeserializeOwned>(&self, table: Table, key: &[u8]) -> Result<Option<R>, StoreError> {
+        get_in(&self.txn.open_table(table)?, &table, key)
+    }
+
+    pub fn scan<R: DeserializeOwned>(
+        &self,
+        table: Table,
+        prefix: &[u8],
+    ) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
+        scan_in(&self.txn.open_table(table)?, &table, prefix)
+    }
+
+    pub fn put<R: Serialize>(&mut self, table: Table, key: &[u8], record: &R) -> Result<(), StoreError> {
+        self.txn.open_table(table)?.insert(key, encode(record).as_slice())?;
+        Ok(())
+    }
+
+    pub fn delete(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
+        Ok(self.txn.open_table(table)?.remove(key)?.is_some())
+    }
+
+    /// The next value of the named counter, starting at 1.
+    pub fn next_id(&mut self, sequence: &str) -> Result<u64, StoreError> {
+        next_in(&self.txn, sequence)
+    }
+}
+
+fn next_in(txn: &redb::WriteTransaction, sequence: &str) -> Result<u64, StoreError> {
+    let mut t = txn.open_table(SEQUENCES)?;
+    let current = match t.get(sequence.as_bytes())? {
+        Some(v) => decode::<u64>(&SEQUENCES, v.value())?,
+        None => 0,
+    };
+    let next = current + 1;
+    t.insert(sequence.as_bytes(), encode(&next).as_slice())?;
+    Ok(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_write_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let r: Result<(), StoreError> = store.write(|tx| {
+            tx.put(ORGS, b"x", &"value")?;
+            Err(StoreError::Backup("refuse".into()))
+        });
+        assert!(r.is_err());
+        let got: Option<String> = store.read(|tx| tx.get(ORGS, b"x")).unwrap();
+        assert_eq!(got, None);
+    }
+
+    #[test]
+    fn sequences_count_from_one_and_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            let ids: Vec<u64> = (0..3)
+                .map(|_| store.write(|tx| tx.next_id("org")).unwrap())
+                .collect();
+            assert_eq!(ids, vec![1, 2, 3]);
+        }
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.write(|tx| tx.next_id("org")).unwrap(), 4);
+    }
+
+    #[test]
+    fn second_open_of_the_same_file_is_refused_clearly() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = Store::open(dir.path()).unwrap();
+        let err = Store::open(dir.path()).unwrap_err();
+        assert!(matches!(err, StoreError::Locked { .. }), "{err}");
+    }
+
+    #[test]
+    fn scan_stops_at_prefix_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store
+            .write(|tx| {
+                tx.put(MEMBERSHIPS, &key::pair(1, 1), &1)?;
+                tx.put(MEMBERSHIPS, &key::pair(1, 2), &2)?;
+                tx.put(MEMBERSHIPS, &key::pair(2, 1), &3)
+            })
+            .unwrap();
+        let rows: Vec<(Vec<u8>, u32)> = store.read(|tx| tx.scan(MEMBERSHIPS, &key::id(1))).unwrap();
+        assert_eq!(rows.iter().map(|r| r.1).collect::<Vec<_>>(), vec![1, 2]);
+    }
+}
