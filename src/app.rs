@@ -25,7 +25,11 @@ pub struct App {
 
 impl App {
     /// Opens the store and the server key, and starts the background writer.
-    pub fn open(config: Config, public_url: String, clock: SharedClock) -> Result<Arc<App>, StoreError> {
+    pub fn open(
+        config: Config,
+        public_url: String,
+        clock: SharedClock,
+    ) -> Result<Arc<App>, StoreError> {
         let store = Store::open(&config.data_dir)?;
         let server_key = load_or_create_key(&config.data_dir)?;
         let batch = BatchWriter::start(store.clone());

@@ -14,7 +14,11 @@ use crate::identity::{ConnectorAccess, Role};
 use crate::store::{self, Store};
 
 #[derive(Debug, Parser)]
-#[command(name = "kennis", version, about = "Knowledge-base connector, OAuth login and event triggers in one binary")]
+#[command(
+    name = "kennis",
+    version,
+    about = "Knowledge-base connector, OAuth login and event triggers in one binary"
+)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
@@ -201,17 +205,26 @@ pub fn load_config(global: &GlobalArgs, flags: Settings) -> Result<Config, CliEr
         log_format: global.log_format.clone(),
         ..Settings::default()
     };
-    Ok(file.overlay(env).overlay(global_flags).overlay(flags).validate()?)
+    Ok(file
+        .overlay(env)
+        .overlay(global_flags)
+        .overlay(flags)
+        .validate()?)
 }
 
 /// Sets up logging on stderr.
 pub fn init_logging(format: LogFormat, default_level: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("KENNIS_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let filter =
+        EnvFilter::try_from_env("KENNIS_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).try_init(),
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
     };
 }
 
@@ -240,7 +253,11 @@ pub fn run_admin(config: &Config, req: AdminRequest) -> Result<Value, CliError> 
 /// Prints the JSON object, or the human rendering.
 pub fn output(json: bool, value: &Value, human: impl FnOnce(&Value) -> String) {
     let mut out = std::io::stdout().lock();
-    let text = if json { value.to_string() } else { human(value) };
+    let text = if json {
+        value.to_string()
+    } else {
+        human(value)
+    };
     let _ = writeln!(out, "{}", text.trim_end());
 }
 
@@ -259,8 +276,10 @@ pub fn read_password(from_stdin: bool) -> Result<String, CliError> {
             "no terminal to ask for a password: pass --password-stdin and write it to stdin".into(),
         ));
     }
-    let first = rpassword::prompt_password("Password: ").map_err(|e| CliError::Failed(e.to_string()))?;
-    let second = rpassword::prompt_password("Again: ").map_err(|e| CliError::Failed(e.to_string()))?;
+    let first =
+        rpassword::prompt_password("Password: ").map_err(|e| CliError::Failed(e.to_string()))?;
+    let second =
+        rpassword::prompt_password("Again: ").map_err(|e| CliError::Failed(e.to_string()))?;
     if first != second {
         return Err(CliError::Failed("the two passwords differ".into()));
     }
@@ -281,7 +300,9 @@ pub fn restore(config: &Config, path: &Path) -> Result<Value, CliError> {
         )));
     }
     let summary = store::restore_from_dir(path, &config.data_dir, &mut |p| eprintln!("{p}"))?;
-    Ok(serde_json::json!({"path": summary.path, "records": summary.records, "bytes": summary.bytes}))
+    Ok(
+        serde_json::json!({"path": summary.path, "records": summary.records, "bytes": summary.bytes}),
+    )
 }
 
 /// Human rendering of `{items: [...]}` lists: one line per item with the named fields.
@@ -326,7 +347,10 @@ pub fn serve(config: Config, demo: bool) -> Result<(), CliError> {
                 .await
                 .expect("demo task")
                 .map_err(|e| CliError::Failed(format!("demo setup: {e}")))?;
-            print!("{}", crate::demo::describe(&setup, &app.connector_url(), &app.public_url));
+            print!(
+                "{}",
+                crate::demo::describe(&setup, &app.connector_url(), &app.public_url)
+            );
         }
         println!("kennis listening on {}", app.public_url);
         let _ = std::io::stdout().flush();

@@ -72,6 +72,9 @@ mod tests {
         let clock = ManualClock::new(start);
         assert_eq!(clock.now(), start);
         clock.advance(SignedDuration::from_secs(3600));
-        assert_eq!(clock.now(), "2026-01-01T01:00:00Z".parse::<Timestamp>().unwrap());
+        assert_eq!(
+            clock.now(),
+            "2026-01-01T01:00:00Z".parse::<Timestamp>().unwrap()
+        );
     }
 }

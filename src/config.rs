@@ -14,7 +14,10 @@ pub enum ConfigError {
     #[error("config file {path}: {message}")]
     File { path: PathBuf, message: String },
     #[error("config field `{field}`: {message}")]
-    Invalid { field: &'static str, message: String },
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
 }
 
 fn invalid(field: &'static str, message: impl Into<String>) -> ConfigError {
@@ -162,7 +165,10 @@ impl Settings {
                 )
             })?,
         };
-        let public_url = self.public_url.map(|u| normalize_public_url(&u)).transpose()?;
+        let public_url = self
+            .public_url
+            .map(|u| normalize_public_url(&u))
+            .transpose()?;
         let data_dir = self.data_dir.unwrap_or_else(|| PathBuf::from("data"));
         if data_dir.as_os_str().is_empty() {
             return Err(invalid("data_dir", "must not be empty"));
@@ -170,8 +176,12 @@ impl Settings {
         let tls = match (self.tls_cert, self.tls_key) {
             (None, None) => None,
             (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
-            (Some(_), None) => return Err(invalid("tls_key", "tls_cert is set but tls_key is not")),
-            (None, Some(_)) => return Err(invalid("tls_cert", "tls_key is set but tls_cert is not")),
+            (Some(_), None) => {
+                return Err(invalid("tls_key", "tls_cert is set but tls_key is not"));
+            }
+            (None, Some(_)) => {
+                return Err(invalid("tls_cert", "tls_key is set but tls_cert is not"));
+            }
         };
         let terms_version = self.terms_version.unwrap_or_else(|| "1".into());
         if terms_version.trim().is_empty() || terms_version.len() > 64 {
@@ -181,7 +191,12 @@ impl Settings {
             None => 4,
             Some(s) => match s.trim().parse::<usize>() {
                 Ok(n) if (1..=256).contains(&n) => n,
-                _ => return Err(invalid("agent_workers", format!("`{s}` is not a number from 1 to 256"))),
+                _ => {
+                    return Err(invalid(
+                        "agent_workers",
+                        format!("`{s}` is not a number from 1 to 256"),
+                    ));
+                }
             },
         };
         let trusted_proxies = self
@@ -194,7 +209,12 @@ impl Settings {
         let log_format = match self.log_format.as_deref() {
             None | Some("text") => LogFormat::Text,
             Some("json") => LogFormat::Json,
-            Some(other) => return Err(invalid("log_format", format!("`{other}` is not `text` or `json`"))),
+            Some(other) => {
+                return Err(invalid(
+                    "log_format",
+                    format!("`{other}` is not `text` or `json`"),
+                ));
+            }
         };
         let redirect = self.redirect.unwrap_or_default();
         validate_redirect(&redirect)?;
@@ -228,7 +248,12 @@ fn parse_net(s: &str) -> Result<IpNet, ConfigError> {
     let s = s.trim();
     s.parse::<IpNet>()
         .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
-        .map_err(|_| invalid("trusted_proxies", format!("`{s}` is not an IP address or CIDR range")))
+        .map_err(|_| {
+            invalid(
+                "trusted_proxies",
+                format!("`{s}` is not an IP address or CIDR range"),
+            )
+        })
 }
 
 /// Accepts `http(s)://host[:port][/path]`, returns it without a trailing slash.
@@ -237,10 +262,18 @@ fn normalize_public_url(url: &str) -> Result<String, ConfigError> {
     let rest = url
         .strip_prefix("https://")
         .or_else(|| url.strip_prefix("http://"))
-        .ok_or_else(|| invalid("public_url", format!("`{url}` must start with http:// or https://")))?;
+        .ok_or_else(|| {
+            invalid(
+                "public_url",
+                format!("`{url}` must start with http:// or https://"),
+            )
+        })?;
     let host = rest.split('/').next().unwrap_or("");
     if host.is_empty() || url.contains(['?', '#', ' ']) || host.contains('@') {
-        return Err(invalid("public_url", format!("`{url}` is not a plain base URL")));
+        return Err(invalid(
+            "public_url",
+            format!("`{url}` is not a plain base URL"),
+        ));
     }
     Ok(url.to_owned())
 }
@@ -261,18 +294,30 @@ fn validate_redirect(r: &RedirectAllowList) -> Result<(), ConfigError> {
         }
     }
     for scheme in &r.editor_schemes {
-        let ok = scheme.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        let ok = scheme
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic())
             && scheme
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
-            && !matches!(scheme.as_str(), "http" | "https" | "javascript" | "data" | "file");
+            && !matches!(
+                scheme.as_str(),
+                "http" | "https" | "javascript" | "data" | "file"
+            );
         if !ok {
-            return Err(invalid("redirect", format!("`{scheme}` is not a custom URI scheme")));
+            return Err(invalid(
+                "redirect",
+                format!("`{scheme}` is not a custom URI scheme"),
+            ));
         }
     }
     for uri in &r.exact_uris {
         if !(uri.starts_with("https://") || uri.contains("://")) || uri.contains('#') {
-            return Err(invalid("redirect", format!("`{uri}` is not an absolute URI without fragment")));
+            return Err(invalid(
+                "redirect",
+                format!("`{uri}` is not an absolute URI without fragment"),
+            ));
         }
     }
     Ok(())
@@ -284,8 +329,10 @@ mod tests {
 
     #[test]
     fn later_sources_win_and_defaults_fill_in() {
-        let file: Settings = toml::from_str("listen = \"0.0.0.0:9000\"\nterms_version = \"3\"").unwrap();
-        let env = Settings::from_env(|k| (k == "KENNIS_LISTEN").then(|| "127.0.0.1:9001".to_string()));
+        let file: Settings =
+            toml::from_str("listen = \"0.0.0.0:9000\"\nterms_version = \"3\"").unwrap();
+        let env =
+            Settings::from_env(|k| (k == "KENNIS_LISTEN").then(|| "127.0.0.1:9001".to_string()));
         let cfg = file.overlay(env).validate().unwrap();
         assert_eq!(cfg.listen.port(), 9001);
         assert_eq!(cfg.terms_version, "3");
@@ -322,6 +369,9 @@ mod tests {
             public_url: Some("https://kennis.example.org/".into()),
             ..Default::default()
         };
-        assert_eq!(s.validate().unwrap().public_url.as_deref(), Some("https://kennis.example.org"));
+        assert_eq!(
+            s.validate().unwrap().public_url.as_deref(),
+            Some("https://kennis.example.org")
+        );
     }
 }

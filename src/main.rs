@@ -36,47 +36,150 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Serve(_) => unreachable!("handled above"),
         Command::Org(OrgCommand::Create { name, json }) => {
             let v = cli::run_admin(&config, AdminRequest::OrgCreate { name })?;
-            cli::output(json, &v, |v| format!("created organisation {} (id {})", v["slug"].as_str().unwrap_or(""), v["id"]));
+            cli::output(json, &v, |v| {
+                format!(
+                    "created organisation {} (id {})",
+                    v["slug"].as_str().unwrap_or(""),
+                    v["id"]
+                )
+            });
         }
         Command::Org(OrgCommand::List { json }) => {
             let v = cli::run_admin(&config, AdminRequest::OrgList)?;
-            cli::output(json, &v, |v| cli::human_list(v, &["id", "slug", "name", "connector_access", "require_second_factor"]));
+            cli::output(json, &v, |v| {
+                cli::human_list(
+                    v,
+                    &[
+                        "id",
+                        "slug",
+                        "name",
+                        "connector_access",
+                        "require_second_factor",
+                    ],
+                )
+            });
         }
-        Command::Org(OrgCommand::Set { org, connector_access, require_second_factor, json }) => {
-            let req = AdminRequest::OrgSet { slug: org, connector_access, require_second_factor };
+        Command::Org(OrgCommand::Set {
+            org,
+            connector_access,
+            require_second_factor,
+            json,
+        }) => {
+            let req = AdminRequest::OrgSet {
+                slug: org,
+                connector_access,
+                require_second_factor,
+            };
             let v = cli::run_admin(&config, req)?;
-            cli::output(json, &v, |v| format!("{}: connector_access={} require_second_factor={}", v["slug"].as_str().unwrap_or(""), v["connector_access"], v["require_second_factor"]));
+            cli::output(json, &v, |v| {
+                format!(
+                    "{}: connector_access={} require_second_factor={}",
+                    v["slug"].as_str().unwrap_or(""),
+                    v["connector_access"],
+                    v["require_second_factor"]
+                )
+            });
         }
-        Command::User(UserCommand::Add { email, name, password_stdin, json }) => {
+        Command::User(UserCommand::Add {
+            email,
+            name,
+            password_stdin,
+            json,
+        }) => {
             let password = cli::read_password(password_stdin)?;
-            let v = cli::run_admin(&config, AdminRequest::UserAdd { email, name, password })?;
-            cli::output(json, &v, |v| format!("added {} (id {})", v["email"].as_str().unwrap_or(""), v["id"]));
+            let v = cli::run_admin(
+                &config,
+                AdminRequest::UserAdd {
+                    email,
+                    name,
+                    password,
+                },
+            )?;
+            cli::output(json, &v, |v| {
+                format!(
+                    "added {} (id {})",
+                    v["email"].as_str().unwrap_or(""),
+                    v["id"]
+                )
+            });
         }
         Command::User(UserCommand::List { json }) => {
             let v = cli::run_admin(&config, AdminRequest::UserList)?;
-            cli::output(json, &v, |v| cli::human_list(v, &["id", "email", "name", "second_factor"]));
+            cli::output(json, &v, |v| {
+                cli::human_list(v, &["id", "email", "name", "second_factor"])
+            });
         }
         Command::User(UserCommand::Totp { email, json }) => {
             let v = cli::run_admin(&config, AdminRequest::UserTotp { email })?;
-            cli::output(json, &v, |v| format!("Add this to an authenticator app (the first code confirms it):\n  {}\n  secret: {}", v["otpauth_uri"].as_str().unwrap_or(""), v["secret"].as_str().unwrap_or("")));
+            cli::output(json, &v, |v| {
+                format!(
+                    "Add this to an authenticator app (the first code confirms it):\n  {}\n  secret: {}",
+                    v["otpauth_uri"].as_str().unwrap_or(""),
+                    v["secret"].as_str().unwrap_or("")
+                )
+            });
         }
-        Command::User(UserCommand::Passwd { email, password_stdin, json }) => {
+        Command::User(UserCommand::Passwd {
+            email,
+            password_stdin,
+            json,
+        }) => {
             let password = cli::read_password(password_stdin)?;
             let v = cli::run_admin(&config, AdminRequest::UserPasswd { email, password })?;
-            cli::output(json, &v, |v| format!("password changed for {}", v["email"].as_str().unwrap_or("")));
+            cli::output(json, &v, |v| {
+                format!("password changed for {}", v["email"].as_str().unwrap_or(""))
+            });
         }
-        Command::Member(MemberCommand::Add { org, email, role, may_connect, json }) => {
-            let v = cli::run_admin(&config, AdminRequest::MemberAdd { org, email, role, may_connect })?;
-            cli::output(json, &v, |v| format!("{} person {} in organisation {} as {}", if v["created"] == true { "added" } else { "updated" }, v["person_id"], v["org_id"], v["role"].as_str().unwrap_or("")));
+        Command::Member(MemberCommand::Add {
+            org,
+            email,
+            role,
+            may_connect,
+            json,
+        }) => {
+            let v = cli::run_admin(
+                &config,
+                AdminRequest::MemberAdd {
+                    org,
+                    email,
+                    role,
+                    may_connect,
+                },
+            )?;
+            cli::output(json, &v, |v| {
+                format!(
+                    "{} person {} in organisation {} as {}",
+                    if v["created"] == true {
+                        "added"
+                    } else {
+                        "updated"
+                    },
+                    v["person_id"],
+                    v["org_id"],
+                    v["role"].as_str().unwrap_or("")
+                )
+            });
         }
         Command::Backup { path, json } => {
             let path = cli::absolute(&path)?;
             let v = cli::run_admin(&config, AdminRequest::Backup { path })?;
-            cli::output(json, &v, |v| format!("backup written to {} ({} records)", v["path"].as_str().unwrap_or(""), v["records"]));
+            cli::output(json, &v, |v| {
+                format!(
+                    "backup written to {} ({} records)",
+                    v["path"].as_str().unwrap_or(""),
+                    v["records"]
+                )
+            });
         }
         Command::Restore { path, json } => {
             let v = cli::restore(&config, &path)?;
-            cli::output(json, &v, |v| format!("restored into {} ({} records)", v["path"].as_str().unwrap_or(""), v["records"]));
+            cli::output(json, &v, |v| {
+                format!(
+                    "restored into {} ({} records)",
+                    v["path"].as_str().unwrap_or(""),
+                    v["records"]
+                )
+            });
         }
     }
     Ok(())

@@ -19,7 +19,9 @@ pub use socket::{SOCKET_FILE, SocketError, serve_socket, socket_path, try_send};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum AdminRequest {
-    OrgCreate { name: String },
+    OrgCreate {
+        name: String,
+    },
     OrgList,
     OrgSet {
         slug: String,
@@ -32,8 +34,13 @@ pub enum AdminRequest {
         password: String,
     },
     UserList,
-    UserTotp { email: String },
-    UserPasswd { email: String, password: String },
+    UserTotp {
+        email: String,
+    },
+    UserPasswd {
+        email: String,
+        password: String,
+    },
     MemberAdd {
         org: String,
         email: String,
@@ -41,7 +48,9 @@ pub enum AdminRequest {
         may_connect: bool,
     },
     /// `path` is absolute: the server may run in another working directory.
-    Backup { path: PathBuf },
+    Backup {
+        path: PathBuf,
+    },
 }
 
 /// Why an administrative request failed.
@@ -163,13 +172,8 @@ pub fn execute(
             if !path.is_absolute() {
                 return Err(AdminError::Refused("backup path must be absolute".into()));
             }
-            let summary = store::backup_to_dir(
-                store,
-                &ctx.data_dir,
-                &path,
-                &now.to_string(),
-                progress,
-            )?;
+            let summary =
+                store::backup_to_dir(store, &ctx.data_dir, &path, &now.to_string(), progress)?;
             json!({"path": summary.path, "records": summary.records, "bytes": summary.bytes})
         }
     })

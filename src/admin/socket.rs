@@ -61,7 +61,8 @@ pub fn try_send(
     let reader = BufReader::new(stream);
     for line in reader.lines() {
         let line = line.map_err(io)?;
-        let v: Value = serde_json::from_str(&line).map_err(|e| SocketError::Protocol(e.to_string()))?;
+        let v: Value =
+            serde_json::from_str(&line).map_err(|e| SocketError::Protocol(e.to_string()))?;
         if let Some(p) = v.get("progress").and_then(Value::as_str) {
             progress(p);
         } else if let Some(ok) = v.get("ok") {

@@ -26,7 +26,9 @@ pub struct Metrics {
 }
 
 fn latency_histogram() -> Histogram {
-    Histogram::new([0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0])
+    Histogram::new([
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+    ])
 }
 
 impl Metrics {
@@ -35,7 +37,11 @@ impl Metrics {
         let requests = Family::<RequestLabels, Counter>::default();
         let latency: Family<RouteLabels, Histogram, fn() -> Histogram> =
             Family::new_with_constructor(latency_histogram);
-        registry.register("http_requests", "HTTP requests by route and status", requests.clone());
+        registry.register(
+            "http_requests",
+            "HTTP requests by route and status",
+            requests.clone(),
+        );
         registry.register(
             "http_request_duration_seconds",
             "HTTP request latency by route",
@@ -51,7 +57,8 @@ impl Metrics {
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String");
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String");
         out
     }
 }

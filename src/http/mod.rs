@@ -43,7 +43,8 @@ pub enum ServerError {
 #[derive(Debug, Clone, Copy)]
 pub struct PeerAddr(pub SocketAddr);
 
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>>
+impl
+    axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>>
     for PeerAddr
 {
     fn connect_info(stream: axum::serve::IncomingStream<'_, tokio::net::TcpListener>) -> Self {
@@ -51,7 +52,9 @@ impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, toki
     }
 }
 
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, tls::TlsListener>> for PeerAddr {
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, tls::TlsListener>>
+    for PeerAddr
+{
     fn connect_info(stream: axum::serve::IncomingStream<'_, tls::TlsListener>) -> Self {
         PeerAddr(*stream.remote_addr())
     }
@@ -62,7 +65,10 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
-        .layer(axum::middleware::from_fn_with_state(app.clone(), observe::observe))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            observe::observe,
+        ))
         .with_state(app)
 }
 
@@ -73,7 +79,10 @@ async fn healthz(State(app): State<Arc<App>>) -> impl IntoResponse {
         .map(|r| r.is_ok())
         .unwrap_or(false);
     if ok {
-        (StatusCode::OK, axum::Json(serde_json::json!({"status": "ok"})))
+        (
+            StatusCode::OK,
+            axum::Json(serde_json::json!({"status": "ok"})),
+        )
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -84,7 +93,10 @@ async fn healthz(State(app): State<Arc<App>>) -> impl IntoResponse {
 
 async fn metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         app.metrics.render(),
     )
 }
@@ -164,14 +176,20 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
     let shutdown = wait_stop(stop_rx);
     let task = match tls {
         None => tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, service).with_graceful_shutdown(shutdown).await {
+            if let Err(e) = axum::serve(listener, service)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
                 tracing::error!(error = %e, "server stopped");
             }
         }),
         Some(acceptor) => {
             let listener = tls::TlsListener::new(listener, acceptor);
             tokio::spawn(async move {
-                if let Err(e) = axum::serve(listener, service).with_graceful_shutdown(shutdown).await {
+                if let Err(e) = axum::serve(listener, service)
+                    .with_graceful_shutdown(shutdown)
+                    .await
+                {
                     tracing::error!(error = %e, "server stopped");
                 }
             })

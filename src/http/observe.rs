@@ -90,7 +90,10 @@ mod tests {
     fn secrets_in_queries_are_redacted() {
         assert_eq!(redact_query("token=abc&key=k1"), "token=REDACTED&key=k1");
         assert_eq!(redact_query("TOKEN=abc"), "TOKEN=REDACTED");
-        assert_eq!(redact_query("access%5Ftoken=abc"), "access%5Ftoken=REDACTED");
+        assert_eq!(
+            redact_query("access%5Ftoken=abc"),
+            "access%5Ftoken=REDACTED"
+        );
         assert_eq!(redact_query("page=2"), "page=2");
     }
 }

@@ -24,7 +24,10 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, String> {
         .collect::<Result<_, _>>()
         .map_err(|e| format!("tls_cert {}: {e}", files.cert.display()))?;
     if certs.is_empty() {
-        return Err(format!("tls_cert {}: no certificate found", files.cert.display()));
+        return Err(format!(
+            "tls_cert {}: no certificate found",
+            files.cert.display()
+        ));
     }
     let key = PrivateKeyDer::from_pem_file(&files.key)
         .map_err(|e| format!("tls_key {}: {e}", files.key.display()))?;
@@ -46,7 +49,9 @@ pub struct TlsListener {
 
 impl TlsListener {
     pub fn new(listener: TcpListener, acceptor: TlsAcceptor) -> TlsListener {
-        let local = listener.local_addr().expect("bound listener has an address");
+        let local = listener
+            .local_addr()
+            .expect("bound listener has an address");
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(async move {
             loop {

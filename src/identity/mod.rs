@@ -8,8 +8,8 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::store::{
-    MEMBERSHIPS, MEMBERSHIPS_BY_PERSON, ORG_SLUGS, ORGS, PEOPLE, PEOPLE_BY_EMAIL, ReadTx,
-    Store, StoreError, key,
+    MEMBERSHIPS, MEMBERSHIPS_BY_PERSON, ORG_SLUGS, ORGS, PEOPLE, PEOPLE_BY_EMAIL, ReadTx, Store,
+    StoreError, key,
 };
 
 pub use password::{check_strength, hash_password, verify_password_hash};
@@ -164,7 +164,12 @@ pub fn slugify(name: &str) -> String {
             slug.push('-');
         }
     }
-    slug.trim_end_matches('-').chars().take(63).collect::<String>().trim_end_matches('-').to_owned()
+    slug.trim_end_matches('-')
+        .chars()
+        .take(63)
+        .collect::<String>()
+        .trim_end_matches('-')
+        .to_owned()
 }
 
 fn check_name(field: &str, name: &str, max: usize) -> Result<String, IdentityError> {
@@ -204,7 +209,11 @@ pub fn create_org(store: &Store, name: &str, now: Timestamp) -> Result<Org, Iden
 }
 
 pub fn list_orgs(store: &Store) -> Result<Vec<Org>, IdentityError> {
-    Ok(store.read(|tx| tx.scan::<Org>(ORGS, b""))?.into_iter().map(|r| r.1).collect())
+    Ok(store
+        .read(|tx| tx.scan::<Org>(ORGS, b""))?
+        .into_iter()
+        .map(|r| r.1)
+        .collect())
 }
 
 pub fn org_by_slug(tx: &ReadTx, slug: &str) -> Result<Option<Org>, StoreError> {
@@ -252,7 +261,11 @@ pub struct NewPerson<'a> {
     pub password: &'a str,
 }
 
-pub fn add_person(store: &Store, new: NewPerson<'_>, now: Timestamp) -> Result<Person, IdentityError> {
+pub fn add_person(
+    store: &Store,
+    new: NewPerson<'_>,
+    now: Timestamp,
+) -> Result<Person, IdentityError> {
     let email = normalize_email(new.email)?;
     let name = match new.name {
         Some(n) => check_name("name", n, 200)?,
@@ -281,7 +294,11 @@ pub fn add_person(store: &Store, new: NewPerson<'_>, now: Timestamp) -> Result<P
 }
 
 pub fn list_people(store: &Store) -> Result<Vec<Person>, IdentityError> {
-    Ok(store.read(|tx| tx.scan::<Person>(PEOPLE, b""))?.into_iter().map(|r| r.1).collect())
+    Ok(store
+        .read(|tx| tx.scan::<Person>(PEOPLE, b""))?
+        .into_iter()
+        .map(|r| r.1)
+        .collect())
 }
 
 pub fn person_by_email(tx: &ReadTx, email: &str) -> Result<Option<Person>, StoreError> {
@@ -358,13 +375,20 @@ pub fn confirm_totp_unchecked(store: &Store, person_id: u64) -> Result<(), Ident
             t.confirmed = true;
             Ok(())
         }
-        None => Err(IdentityError::InvalidInput("no second factor to confirm".into())),
+        None => Err(IdentityError::InvalidInput(
+            "no second factor to confirm".into(),
+        )),
     })
 }
 
 /// Checks a TOTP code (confirming enrolment on first success). A code is accepted once: the
 /// time step it belongs to is stored and no earlier or equal step is accepted again.
-pub fn verify_totp(store: &Store, person_id: u64, code: &str, now: Timestamp) -> Result<(), IdentityError> {
+pub fn verify_totp(
+    store: &Store,
+    person_id: u64,
+    code: &str,
+    now: Timestamp,
+) -> Result<(), IdentityError> {
     update_person(store, person_id, |p| {
         let state = p.totp.as_mut().ok_or(IdentityError::BadSecondFactor)?;
         let step = totp::matching_step(state, code, now).ok_or(IdentityError::BadSecondFactor)?;
@@ -394,7 +418,8 @@ pub fn add_member(
         let org_id: u64 = tx
             .get(ORG_SLUGS, org_slug.as_bytes())?
             .ok_or_else(|| IdentityError::UnknownOrg(org_slug.to_owned()))?;
-        let email_key = normalize_email(email).map_err(|_| IdentityError::UnknownPerson(email.to_owned()))?;
+        let email_key =
+            normalize_email(email).map_err(|_| IdentityError::UnknownPerson(email.to_owned()))?;
         let person_id: u64 = tx
             .get(PEOPLE_BY_EMAIL, email_key.as_bytes())?
             .ok_or_else(|| IdentityError::UnknownPerson(email.to_owned()))?;
@@ -459,4 +484,3 @@ pub fn connector_access(
     }
     Ok(Ok((org, person, m)))
 }
-

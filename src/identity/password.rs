@@ -1,8 +1,10 @@
 //! Password hashing (argon2id with the crate's recommended parameters) and a strength policy
 //! that refuses the passwords an attacker would try first.
 
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString, rand_core::OsRng};
 use argon2::Argon2;
+use argon2::password_hash::{
+    PasswordHash, PasswordHasher, PasswordVerifier, SaltString, rand_core::OsRng,
+};
 
 use super::IdentityError;
 
@@ -11,8 +13,22 @@ pub const MAX_LEN: usize = 1024;
 
 /// Passwords so common that their length does not help.
 const COMMON: &[&str] = &[
-    "password", "passw0rd", "wachtwoord", "welkom", "welcome", "qwerty", "azerty", "letmein",
-    "123456", "1234567890", "iloveyou", "admin", "kennis", "abc123", "monkey", "dragon",
+    "password",
+    "passw0rd",
+    "wachtwoord",
+    "welkom",
+    "welcome",
+    "qwerty",
+    "azerty",
+    "letmein",
+    "123456",
+    "1234567890",
+    "iloveyou",
+    "admin",
+    "kennis",
+    "abc123",
+    "monkey",
+    "dragon",
 ];
 
 pub fn check_strength(password: &str, email: &str) -> Result<(), IdentityError> {
@@ -37,10 +53,10 @@ pub fn check_strength(password: &str, email: &str) -> Result<(), IdentityError> 
         return weak("it contains the email address");
     }
     let stripped: String = lower.chars().filter(|c| c.is_alphabetic()).collect();
-    if COMMON
-        .iter()
-        .any(|c| lower.starts_with(c) && (stripped.is_empty() || stripped == c.trim_matches(|ch: char| ch.is_ascii_digit())))
-    {
+    if COMMON.iter().any(|c| {
+        lower.starts_with(c)
+            && (stripped.is_empty() || stripped == c.trim_matches(|ch: char| ch.is_ascii_digit()))
+    }) {
         return weak("it is a common password with digits added");
     }
     if lower.chars().all(|c| c.is_ascii_digit()) && n < 16 {
@@ -60,7 +76,11 @@ pub fn hash_password(password: &str) -> String {
 /// Constant-time comparison happens inside argon2's verifier.
 pub fn verify_password_hash(hash: &str, password: &str) -> bool {
     PasswordHash::new(hash)
-        .map(|h| Argon2::default().verify_password(password.as_bytes(), &h).is_ok())
+        .map(|h| {
+            Argon2::default()
+                .verify_password(password.as_bytes(), &h)
+                .is_ok()
+        })
         .unwrap_or(false)
 }
 
@@ -75,8 +95,20 @@ mod tests {
 
     #[test]
     fn weak_passwords_are_refused_with_a_reason() {
-        for p in ["", "   ", "short", "aaaaaaaaaaaa", "password123", "Wachtwoord2024", "1234567890", "annie.smit!!x"] {
-            assert!(check_strength(p, "annie.smit@example.org").is_err(), "{p:?} accepted");
+        for p in [
+            "",
+            "   ",
+            "short",
+            "aaaaaaaaaaaa",
+            "password123",
+            "Wachtwoord2024",
+            "1234567890",
+            "annie.smit!!x",
+        ] {
+            assert!(
+                check_strength(p, "annie.smit@example.org").is_err(),
+                "{p:?} accepted"
+            );
         }
         assert!(check_strength("paard-batterij-niet", "annie@example.org").is_ok());
     }

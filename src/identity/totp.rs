@@ -30,7 +30,9 @@ pub struct TotpEnrolment {
 fn totp_for(secret_b32: &str, account: &str) -> Result<TOTP, IdentityError> {
     let bytes = Secret::Encoded(secret_b32.to_owned())
         .to_bytes()
-        .map_err(|_| IdentityError::InvalidInput("stored second-factor secret is damaged".into()))?;
+        .map_err(|_| {
+            IdentityError::InvalidInput("stored second-factor secret is damaged".into())
+        })?;
     TOTP::new(
         Algorithm::SHA1,
         6,
@@ -80,7 +82,9 @@ pub(super) fn matching_step(state: &TotpState, code: &str, now: Timestamp) -> Op
     let mut found = None;
     for step in current.saturating_sub(1)..=current + 1 {
         let expected = totp.generate(step * STEP_SECONDS);
-        if bool::from(expected.as_bytes().ct_eq(code.as_bytes())) && state.last_step.is_none_or(|l| step > l) {
+        if bool::from(expected.as_bytes().ct_eq(code.as_bytes()))
+            && state.last_step.is_none_or(|l| step > l)
+        {
             found = Some(step);
         }
     }
@@ -99,9 +103,18 @@ mod tests {
         let code = code_at(&state.secret, now);
         let step = matching_step(&state, &code, now).unwrap();
         state.last_step = Some(step);
-        assert_eq!(matching_step(&state, &code, now), None, "replayed code accepted");
-        let far = now.checked_add(jiff::SignedDuration::from_secs(300)).unwrap();
-        assert_eq!(matching_step(&state, &code_at(&state.secret, now), far), None);
+        assert_eq!(
+            matching_step(&state, &code, now),
+            None,
+            "replayed code accepted"
+        );
+        let far = now
+            .checked_add(jiff::SignedDuration::from_secs(300))
+            .unwrap();
+        assert_eq!(
+            matching_step(&state, &code_at(&state.secret, now), far),
+            None
+        );
         assert_eq!(matching_step(&state, "12345", now), None);
     }
 }

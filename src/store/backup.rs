@@ -132,7 +132,9 @@ pub fn backup_to_dir(
         &manifest_path,
         &serde_json::to_vec_pretty(&manifest).expect("manifest serialises"),
     )?;
-    progress(&format!("backup complete: {records} records, {bytes} bytes"));
+    progress(&format!(
+        "backup complete: {records} records, {bytes} bytes"
+    ));
     Ok(BackupSummary {
         path: dest.to_owned(),
         records,
@@ -157,7 +159,10 @@ pub fn restore_from_dir(
     let manifest: BackupManifest = serde_json::from_slice(&text)
         .map_err(|e| StoreError::Backup(format!("manifest is damaged: {e}")))?;
     if manifest.format != FORMAT {
-        return Err(StoreError::Backup(format!("unknown backup format `{}`", manifest.format)));
+        return Err(StoreError::Backup(format!(
+            "unknown backup format `{}`",
+            manifest.format
+        )));
     }
     if manifest.schema_version > SCHEMA_VERSION {
         return Err(StoreError::NewerSchema {
@@ -171,7 +176,10 @@ pub fn restore_from_dir(
     let mut bytes = 0;
     for f in &manifest.files {
         if f.name.contains(['/', '\\']) || f.name.starts_with('.') {
-            return Err(StoreError::Backup(format!("manifest names a bad file `{}`", f.name)));
+            return Err(StoreError::Backup(format!(
+                "manifest names a bad file `{}`",
+                f.name
+            )));
         }
         progress(&format!("verifying {} ({} bytes)", f.name, f.size));
         let (size, sum) = hash_file(&src.join(&f.name))?;
@@ -226,14 +234,17 @@ fn hash_file(path: &Path) -> Result<(u64, String), StoreError> {
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     use std::io::Write;
     let mut f = std::fs::File::create(path).map_err(io_err(path))?;
-    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(io_err(path))
+    f.write_all(bytes)
+        .and_then(|_| f.sync_all())
+        .map_err(io_err(path))
 }
 
 fn set_private(path: &Path) -> Result<(), StoreError> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io_err(path))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(io_err(path))?;
     }
     Ok(())
 }
@@ -291,7 +302,9 @@ mod tests {
         bytes[mid] ^= 0x01;
         std::fs::write(&db, bytes).unwrap();
         let target = out.path().join("restored");
-        let err = restore_from_dir(&dest, &target, &mut |_| {}).unwrap_err().to_string();
+        let err = restore_from_dir(&dest, &target, &mut |_| {})
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("does not match"), "{err}");
         assert!(!target.join(DB_FILE).exists());
     }

@@ -120,16 +120,23 @@ fn run(store: Store, rx: Receiver<Msg>) {
     }
 }
 
-fn commit(store: &Store, batch: Vec<Msg>, waiters: &mut Vec<Sender<()>>) -> Result<(), super::StoreError> {
+fn commit(
+    store: &Store,
+    batch: Vec<Msg>,
+    waiters: &mut Vec<Sender<()>>,
+) -> Result<(), super::StoreError> {
     let txn = store.db().begin_write()?;
     for msg in batch {
         match msg {
             Msg::Append { table, key, value } => {
                 let key = match key {
                     Some(k) => k,
-                    None => next_in(&txn, &format!("table:{}", table.name()))?.to_be_bytes().to_vec(),
+                    None => next_in(&txn, &format!("table:{}", table.name()))?
+                        .to_be_bytes()
+                        .to_vec(),
                 };
-                txn.open_table(table)?.insert(key.as_slice(), value.as_slice())?;
+                txn.open_table(table)?
+                    .insert(key.as_slice(), value.as_slice())?;
             }
             Msg::Flush(w) => waiters.push(w),
         }

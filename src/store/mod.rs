@@ -65,7 +65,9 @@ pub const DB_FILE: &str = "kennis.redb";
 /// Why the store failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("the database {path} is in use by another process (is a kennis server running on this data directory?)")]
+    #[error(
+        "the database {path} is in use by another process (is a kennis server running on this data directory?)"
+    )]
     Locked { path: PathBuf },
     #[error(
         "the data directory was written by a newer kennis (schema version {found}); this binary knows up to version {known}: upgrade kennis or restore a backup made by this version"
@@ -243,7 +245,11 @@ pub struct ReadTx {
 }
 
 impl ReadTx {
-    pub fn get<R: DeserializeOwned>(&self, table: Table, key: &[u8]) -> Result<Option<R>, StoreError> {
+    pub fn get<R: DeserializeOwned>(
+        &self,
+        table: Table,
+        key: &[u8],
+    ) -> Result<Option<R>, StoreError> {
         get_in(&self.txn.open_table(table)?, &table, key)
     }
 
@@ -267,7 +273,11 @@ pub struct WriteTx {
 }
 
 impl WriteTx {
-    pub fn get<R: DeserializeOwned>(&self, table: Table, key: &[u8]) -> Result<Option<R>, StoreError> {
+    pub fn get<R: DeserializeOwned>(
+        &self,
+        table: Table,
+        key: &[u8],
+    ) -> Result<Option<R>, StoreError> {
         get_in(&self.txn.open_table(table)?, &table, key)
     }
 
@@ -279,8 +289,15 @@ impl WriteTx {
         scan_in(&self.txn.open_table(table)?, &table, prefix)
     }
 
-    pub fn put<R: Serialize>(&mut self, table: Table, key: &[u8], record: &R) -> Result<(), StoreError> {
-        self.txn.open_table(table)?.insert(key, encode(record).as_slice())?;
+    pub fn put<R: Serialize>(
+        &mut self,
+        table: Table,
+        key: &[u8],
+        record: &R,
+    ) -> Result<(), StoreError> {
+        self.txn
+            .open_table(table)?
+            .insert(key, encode(record).as_slice())?;
         Ok(())
     }
 

@@ -1,0 +1,278 @@
+//! The command line: contract output, exit codes, clear refusals that store nothing, and the
+//! same commands with and without a running server.
+
+use crate::fixture::{ServeProcess, TestServer, run, run_json, stderr};
+
+const PW: &str = "paard-batterij-niet\n";
+
+#[test]
+fn commands_work_on_the_data_directory_without_a_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let org = run_json(d, &["org", "create", "Bouwbedrijf Kozijn", "--json"], None);
+    assert_eq!(org["slug"], "bouwbedrijf-kozijn");
+    assert!(org["id"].as_u64().unwrap() >= 1);
+    let user = run_json(
+        d,
+        &[
+            "user",
+            "add",
+            "Annie@Example.org",
+            "--name",
+            "Annie",
+            "--password-stdin",
+            "--json",
+        ],
+        Some(PW),
+    );
+    assert_eq!(user["email"], "annie@example.org");
+    let totp = run_json(d, &["user", "totp", "annie@example.org", "--json"], None);
+    assert!(
+        totp["otpauth_uri"]
+            .as_str()
+            .unwrap()
+            .starts_with("otpauth://totp/")
+    );
+    assert!(totp["secret"].as_str().unwrap().len() >= 26);
+    let m = run_json(
+        d,
+        &[
+            "member",
+            "add",
+            "bouwbedrijf-kozijn",
+            "annie@example.org",
+            "--role",
+            "admin",
+            "--may-connect",
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(m["role"], "admin");
+    assert_eq!(m["may_connect"], true);
+    let set = run_json(
+        d,
+        &[
+            "org",
+            "set",
+            "bouwbedrijf-kozijn",
+            "--connector-access",
+            "selected_members",
+            "--require-second-factor",
+            "false",
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(set["connector_access"], "selected_members");
+    assert_eq!(set["require_second_factor"], false);
+    let orgs = run_json(d, &["org", "list", "--json"], None);
+    assert_eq!(orgs["items"].as_array().unwrap().len(), 1);
+    let users = run_json(d, &["user", "list", "--json"], None);
+    assert_eq!(users["items"][0]["email"], "annie@example.org");
+    // Without --json the output is for people, not JSON.
+    let out = run(d, &["org", "list"], None);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("bouwbedrijf-kozijn"));
+    assert!(serde_json::from_slice::<serde_json::Value>(&out.stdout).is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_go_through_the_admin_socket_while_a_server_runs() {
+    let mut t = TestServer::start().await;
+    let d = t.data_dir().to_owned();
+    // The server holds the database lock, so this can only succeed through the socket.
+    let org = tokio::task::spawn_blocking(move || {
+        run_json(&d, &["org", "create", "Live Org", "--json"], None)
+    })
+    .await
+    .unwrap();
+    assert_eq!(org["slug"], "live-org");
+    let found = kennis::identity::find_org(&t.app().store, "live-org").unwrap();
+    assert_eq!(found.id, org["id"].as_u64().unwrap());
+    let d = t.data_dir().to_owned();
+    let out = tokio::task::spawn_blocking(move || run(&d, &["org", "create", "Live Org"], None))
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("already exists"), "{}", stderr(&out));
+    t.stop().await;
+}
+
+#[test]
+fn bad_input_is_a_clear_error_and_stores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    run_json(d, &["org", "create", "Acme", "--json"], None);
+    run_json(
+        d,
+        &[
+            "user",
+            "add",
+            "bob@example.org",
+            "--password-stdin",
+            "--json",
+        ],
+        Some(PW),
+    );
+
+    let cases: &[(&[&str], Option<&str>, &str)] = &[
+        (
+            &["member", "add", "nosuch", "bob@example.org"],
+            None,
+            "unknown organisation `nosuch`",
+        ),
+        (
+            &["member", "add", "acme", "nobody@example.org"],
+            None,
+            "unknown person",
+        ),
+        (
+            &["user", "add", "BOB@example.org", "--password-stdin"],
+            Some(PW),
+            "already exists",
+        ),
+        (
+            &["user", "add", "carol@example.org", "--password-stdin"],
+            Some("\n"),
+            "password refused: it is empty",
+        ),
+        (
+            &["user", "add", "carol@example.org", "--password-stdin"],
+            Some("kort\n"),
+            "password refused",
+        ),
+        (
+            &["user", "add", "carol@example.org", "--password-stdin"],
+            Some("Password12345\n"),
+            "password refused",
+        ),
+        (
+            &["user", "add", "not-an-email", "--password-stdin"],
+            Some(PW),
+            "not an email address",
+        ),
+        (&["org", "create", "Acme"], None, "already exists"),
+        (&["org", "create", "   "], None, "organisation name"),
+        (
+            &["org", "set", "nosuch", "--connector-access", "nobody"],
+            None,
+            "unknown organisation",
+        ),
+        (
+            &["user", "totp", "nobody@example.org"],
+            None,
+            "unknown person",
+        ),
+    ];
+    for (args, stdin, expected) in cases {
+        let out = run(d, args, *stdin);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(expected),
+            "{args:?}: expected `{expected}` in: {err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "one clear line: {err}");
+    }
+    let users = run_json(d, &["user", "list", "--json"], None);
+    assert_eq!(users["items"].as_array().unwrap().len(), 1, "{users}");
+    let orgs = run_json(d, &["org", "list", "--json"], None);
+    assert_eq!(orgs["items"].as_array().unwrap().len(), 1, "{orgs}");
+}
+
+#[test]
+fn bad_usage_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for args in [
+        &["org"][..],
+        &["org", "set", "x", "--connector-access", "everyone"],
+        &["frobnicate"],
+    ] {
+        let out = run(d, args, None);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+    }
+    // No terminal and no --password-stdin: the password is never taken from argv.
+    let out = run(d, &["user", "add", "dan@example.org"], Some("ignored\n"));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--password-stdin"));
+}
+
+#[test]
+fn malformed_config_names_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("kennis.toml");
+    for (text, field) in [
+        ("listen = \"nope\"\n", "`listen`"),
+        ("agent_workers = \"many\"\n", "`agent_workers`"),
+        ("lissen = \"127.0.0.1:1\"\n", "unknown field `lissen`"),
+        ("listen = [\n", "kennis.toml"),
+    ] {
+        std::fs::write(&cfg, text).unwrap();
+        let out = run(
+            dir.path(),
+            &["--config", cfg.to_str().unwrap(), "serve"],
+            None,
+        );
+        assert_eq!(out.status.code(), Some(1), "{text}");
+        assert!(stderr(&out).contains(field), "{text}: {}", stderr(&out));
+    }
+    // An environment value that is wrong is named too.
+    let out = crate::fixture::kennis(dir.path())
+        .env("KENNIS_LOG_FORMAT", "xml")
+        .args(["org", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("`log_format`"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_newer_schema_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = kennis::store::Store::open(dir.path()).unwrap();
+        kennis::store::set_schema_version_for_tests(&store, kennis::store::SCHEMA_VERSION + 1)
+            .unwrap();
+    }
+    let out = run(dir.path(), &["org", "list"], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("newer kennis"), "{}", stderr(&out));
+}
+
+#[test]
+fn demo_prints_credentials_once_and_they_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("data");
+    let first = ServeProcess::spawn(&d, &["--demo"], None);
+    let banner = first.banner.clone();
+    assert!(banner.contains("/mcp/kennisbank"), "{banner}");
+    assert!(banner.contains("otpauth://totp/"), "{banner}");
+    let password = banner
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("password:"))
+        .expect("password printed")
+        .trim()
+        .to_owned();
+    assert!(first.terminate().success());
+
+    let second = ServeProcess::spawn(&d, &["--demo"], None);
+    assert!(
+        second.banner.contains("already present"),
+        "{}",
+        second.banner
+    );
+    assert!(!second.banner.contains(&password));
+    assert!(second.banner.contains("kennis user passwd"));
+    assert!(second.terminate().success());
+
+    let store = kennis::store::Store::open(&d).unwrap();
+    let person =
+        kennis::identity::verify_login(&store, kennis::demo::DEMO_EMAIL, &password).unwrap();
+    assert!(person.has_second_factor());
+    let orgs = store
+        .read(|tx| kennis::identity::organisations_of(tx, person.id))
+        .unwrap();
+    assert_eq!(orgs.len(), 1);
+}

@@ -1,0 +1,224 @@
+//! The shared fixture: the real server on 127.0.0.1:0 with a temporary data directory and a
+//! manual clock, plus helpers to run and spawn the `kennis` binary.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kennis::clock::ManualClock;
+use kennis::config::{Config, Settings};
+use kennis::http::RunningServer;
+
+pub fn install_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+pub fn http_client() -> reqwest::Client {
+    install_crypto();
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client")
+}
+
+/// The real server, in this process, on a free loopback port.
+pub struct TestServer {
+    pub server: Option<RunningServer>,
+    pub dir: tempfile::TempDir,
+    pub clock: Arc<ManualClock>,
+    pub client: reqwest::Client,
+    pub base: String,
+}
+
+impl TestServer {
+    pub async fn start() -> TestServer {
+        Self::start_with(Settings::default()).await
+    }
+
+    /// Starts with extra settings layered over the test defaults.
+    pub async fn start_with(settings: Settings) -> TestServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = test_config(dir.path(), settings);
+        let clock = ManualClock::new("2026-06-01T09:00:00Z".parse().unwrap());
+        let server = kennis::http::start(config, clock.clone())
+            .await
+            .expect("server starts");
+        let base = server.public_url().to_owned();
+        TestServer {
+            server: Some(server),
+            dir,
+            clock,
+            client: http_client(),
+            base,
+        }
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub fn app(&self) -> &Arc<kennis::app::App> {
+        &self.server.as_ref().expect("running").app
+    }
+
+    pub async fn stop(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown().await;
+        }
+    }
+}
+
+pub fn test_config(data_dir: &Path, over: Settings) -> Config {
+    Settings {
+        listen: Some("127.0.0.1:0".into()),
+        data_dir: Some(data_dir.to_owned()),
+        ..Settings::default()
+    }
+    .overlay(over)
+    .validate()
+    .expect("valid test config")
+}
+
+/// The `kennis` binary with `--data-dir`, environment cleared of `KENNIS_*`.
+pub fn kennis(data_dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kennis"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("KENNIS_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.arg("--data-dir").arg(data_dir);
+    cmd
+}
+
+/// Runs the binary with `args` and optional stdin.
+pub fn run(data_dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    let mut cmd = kennis(data_dir);
+    cmd.args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn kennis");
+    {
+        let mut input = child.stdin.take().unwrap();
+        if let Some(s) = stdin {
+            input.write_all(s.as_bytes()).unwrap();
+        }
+    }
+    child.wait_with_output().expect("kennis output")
+}
+
+/// Runs the binary and parses its `--json` output; panics with stderr when it fails.
+pub fn run_json(data_dir: &Path, args: &[&str], stdin: Option<&str>) -> serde_json::Value {
+    let out = run(data_dir, args, stdin);
+    assert!(
+        out.status.success(),
+        "kennis {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "kennis {args:?} printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A `kennis serve` process on a free port.
+pub struct ServeProcess {
+    pub child: Child,
+    pub base: String,
+    /// Everything the process printed on stdout up to and including the listening line.
+    pub banner: String,
+}
+
+impl ServeProcess {
+    pub fn spawn(data_dir: &Path, extra: &[&str], stderr_to: Option<&Path>) -> ServeProcess {
+        let mut cmd = kennis(data_dir);
+        cmd.args(["serve", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped());
+        match stderr_to {
+            Some(p) => cmd.stderr(std::fs::File::create(p).unwrap()),
+            None => cmd.stderr(Stdio::null()),
+        };
+        let mut child = cmd.spawn().expect("spawn kennis serve");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut banner = String::new();
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                banner.push_str(&line);
+                banner.push('\n');
+                if let Some(url) = line.strip_prefix("kennis listening on ") {
+                    let _ = tx.send((url.to_owned(), banner.clone()));
+                }
+            }
+        });
+        let (base, banner) = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("kennis serve printed its address");
+        ServeProcess {
+            child,
+            base,
+            banner,
+        }
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill {sig} failed");
+    }
+
+    /// SIGTERM, then waits for a clean exit.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        self.signal("-TERM");
+        self.child.wait().expect("wait")
+    }
+
+    /// SIGKILL: no chance to flush anything.
+    pub fn kill9(mut self) {
+        self.signal("-KILL");
+        let _ = self.child.wait();
+    }
+}
+
+pub fn socket_path(data_dir: &Path) -> PathBuf {
+    kennis::admin::socket_path(data_dir)
+}
+
+/// A GET from outside any runtime; returns the status.
+pub fn get_status(url: &str) -> u16 {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        http_client()
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    })
+}

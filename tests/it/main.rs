@@ -1,0 +1,8 @@
+//! Integration tests: one binary, a module per area, sharing one real-server fixture.
+
+mod fixture;
+
+mod backup;
+mod cli;
+mod crash;
+mod server;
