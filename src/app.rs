@@ -44,6 +44,17 @@ impl App {
         }))
     }
 
+    /// Runs blocking work (redb transactions, argon2) off the async workers.
+    pub async fn blocking<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&App) -> T + Send + 'static,
+    ) -> T {
+        let app = self.clone();
+        tokio::task::spawn_blocking(move || f(&app))
+            .await
+            .expect("blocking task panicked")
+    }
+
     /// The connector's URL: the OAuth audience and what people paste into an assistant.
     pub fn connector_url(&self) -> String {
         format!("{}/mcp/kennisbank", self.public_url)

@@ -12,4 +12,5 @@ pub mod config;
 pub mod demo;
 pub mod http;
 pub mod identity;
+pub mod ratelimit;
 pub mod store;

@@ -1,5 +1,7 @@
 //! Router assembly, request logging and metrics, TLS, and graceful shutdown.
 
+mod client_ip;
+pub mod error;
 pub mod metrics;
 mod observe;
 mod tls;
@@ -20,6 +22,7 @@ use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::store::StoreError;
 
+pub use client_ip::client_ip;
 pub use observe::redact_query;
 
 /// Why the server could not start.

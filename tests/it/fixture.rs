@@ -222,3 +222,53 @@ pub fn get_status(url: &str) -> u16 {
             .as_u16()
     })
 }
+
+/// A person who passes every connector check: member (admin) of a fresh organisation, second
+/// factor confirmed, current terms accepted.
+pub struct Seeded {
+    pub org: kennis::identity::Org,
+    pub person: kennis::identity::Person,
+    pub password: String,
+    pub totp_secret: String,
+}
+
+pub const SEED_PASSWORD: &str = "paard-batterij-niet";
+
+impl TestServer {
+    /// Creates an organisation named `org_name` and a ready person `email` in it.
+    pub fn seed(&self, org_name: &str, email: &str) -> Seeded {
+        use kennis::identity::{self, NewPerson, Role};
+        let app = self.app();
+        let store = &app.store;
+        let now = app.clock.now();
+        let org = match identity::create_org(store, org_name, now) {
+            Ok(o) => o,
+            Err(identity::IdentityError::DuplicateOrg(slug)) => {
+                identity::find_org(store, &slug).unwrap()
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let person = identity::add_person(
+            store,
+            NewPerson {
+                email,
+                name: None,
+                password: SEED_PASSWORD,
+            },
+            now,
+        )
+        .unwrap();
+        let enrol = identity::reset_totp(store, email).unwrap();
+        let code = identity::code_at(&enrol.secret, now);
+        identity::verify_totp(store, person.id, &code, now).unwrap();
+        identity::accept_terms(store, person.id, &app.config.terms_version).unwrap();
+        identity::add_member(store, &org.slug, email, Role::Admin, true, now).unwrap();
+        let person = identity::find_person(store, email).unwrap();
+        Seeded {
+            org,
+            person,
+            password: SEED_PASSWORD.into(),
+            totp_secret: enrol.secret,
+        }
+    }
+}
