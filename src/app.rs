@@ -5,8 +5,26 @@ use std::sync::Arc;
 
 use crate::clock::SharedClock;
 use crate::config::Config;
+use crate::connector::limits::ToolLimits;
 use crate::http::metrics::Metrics;
+use crate::kb::KbError;
+use crate::kb::index::SearchIndex;
+use crate::ratelimit::{FailureLimiter, WINDOW};
 use crate::store::{BatchWriter, Store, StoreError};
+
+/// Directory of the search index inside the data directory.
+pub const INDEX_DIR: &str = "index";
+/// Failed token checks one address may make per window before it gets 429.
+pub const TOKEN_FAILURES_PER_WINDOW: u32 = 300;
+
+/// Why the service could not open its data directory.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Index(#[from] KbError),
+}
 
 /// File in the data directory holding the server key (HMAC for signed links, …).
 pub const SECRET_KEY_FILE: &str = "secret.key";
@@ -21,19 +39,29 @@ pub struct App {
     pub batch: BatchWriter,
     pub metrics: Metrics,
     pub server_key: [u8; 32],
+    pub kb_index: Arc<SearchIndex>,
+    pub tool_limits: ToolLimits,
+    pub token_failures: FailureLimiter,
 }
 
 impl App {
-    /// Opens the store and the server key, and starts the background writer.
+    /// Opens the store, the server key and the search index (catching it up with the store),
+    /// and starts the background writer.
     pub fn open(
         config: Config,
         public_url: String,
         clock: SharedClock,
-    ) -> Result<Arc<App>, StoreError> {
+    ) -> Result<Arc<App>, OpenError> {
         let store = Store::open(&config.data_dir)?;
         let server_key = load_or_create_key(&config.data_dir)?;
+        let kb_index = Arc::new(SearchIndex::open(&config.data_dir.join(INDEX_DIR))?);
+        let caught_up = kb_index.catch_up(&store)?;
+        if caught_up > 0 {
+            tracing::info!(changes = caught_up, "search index caught up with the store");
+        }
         let batch = BatchWriter::start(store.clone());
         Ok(Arc::new(App {
+            token_failures: FailureLimiter::new(TOKEN_FAILURES_PER_WINDOW, WINDOW, clock.clone()),
             config,
             public_url,
             store,
@@ -41,6 +69,8 @@ impl App {
             batch,
             metrics: Metrics::new(),
             server_key,
+            kb_index,
+            tool_limits: ToolLimits::default(),
         }))
     }
 

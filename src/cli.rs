@@ -65,6 +65,43 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The knowledge base.
+    #[command(subcommand)]
+    Kb(KbCommand),
+    /// Rebuild the search index from the store (all organisations, or one).
+    Reindex {
+        #[arg(long)]
+        org: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Audit records.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KbCommand {
+    /// Load a folder tree as documents (re-import stores new versions only where changed).
+    Import {
+        org: String,
+        dir: PathBuf,
+        #[arg(long)]
+        prefix: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Write an organisation's audit records as JSON lines.
+    Export {
+        org: String,
+        /// Only records from this time (RFC 3339) or date on.
+        #[arg(long)]
+        since: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -242,10 +279,14 @@ pub fn run_admin(config: &Config, req: AdminRequest) -> Result<Value, CliError> 
         )),
         other => other.into(),
     })?;
+    let kb_index =
+        crate::kb::index::SearchIndex::open(&config.data_dir.join(crate::app::INDEX_DIR))
+            .map_err(|e| CliError::Failed(e.to_string()))?;
     let ctx = AdminContext {
         store,
         data_dir: config.data_dir.clone(),
         clock: clock::system(),
+        kb_index: std::sync::Arc::new(kb_index),
     };
     Ok(admin::execute(&ctx, req, &mut progress)?)
 }
@@ -259,6 +300,14 @@ pub fn output(json: bool, value: &Value, human: impl FnOnce(&Value) -> String) {
         human(value)
     };
     let _ = writeln!(out, "{}", text.trim_end());
+}
+
+/// Prints the `items` of a list as JSON lines.
+pub fn print_json_lines(v: &Value) {
+    let mut out = std::io::stdout().lock();
+    for item in v["items"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "{item}");
+    }
 }
 
 /// Reads a password: one line from stdin with `--password-stdin`, else twice from a prompt.
@@ -341,11 +390,9 @@ pub fn serve(config: Config, demo: bool) -> Result<(), CliError> {
             .map_err(|e| CliError::Failed(e.to_string()))?;
         let app = server.app.clone();
         if demo {
-            let store = app.store.clone();
-            let now = app.clock.now();
-            let setup = tokio::task::spawn_blocking(move || crate::demo::ensure(&store, now))
+            let setup = app
+                .blocking(crate::demo::ensure)
                 .await
-                .expect("demo task")
                 .map_err(|e| CliError::Failed(format!("demo setup: {e}")))?;
             print!(
                 "{}",

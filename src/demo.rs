@@ -3,13 +3,69 @@
 
 use serde_json::json;
 
+use crate::app::App;
 use crate::identity::{self, NewPerson, Role};
+use crate::kb;
 use crate::store::{META, Store};
 
 pub const DEMO_ORG: &str = "Demo Organisatie";
 pub const DEMO_SLUG: &str = "demo-organisatie";
 pub const DEMO_EMAIL: &str = "demo@kennis.example";
 const DEMO_MARKER: &[u8] = b"demo_created";
+
+/// The demo knowledge base (`data/demo/`), written for this project and compiled in, so
+/// `serve --demo` works from any directory.
+pub const DEMO_DOCS: &[(&str, &str)] = &[
+    ("README.md", include_str!("../data/demo/README.md")),
+    (
+        "aangeleverd/werkafspraken-keet.md",
+        include_str!("../data/demo/aangeleverd/werkafspraken-keet.md"),
+    ),
+    (
+        "beleid/inkoop-en-bestellen.md",
+        include_str!("../data/demo/beleid/inkoop-en-bestellen.md"),
+    ),
+    (
+        "beleid/leveranciers.txt",
+        include_str!("../data/demo/beleid/leveranciers.txt"),
+    ),
+    (
+        "beleid/veiligheid-op-de-bouwplaats.md",
+        include_str!("../data/demo/beleid/veiligheid-op-de-bouwplaats.md"),
+    ),
+    (
+        "beleid/verlof-aanvragen.md",
+        include_str!("../data/demo/beleid/verlof-aanvragen.md"),
+    ),
+    (
+        "handleidingen/gereedschap-uitlenen.md",
+        include_str!("../data/demo/handleidingen/gereedschap-uitlenen.md"),
+    ),
+    (
+        "handleidingen/kozijnen/houten-kozijnen-onderhouden.md",
+        include_str!("../data/demo/handleidingen/kozijnen/houten-kozijnen-onderhouden.md"),
+    ),
+    (
+        "handleidingen/kozijnen/kunststof-kozijn-plaatsen.md",
+        include_str!("../data/demo/handleidingen/kozijnen/kunststof-kozijn-plaatsen.md"),
+    ),
+    (
+        "handleidingen/steigerbouw.md",
+        include_str!("../data/demo/handleidingen/steigerbouw.md"),
+    ),
+    (
+        "projecten/badkamer-jansen.md",
+        include_str!("../data/demo/projecten/badkamer-jansen.md"),
+    ),
+    (
+        "projecten/cafe-de-hoek/overzicht.md",
+        include_str!("../data/demo/projecten/cafe-de-hoek/overzicht.md"),
+    ),
+    (
+        "projecten/cafe-de-hoek/verslag-bouwoverleg.md",
+        include_str!("../data/demo/projecten/cafe-de-hoek/verslag-bouwoverleg.md"),
+    ),
+];
 
 /// What `--demo` did.
 pub enum DemoSetup {
@@ -24,8 +80,17 @@ pub enum DemoSetup {
     Existing { email: String },
 }
 
-/// Creates the demo organisation and person if this data directory has none yet.
-pub fn ensure(store: &Store, now: jiff::Timestamp) -> Result<DemoSetup, identity::IdentityError> {
+/// Creates the demo organisation, person and knowledge base if this data directory has none
+/// yet, and brings the search index up to date.
+pub fn ensure(app: &App) -> Result<DemoSetup, identity::IdentityError> {
+    let setup = create(&app.store, app.clock.now())?;
+    app.kb_index.catch_up(&app.store).map_err(|e| {
+        identity::IdentityError::InvalidInput(format!("indexing the demo documents: {e}"))
+    })?;
+    Ok(setup)
+}
+
+fn create(store: &Store, now: jiff::Timestamp) -> Result<DemoSetup, identity::IdentityError> {
     if store.read(|tx| tx.get::<bool>(META, DEMO_MARKER))? == Some(true) {
         return Ok(DemoSetup::Existing {
             email: DEMO_EMAIL.into(),
@@ -56,6 +121,11 @@ pub fn ensure(store: &Store, now: jiff::Timestamp) -> Result<DemoSetup, identity
     let enrolment = identity::reset_totp(store, DEMO_EMAIL)?;
     identity::confirm_totp_unchecked(store, person.id)?;
     identity::add_member(store, &org.slug, DEMO_EMAIL, Role::Admin, true, now)?;
+    for (path, text) in DEMO_DOCS {
+        kb::store_document(store, org.id, path, text.as_bytes(), None, now).map_err(|e| {
+            identity::IdentityError::InvalidInput(format!("demo document {path}: {e}"))
+        })?;
+    }
     store.write(|tx| tx.put(META, DEMO_MARKER, &true))?;
     Ok(DemoSetup::Created {
         email: DEMO_EMAIL.into(),

@@ -4,7 +4,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use kennis::admin::AdminRequest;
-use kennis::cli::{self, Cli, CliError, Command, MemberCommand, OrgCommand, UserCommand};
+use kennis::cli::{
+    self, AuditCommand, Cli, CliError, Command, KbCommand, MemberCommand, OrgCommand, UserCommand,
+};
 use kennis::config::Settings;
 
 fn main() -> ExitCode {
@@ -170,6 +172,35 @@ fn run(cli: Cli) -> Result<(), CliError> {
                     v["records"]
                 )
             });
+        }
+        Command::Kb(KbCommand::Import {
+            org,
+            dir,
+            prefix,
+            json,
+        }) => {
+            let dir = cli::absolute(&dir)?;
+            let v = cli::run_admin(&config, AdminRequest::KbImport { org, dir, prefix })?;
+            cli::output(json, &v, |v| {
+                format!(
+                    "{} files: {} created, {} revised, {} unchanged, {} skipped",
+                    v["files"],
+                    v["created"],
+                    v["revised"],
+                    v["unchanged"],
+                    v["skipped"].as_array().map_or(0, |a| a.len())
+                )
+            });
+        }
+        Command::Reindex { org, json } => {
+            let v = cli::run_admin(&config, AdminRequest::Reindex { org })?;
+            cli::output(json, &v, |v| {
+                format!("search index rebuilt: {} documents", v["documents"])
+            });
+        }
+        Command::Audit(AuditCommand::Export { org, since }) => {
+            let v = cli::run_admin(&config, AdminRequest::AuditExport { org, since })?;
+            cli::print_json_lines(&v);
         }
         Command::Restore { path, json } => {
             let v = cli::restore(&config, &path)?;

@@ -2,6 +2,7 @@
 //! directory itself or sends them to the running server over its admin socket (redb allows one
 //! process to write, so when a server runs, it does the work).
 
+mod import;
 mod socket;
 
 use std::path::PathBuf;
@@ -9,8 +10,12 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use std::sync::Arc;
+
 use crate::clock::SharedClock;
 use crate::identity::{self, ConnectorAccess, IdentityError, NewPerson, Role};
+use crate::kb::KbError;
+use crate::kb::index::SearchIndex;
 use crate::store::{self, Store, StoreError};
 
 pub use socket::{SOCKET_FILE, SocketError, serve_socket, socket_path, try_send};
@@ -51,6 +56,21 @@ pub enum AdminRequest {
     Backup {
         path: PathBuf,
     },
+    /// Loads a folder tree (absolute `dir`) into an organisation's knowledge base.
+    KbImport {
+        org: String,
+        dir: PathBuf,
+        prefix: Option<String>,
+    },
+    /// Rebuilds the search index from the store.
+    Reindex {
+        org: Option<String>,
+    },
+    /// An organisation's audit records, oldest first.
+    AuditExport {
+        org: String,
+        since: Option<String>,
+    },
 }
 
 /// Why an administrative request failed.
@@ -74,12 +94,22 @@ impl From<IdentityError> for AdminError {
     }
 }
 
-/// What an admin request needs: the store, the data directory and the clock.
+/// What an admin request needs: the store, the data directory, the clock and the index.
 #[derive(Clone)]
 pub struct AdminContext {
     pub store: Store,
     pub data_dir: PathBuf,
     pub clock: SharedClock,
+    pub kb_index: Arc<SearchIndex>,
+}
+
+impl From<KbError> for AdminError {
+    fn from(e: KbError) -> Self {
+        match e {
+            KbError::Store(s) => AdminError::Store(s),
+            other => AdminError::Refused(other.to_string()),
+        }
+    }
 }
 
 fn org_json(o: &identity::Org) -> Value {
@@ -176,5 +206,42 @@ pub fn execute(
                 store::backup_to_dir(store, &ctx.data_dir, &path, &now.to_string(), progress)?;
             json!({"path": summary.path, "records": summary.records, "bytes": summary.bytes})
         }
+        AdminRequest::KbImport { org, dir, prefix } => {
+            let org = identity::find_org(store, &org)?;
+            let summary = import::import_dir(ctx, org.id, &dir, prefix.as_deref(), progress)?;
+            serde_json::to_value(summary).expect("summary serialises")
+        }
+        AdminRequest::Reindex { org } => {
+            let org_id = match org {
+                Some(slug) => Some(identity::find_org(store, &slug)?.id),
+                None => None,
+            };
+            let n = ctx.kb_index.rebuild(store, org_id, progress)?;
+            json!({"documents": n})
+        }
+        AdminRequest::AuditExport { org, since } => {
+            let org = identity::find_org(store, &org)?;
+            let since = match since {
+                Some(s) => Some(parse_time(&s)?),
+                None => None,
+            };
+            let items = store.read(|tx| crate::connector::audit::records(tx, org.id, since))?;
+            json!({ "items": items })
+        }
     })
+}
+
+/// An RFC 3339 time, or a date (midnight UTC).
+fn parse_time(s: &str) -> Result<jiff::Timestamp, AdminError> {
+    s.parse::<jiff::Timestamp>()
+        .or_else(|_| {
+            s.parse::<jiff::civil::Date>()
+                .map(|d| d.to_zoned(jiff::tz::TimeZone::UTC).map(|z| z.timestamp()))
+                .and_then(|r| r)
+        })
+        .map_err(|_| {
+            AdminError::Refused(format!(
+                "`{s}` is not a time (RFC 3339, e.g. 2026-11-01T00:00:00Z) or a date (2026-11-01)"
+            ))
+        })
 }

@@ -2,6 +2,7 @@
 
 mod client_ip;
 pub mod error;
+mod files;
 pub mod metrics;
 mod observe;
 mod tls;
@@ -38,6 +39,8 @@ pub enum ServerError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
+    Open(#[from] crate::app::OpenError),
+    #[error(transparent)]
     Admin(#[from] admin::SocketError),
 }
 
@@ -68,6 +71,8 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
+        .route("/files/{token}", get(files::download))
+        .merge(crate::connector::http::routes(app.clone()))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             observe::observe,
@@ -168,6 +173,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
         store: app.store.clone(),
         data_dir,
         clock,
+        kb_index: app.kb_index.clone(),
     };
     let admin_shutdown = wait_stop(stop_rx.clone());
     let admin_task = tokio::spawn(async move {

@@ -484,3 +484,14 @@ pub fn connector_access(
     }
     Ok(Ok((org, person, m)))
 }
+
+/// Removes a person from an organisation; `false` if they were not a member.
+pub fn remove_member(store: &Store, org_slug: &str, email: &str) -> Result<bool, IdentityError> {
+    let org = find_org(store, org_slug)?;
+    let person = find_person(store, email)?;
+    store.write(|tx| {
+        let existed = tx.delete(MEMBERSHIPS, &key::pair(org.id, person.id))?;
+        tx.delete(MEMBERSHIPS_BY_PERSON, &key::pair(person.id, org.id))?;
+        Ok(existed)
+    })
+}

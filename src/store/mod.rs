@@ -43,8 +43,18 @@ pub const PEOPLE_BY_EMAIL: Table = Table::new("people_by_email");
 pub const MEMBERSHIPS: Table = Table::new("memberships");
 /// The same memberships by (person id, org id), to list a person's organisations.
 pub const MEMBERSHIPS_BY_PERSON: Table = Table::new("memberships_by_person");
-/// Audit records, appended through the batch writer, by sequence number.
+/// Audit records, appended through the batch writer, by (org id, time, sequence).
 pub const AUDIT: Table = Table::new("audit");
+/// Current document records by (org id, path).
+pub const KB_DOCS: Table = Table::new("kb_docs");
+/// Document versions by (org id, path, NUL, version).
+pub const KB_VERSIONS: Table = Table::new("kb_versions");
+/// Document content (raw bytes) by BLAKE3 hash; shared by every version with that content.
+pub const KB_CONTENT: Table = Table::new("kb_content");
+/// Folded text of text content (first 1 MB) by BLAKE3 hash: derived data for the verifier.
+pub const KB_FOLDED: Table = Table::new("kb_folded");
+/// The change log the search index follows, by sequence number.
+pub const KB_CHANGES: Table = Table::new("kb_changes");
 
 /// Every table, in the order backups copy them.
 pub const ALL_TABLES: &[Table] = &[
@@ -57,6 +67,11 @@ pub const ALL_TABLES: &[Table] = &[
     MEMBERSHIPS,
     MEMBERSHIPS_BY_PERSON,
     AUDIT,
+    KB_DOCS,
+    KB_VERSIONS,
+    KB_CONTENT,
+    KB_FOLDED,
+    KB_CHANGES,
 ];
 
 /// File name of the database inside the data directory.
@@ -223,6 +238,47 @@ fn get_in<R: DeserializeOwned>(
     }
 }
 
+fn get_raw_in(
+    t: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    key: &[u8],
+) -> Result<Option<Vec<u8>>, StoreError> {
+    Ok(t.get(key)?.map(|v| v.value().to_vec()))
+}
+
+fn scan_keys_in(
+    t: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    prefix: &[u8],
+    limit: usize,
+) -> Result<Vec<Vec<u8>>, StoreError> {
+    let mut out = Vec::new();
+    for entry in t.range::<&[u8]>(prefix..)? {
+        let (k, _) = entry?;
+        if !k.value().starts_with(prefix) || out.len() >= limit {
+            break;
+        }
+        out.push(k.value().to_vec());
+    }
+    Ok(out)
+}
+
+/// Records with keys in `[from, ..)` up to `limit`, in key order.
+fn range_in<R: DeserializeOwned>(
+    t: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    def: &Table,
+    from: &[u8],
+    limit: usize,
+) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
+    let mut out = Vec::new();
+    for entry in t.range::<&[u8]>(from..)? {
+        if out.len() >= limit {
+            break;
+        }
+        let (k, v) = entry?;
+        out.push((k.value().to_vec(), decode(def, v.value())?));
+    }
+    Ok(out)
+}
+
 fn scan_in<R: DeserializeOwned>(
     t: &impl ReadableTable<&'static [u8], &'static [u8]>,
     def: &Table,
@@ -265,6 +321,31 @@ impl ReadTx {
     pub fn count(&self, table: Table) -> Result<u64, StoreError> {
         Ok(self.txn.open_table(table)?.len()?)
     }
+
+    /// Raw bytes stored under `key` (content tables).
+    pub fn get_raw(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        get_raw_in(&self.txn.open_table(table)?, key)
+    }
+
+    /// Up to `limit` keys starting with `prefix`.
+    pub fn scan_keys(
+        &self,
+        table: Table,
+        prefix: &[u8],
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        scan_keys_in(&self.txn.open_table(table)?, prefix, limit)
+    }
+
+    /// Up to `limit` records from key `from` on.
+    pub fn range<R: DeserializeOwned>(
+        &self,
+        table: Table,
+        from: &[u8],
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
+        range_in(&self.txn.open_table(table)?, &table, from, limit)
+    }
 }
 
 /// A write transaction.
@@ -287,6 +368,27 @@ impl WriteTx {
         prefix: &[u8],
     ) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
         scan_in(&self.txn.open_table(table)?, &table, prefix)
+    }
+
+    /// Raw bytes stored under `key` (content tables).
+    pub fn get_raw(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        get_raw_in(&self.txn.open_table(table)?, key)
+    }
+
+    /// Up to `limit` keys starting with `prefix`.
+    pub fn scan_keys(
+        &self,
+        table: Table,
+        prefix: &[u8],
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        scan_keys_in(&self.txn.open_table(table)?, prefix, limit)
+    }
+
+    /// Stores raw bytes (content tables).
+    pub fn put_raw(&mut self, table: Table, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
+        self.txn.open_table(table)?.insert(key, bytes)?;
+        Ok(())
     }
 
     pub fn put<R: Serialize>(

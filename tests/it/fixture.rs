@@ -272,3 +272,94 @@ impl TestServer {
         }
     }
 }
+
+impl TestServer {
+    /// A grant for `seeded` with `scopes`, minted through the library (as the consent flow
+    /// does), and its access token.
+    pub fn grant(&self, seeded: &Seeded, scopes: &[&str]) -> String {
+        let app = self.app();
+        kennis::oauth::issue_grant(
+            app,
+            kennis::oauth::NewGrant {
+                org_id: seeded.org.id,
+                person_id: seeded.person.id,
+                client_id: "test-client".into(),
+                scopes: scopes.iter().map(|s| s.to_string()).collect(),
+                resource: app.connector_url(),
+            },
+        )
+        .expect("grant issued")
+        .access_token
+    }
+
+    /// An MCP client for the connector with this token.
+    pub fn mcp(&self, token: &str) -> McpClient {
+        McpClient {
+            client: self.client.clone(),
+            url: self.url("/mcp/kennisbank"),
+            token: token.to_owned(),
+            version: "2025-06-18".into(),
+        }
+    }
+}
+
+/// A minimal MCP-over-HTTP client: JSON-RPC POSTs with the bearer token.
+pub struct McpClient {
+    pub client: reqwest::Client,
+    pub url: String,
+    pub token: String,
+    pub version: String,
+}
+
+impl McpClient {
+    /// One JSON-RPC request; returns the HTTP status and the parsed body (Null if none).
+    pub async fn rpc(&self, method: &str, params: serde_json::Value) -> (u16, serde_json::Value) {
+        let body =
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let r = self
+            .client
+            .post(&self.url)
+            .bearer_auth(&self.token)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", &self.version)
+            .header("mcp-method", method)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+        )
+    }
+
+    /// `tools/call`; returns the result object (panics on a JSON-RPC error).
+    pub async fn call(&self, tool: &str, args: serde_json::Value) -> serde_json::Value {
+        let (status, body) = self
+            .rpc(
+                "tools/call",
+                serde_json::json!({"name": tool, "arguments": args}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body.get("result")
+            .cloned()
+            .unwrap_or_else(|| panic!("no result: {body}"))
+    }
+
+    /// `tools/call` expecting success: the structured content.
+    pub async fn ok(&self, tool: &str, args: serde_json::Value) -> serde_json::Value {
+        let r = self.call(tool, args.clone()).await;
+        assert_ne!(r["isError"], true, "{tool} {args} failed: {r}");
+        r["structuredContent"].clone()
+    }
+
+    /// `tools/call` expecting a tool error: the error object (`code`, `message`, …).
+    pub async fn err(&self, tool: &str, args: serde_json::Value) -> serde_json::Value {
+        let r = self.call(tool, args.clone()).await;
+        assert_eq!(r["isError"], true, "{tool} {args} should fail: {r}");
+        r["structuredContent"]["error"].clone()
+    }
+}

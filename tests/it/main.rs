@@ -4,5 +4,7 @@ mod fixture;
 
 mod backup;
 mod cli;
+mod connector;
 mod crash;
+mod kb;
 mod server;

@@ -1,0 +1,56 @@
+//! The audit record of every tool call, appended through the batch writer (durable within
+//! ~100 ms, flushed on shutdown) so auditing never adds a commit to a tool call's latency.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::store::{AUDIT, ReadTx, StoreError, key};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Ok,
+    Refused,
+    Error,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    pub at: Timestamp,
+    pub org_id: u64,
+    pub person_id: u64,
+    pub grant_id: u64,
+    pub tool: String,
+    /// The path or request the call was about, when it named one.
+    pub target: Option<String>,
+    pub outcome: Outcome,
+    pub error: Option<String>,
+    pub duration_ms: f64,
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Key: organisation, time, a process-wide counter — so an organisation's records scan in
+/// time order and two records of the same nanosecond do not collide.
+pub fn record_key(org_id: u64, at: Timestamp) -> Vec<u8> {
+    let mut k = key::id(org_id).to_vec();
+    k.extend_from_slice(&(at.as_nanosecond().max(0) as u64).to_be_bytes());
+    k.extend_from_slice(&COUNTER.fetch_add(1, Ordering::Relaxed).to_be_bytes());
+    k
+}
+
+/// An organisation's records from `since` on, oldest first.
+pub fn records(
+    tx: &ReadTx,
+    org_id: u64,
+    since: Option<Timestamp>,
+) -> Result<Vec<AuditRecord>, StoreError> {
+    let rows: Vec<(Vec<u8>, AuditRecord)> = tx.scan(AUDIT, &key::id(org_id))?;
+    Ok(rows
+        .into_iter()
+        .map(|r| r.1)
+        .filter(|r| since.is_none_or(|s| r.at >= s))
+        .collect())
+}

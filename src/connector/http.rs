@@ -1,0 +1,262 @@
+//! The HTTP edge of the connector: method, Host/Origin (DNS-rebinding protection), body size,
+//! and the bearer token with its per-call rechecks, before the MCP SDK sees the request.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::json;
+use tower::ServiceExt;
+
+use super::mcp::KennisMcp;
+use super::{Caller, SCOPE_KB, SCOPE_REQUESTS};
+use crate::app::App;
+use crate::http::{PeerAddr, client_ip};
+use crate::oauth::{self, BearerError};
+use crate::ratelimit::retry_after_secs;
+
+pub const PATH: &str = "/mcp/kennisbank";
+pub const MAX_BODY: usize = 1024 * 1024;
+
+type Mcp = StreamableHttpService<KennisMcp, NeverSessionManager>;
+
+/// Host names (with port) a request may name: the public URL's, and for a loopback public URL
+/// the other loopback spellings of the same port.
+fn allowed_hosts(public_url: &str) -> Vec<String> {
+    let authority = public_url
+        .split_once("://")
+        .map_or(public_url, |(_, rest)| rest)
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let mut hosts = vec![authority.clone()];
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => {
+            (h.to_owned(), Some(p.to_owned()))
+        }
+        _ => (authority.clone(), None),
+    };
+    if matches!(host.as_str(), "127.0.0.1" | "localhost" | "[::1]") {
+        for h in ["127.0.0.1", "localhost", "[::1]"] {
+            hosts.push(match &port {
+                Some(p) => format!("{h}:{p}"),
+                None => h.to_owned(),
+            });
+        }
+    }
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
+
+fn origin_allowed(origin: &str, public_url: &str, hosts: &[String]) -> bool {
+    let origin = origin.trim_end_matches('/').to_ascii_lowercase();
+    let scheme = public_url.split("://").next().unwrap_or("https");
+    origin == public_url.to_ascii_lowercase()
+        || hosts.iter().any(|h| origin == format!("{scheme}://{h}"))
+}
+
+pub fn routes(app: Arc<App>) -> Router<Arc<App>> {
+    let hosts = allowed_hosts(&app.public_url);
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_sse_keep_alive(None)
+        .with_max_request_body_bytes(MAX_BODY)
+        // Host and Origin are checked in `handle` (same rules), before authentication.
+        .disable_allowed_hosts();
+    let service: Mcp = StreamableHttpService::new(
+        {
+            let app = app.clone();
+            move || Ok(KennisMcp { app: app.clone() })
+        },
+        Arc::new(NeverSessionManager::default()),
+        config,
+    );
+    let hosts = Arc::new(hosts);
+    Router::new().route(
+        PATH,
+        post(
+            move |State(app): State<Arc<App>>,
+                  ConnectInfo(peer): ConnectInfo<PeerAddr>,
+                  req: Request| {
+                let service = service.clone();
+                let hosts = hosts.clone();
+                async move { handle(app, peer, &hosts, service, req).await }
+            },
+        )
+        .get(not_allowed)
+        .delete(not_allowed),
+    )
+}
+
+async fn not_allowed() -> Response {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        [(header::ALLOW, "POST")],
+        axum::Json(json!({"error": "method_not_allowed", "error_description": "this endpoint takes POST only; sessions and server streams are not offered"})),
+    )
+        .into_response()
+}
+
+fn www_authenticate(app: &App, error: Option<(&str, &str)>) -> HeaderValue {
+    let mut v = String::from("Bearer ");
+    if let Some((code, description)) = error {
+        v.push_str(&format!(
+            "error=\"{code}\", error_description=\"{description}\", "
+        ));
+    }
+    v.push_str(&format!(
+        "scope=\"{SCOPE_KB} {SCOPE_REQUESTS}\", resource_metadata=\"{}/.well-known/oauth-protected-resource{PATH}\"",
+        app.public_url
+    ));
+    HeaderValue::from_str(&v).expect("header value is ASCII")
+}
+
+fn auth_error(app: &App, status: StatusCode, code: &str, description: &str) -> Response {
+    let challenge_code = (code != "unauthorized").then_some((code, description));
+    (
+        status,
+        [(
+            header::WWW_AUTHENTICATE,
+            www_authenticate(app, challenge_code),
+        )],
+        axum::Json(json!({"error": code, "error_description": description})),
+    )
+        .into_response()
+}
+
+fn too_many(wait: std::time::Duration) -> Response {
+    let secs = retry_after_secs(wait);
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::RETRY_AFTER, secs.to_string())],
+        axum::Json(json!({"error": "too_many_requests", "error_description": format!("too many failed token checks; retry in {secs} seconds")})),
+    )
+        .into_response()
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = v.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+async fn handle(
+    app: Arc<App>,
+    peer: PeerAddr,
+    hosts: &[String],
+    service: Mcp,
+    mut req: Request,
+) -> Response {
+    let headers = req.headers();
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if !hosts.iter().any(|h| *h == host) {
+        return (StatusCode::FORBIDDEN, axum::Json(json!({"error": "forbidden", "error_description": "Host header does not name this server"}))).into_response();
+    }
+    if let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok())
+        && !origin_allowed(origin, &app.public_url, hosts)
+    {
+        return (
+            StatusCode::FORBIDDEN,
+            axum::Json(json!({"error": "forbidden", "error_description": "Origin not allowed"})),
+        )
+            .into_response();
+    }
+    let length = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if length.is_some_and(|n| n > MAX_BODY as u64) {
+        return (StatusCode::PAYLOAD_TOO_LARGE, axum::Json(json!({"error": "payload_too_large", "error_description": "request body is larger than 1 MB"}))).into_response();
+    }
+    let ip: IpAddr = client_ip(peer.0.ip(), headers, &app.config.trusted_proxies);
+    if let Some(wait) = app.token_failures.blocked(&ip) {
+        return too_many(wait);
+    }
+    let Some(token) = bearer(headers) else {
+        return auth_error(
+            &app,
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a bearer token is required",
+        );
+    };
+    let access = match oauth::check_bearer(&app, token) {
+        Ok(a) => a,
+        Err(e) => {
+            // Only a presented token that fails counts against the address.
+            if !matches!(e, BearerError::Denied(_))
+                && let Some(wait) = app.token_failures.record_failure(&ip)
+            {
+                return too_many(wait);
+            }
+            return auth_error(&app, StatusCode::UNAUTHORIZED, "invalid_token", &e.reason());
+        }
+    };
+    let scopes: Vec<String> = access
+        .scopes
+        .iter()
+        .filter(|s| *s == SCOPE_KB || *s == SCOPE_REQUESTS)
+        .cloned()
+        .collect();
+    if scopes.is_empty() {
+        return auth_error(
+            &app,
+            StatusCode::FORBIDDEN,
+            "insufficient_scope",
+            "the token has none of the connector's scopes",
+        );
+    }
+    req.extensions_mut().insert(Caller {
+        org_id: access.org_id,
+        person_id: access.person_id,
+        grant_id: access.grant_id,
+        scopes,
+    });
+    let (parts, body) = req.into_parts();
+    let body = Body::new(http_body_util::Limited::new(body, MAX_BODY));
+    match service.oneshot(Request::from_parts(parts, body)).await {
+        Ok(resp) => resp.map(Body::new),
+        Err(never) => match never {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_public_urls_accept_every_loopback_spelling() {
+        let h = allowed_hosts("http://127.0.0.1:8080");
+        assert!(h.contains(&"localhost:8080".to_string()));
+        assert!(!h.contains(&"evil.example:8080".to_string()));
+        let h = allowed_hosts("https://kennis.example.org");
+        assert_eq!(h, vec!["kennis.example.org".to_string()]);
+        assert!(origin_allowed(
+            "https://kennis.example.org",
+            "https://kennis.example.org",
+            &h
+        ));
+        assert!(!origin_allowed(
+            "https://evil.example",
+            "https://kennis.example.org",
+            &h
+        ));
+    }
+}

@@ -1,0 +1,268 @@
+//! The knowledge-base tools: `kennisbank_list`, `kennisbank_read`, `kennisbank_search`,
+//! `kennisbank_write`. Each returns the structured result of DESIGN.md and a readable text.
+
+use serde_json::{Value, json};
+
+use super::args::{Args, opt_int, opt_str, req_str};
+use super::{Caller, ToolError, ToolOk};
+use crate::app::App;
+use crate::kb::search::{self, Budget, SearchRequest};
+use crate::kb::{self, DocKind, Expect, KbError, link, path};
+
+pub const DEFAULT_MAX_CHARS: i64 = 8000;
+pub const MAX_MAX_CHARS: i64 = 20_000;
+
+pub fn list(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolError> {
+    let requested = opt_str(args, "path")?;
+    let folder = path::normalize_folder(requested.as_deref())?;
+    let entries = app
+        .store
+        .read(|tx| kb::list(tx, caller.org_id, folder.as_deref()))?;
+    let shown = folder.clone().unwrap_or_default();
+    let mut text = format!(
+        "Contents of {}:\n",
+        if shown.is_empty() {
+            "the top level"
+        } else {
+            &shown
+        }
+    );
+    if entries.is_empty() {
+        text.push_str("(empty)\n");
+    }
+    for e in &entries {
+        match e.kind {
+            "folder" => text.push_str(&format!("folder    {}/\n", e.path)),
+            _ => text.push_str(&format!(
+                "document  {} (version {}, {} bytes)\n",
+                e.path,
+                e.version.unwrap_or(0),
+                e.size.unwrap_or(0)
+            )),
+        }
+    }
+    Ok(ToolOk {
+        structured: json!({"path": shown, "entries": entries}),
+        text,
+        target: Some(shown),
+    })
+}
+
+pub fn read(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolError> {
+    let p = path::normalize(&req_str(args, "path")?)?;
+    let max_chars =
+        opt_int(args, "maxChars", 1, MAX_MAX_CHARS)?.unwrap_or(DEFAULT_MAX_CHARS) as usize;
+    let (doc, bytes) = app.store.read(|tx| {
+        let doc = kb::get_document(tx, caller.org_id, &p)?.ok_or_else(|| {
+            KbError::NotFound(format!(
+                "no document `{p}`; use kennisbank_list to see what exists"
+            ))
+        })?;
+        let bytes = if doc.kind == DocKind::Text {
+            kb::content(tx, &doc.hash)?
+        } else {
+            None
+        };
+        Ok::<_, KbError>((doc, bytes))
+    })?;
+    let now = app.clock.now();
+    let (token, expires) = link::sign(&app.server_key, caller.org_id, &doc.path, doc.version, now);
+    let download_url = format!("{}/files/{token}", app.public_url);
+    let mut out = json!({
+        "path": doc.path,
+        "version": doc.version,
+        "size": doc.size,
+        "kind": doc.kind,
+        "content_type": doc.content_type,
+        "download_url": download_url,
+        "download_expires_at": expires.to_string(),
+    });
+    let text = match bytes {
+        Some(bytes) => {
+            let content = String::from_utf8_lossy(&bytes);
+            let total = content.chars().count();
+            let excerpt: String = content.chars().take(max_chars).collect();
+            let truncated = total > max_chars;
+            out["excerpt"] = json!(excerpt);
+            out["truncated"] = json!(truncated);
+            out["total_chars"] = json!(total);
+            let more = if truncated {
+                format!(
+                    "\n\n[… shortened: {max_chars} of {total} characters shown; raise maxChars (max {MAX_MAX_CHARS}) or download the whole document]"
+                )
+            } else {
+                String::new()
+            };
+            format!(
+                "{} (version {}, {} bytes)\nDownload (valid 15 minutes): {download_url}\n\n{excerpt}{more}",
+                doc.path, doc.version, doc.size
+            )
+        }
+        None => format!(
+            "{} is a binary document ({}, {} bytes, version {}); its content cannot be shown here.\nDownload (valid 15 minutes): {download_url}",
+            doc.path, doc.content_type, doc.size, doc.version
+        ),
+    };
+    Ok(ToolOk {
+        structured: out,
+        text,
+        target: Some(doc.path),
+    })
+}
+
+pub fn search(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolError> {
+    let raw = req_str(args, "query")?;
+    let query = search::parse_query(&raw)?;
+    let folder = path::normalize_folder(opt_str(args, "path")?.as_deref())?;
+    let limit = opt_int(args, "limit", 1, search::MAX_LIMIT as i64)?
+        .unwrap_or(search::DEFAULT_LIMIT as i64) as usize;
+    let out = search::search(
+        &app.store,
+        &app.kb_index,
+        &SearchRequest {
+            org_id: caller.org_id,
+            raw_query: &raw,
+            query: &query,
+            folder: folder.as_deref(),
+            limit,
+            budget: Budget::DEFAULT,
+        },
+    )?;
+    let mut text = if out.results.is_empty() {
+        format!("No documents match `{raw}`.\n")
+    } else {
+        format!("{} document(s) match `{raw}`:\n\n", out.results.len())
+    };
+    for hit in &out.results {
+        text.push_str(&search::render_hit(hit));
+    }
+    if out.truncated {
+        text.push_str("[more results were left out to keep the answer short; narrow the search]\n");
+    }
+    if let Some(ns) = &out.not_searched {
+        text.push_str(&format!(
+            "{} document(s) were not searched: {}\n",
+            ns.documents, ns.reason
+        ));
+    }
+    Ok(ToolOk {
+        structured: serde_json::to_value(&out).expect("search output serialises"),
+        text,
+        target: folder,
+    })
+}
+
+pub fn write(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolError> {
+    let p = path::check_write_path(&req_str(args, "path")?)?;
+    let content = req_str(args, "content")?;
+    let expected = opt_int(args, "expected_version", 1, i64::MAX)?;
+    if content.len() > kb::MAX_WRITE_BYTES {
+        return Err(KbError::TooLarge(format!(
+            "content is {} bytes; at most {} (256 KB) can be written",
+            content.len(),
+            kb::MAX_WRITE_BYTES
+        ))
+        .into());
+    }
+    if content.contains('\0') {
+        return Err(KbError::UnsupportedType(
+            "content contains NUL bytes; only text can be written".into(),
+        )
+        .into());
+    }
+    let expect = match expected {
+        Some(v) => Expect::Version(v as u64),
+        None => Expect::Create,
+    };
+    let now = app.clock.now();
+    let outcome = app.store.write(|tx| {
+        kb::put_document(
+            tx,
+            caller.org_id,
+            &p,
+            content.as_bytes(),
+            expect,
+            Some(caller.person_id),
+            now,
+        )
+    })?;
+    app.kb_index.catch_up(&app.store)?;
+    let text = format!(
+        "{} {} (version {}, {} bytes).",
+        if outcome.created {
+            "Created"
+        } else {
+            "Revised"
+        },
+        outcome.path,
+        outcome.version,
+        outcome.size
+    );
+    Ok(ToolOk {
+        structured: json!({"path": outcome.path, "version": outcome.version, "created": outcome.created, "size": outcome.size}),
+        text,
+        target: Some(p),
+    })
+}
+
+/// Tool definitions: name, description, input schema, output schema.
+pub fn definitions() -> Vec<(&'static str, &'static str, Value, Value)> {
+    let entry = json!({"type": "object", "properties": {
+        "name": {"type": "string"}, "path": {"type": "string"},
+        "kind": {"type": "string", "enum": ["folder", "document"]},
+        "version": {"type": "integer"}, "size": {"type": "integer"}},
+        "required": ["name", "path", "kind"]});
+    vec![
+        (
+            "kennisbank_list",
+            "List the folders and documents of the organisation's knowledge base. Without `path` it lists the top level; with a folder path, that folder. Documents show their version and size. The knowledge base is mostly in Dutch.",
+            json!({"type": "object", "properties": {
+                "path": {"type": "string", "description": "Folder to list, e.g. `handleidingen/kozijnen`; omit for the top level."}}}),
+            json!({"type": "object", "properties": {"path": {"type": "string"}, "entries": {"type": "array", "items": entry}}, "required": ["path", "entries"]}),
+        ),
+        (
+            "kennisbank_read",
+            "Read one document. For a text document (Markdown, plain text) you get an excerpt of at most `maxChars` characters (default 8000, max 20000) plus a download link valid 15 minutes; for a binary document (PDF, Word, Excel, images, CAD) only its details and a download link.",
+            json!({"type": "object", "properties": {
+                "path": {"type": "string", "description": "Document path, e.g. `handleidingen/onderhoud.md`."},
+                "maxChars": {"type": "integer", "minimum": 1, "maximum": 20000, "default": 8000}},
+                "required": ["path"]}),
+            json!({"type": "object", "properties": {
+                "path": {"type": "string"}, "version": {"type": "integer"}, "size": {"type": "integer"},
+                "kind": {"type": "string", "enum": ["text", "binary"]}, "content_type": {"type": "string"},
+                "excerpt": {"type": "string"}, "truncated": {"type": "boolean"}, "total_chars": {"type": "integer"},
+                "download_url": {"type": "string"}, "download_expires_at": {"type": "string"}},
+                "required": ["path", "version", "size", "kind", "content_type", "download_url", "download_expires_at"]}),
+        ),
+        (
+            "kennisbank_search",
+            "Keyword search in the latest version of the text documents. The material is mostly Dutch: search with Dutch words as they appear in the documents (e.g. `kozijn`, not `window frame`). Case and accents are ignored; each word also matches inside longer words (`kozijn` finds `kozijnen`); put a phrase in double quotes to search it as one term. All terms must occur within 3 consecutive lines. 2 to 200 characters, at most 10 terms. Use `path` to search one folder.",
+            json!({"type": "object", "properties": {
+                "query": {"type": "string", "minLength": 2, "maxLength": 200, "description": "Search terms in the language of the documents (mostly Dutch)."},
+                "path": {"type": "string", "description": "Only search this folder (or this one document)."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 20}},
+                "required": ["query"]}),
+            json!({"type": "object", "properties": {
+                "query": {"type": "string"},
+                "results": {"type": "array", "items": {"type": "object", "properties": {
+                    "path": {"type": "string"}, "version": {"type": "integer"}, "line": {"type": "integer"}, "snippet": {"type": "string"}},
+                    "required": ["path", "version", "line", "snippet"]}},
+                "searched_documents": {"type": "integer"},
+                "not_searched": {"type": "object", "properties": {"documents": {"type": "integer"}, "reason": {"type": "string"}}},
+                "truncated": {"type": "boolean"}},
+                "required": ["query", "results", "searched_documents", "truncated"]}),
+        ),
+        (
+            "kennisbank_write",
+            "Create or revise a Markdown or plain-text document inside `aangeleverd/` (e.g. `aangeleverd/notities/overleg.md`; folder names lower case). Write in the language of the material (mostly Dutch). Omit `expected_version` to create a new document; to revise one, pass its current version (from kennisbank_read or kennisbank_list). At most 256 KB; PDF, Word, Excel and CAD files cannot be written.",
+            json!({"type": "object", "properties": {
+                "path": {"type": "string", "description": "`aangeleverd/<name>.md`, subfolders allowed."},
+                "content": {"type": "string", "description": "Markdown or plain text, at most 256 KB."},
+                "expected_version": {"type": "integer", "minimum": 1, "description": "Current version when revising; omit to create."}},
+                "required": ["path", "content"]}),
+            json!({"type": "object", "properties": {
+                "path": {"type": "string"}, "version": {"type": "integer"}, "created": {"type": "boolean"}, "size": {"type": "integer"}},
+                "required": ["path", "version", "created", "size"]}),
+        ),
+    ]
+}

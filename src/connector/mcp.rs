@@ -1,0 +1,106 @@
+//! The MCP handler served by `rmcp`: server info with instructions, and `tools/list` and
+//! `tools/call` filtered by the grant's scopes. The authenticated [`Caller`] arrives in the
+//! HTTP request's extensions, which `rmcp` hands through as `http::request::Parts`.
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
+    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler};
+use serde_json::Value;
+
+use super::{Caller, TOOLS, kb_tools, tool_for};
+use crate::app::App;
+
+/// What the assistant is told about this server.
+pub const INSTRUCTIONS: &str = "kennis gives you access to one organisation's knowledge base (and, with the feature_requests scope, its feature requests). The material is mostly written in Dutch: search with Dutch terms as they appear in the documents, and write new documents in the language of the material (usually Dutch). Start with kennisbank_list or kennisbank_search, then kennisbank_read the documents you need. New documents go in `aangeleverd/`.";
+
+#[derive(Clone)]
+pub struct KennisMcp {
+    pub app: Arc<App>,
+}
+
+fn caller_of(ctx: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
+    ctx.extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|p| p.extensions.get::<Caller>())
+        .cloned()
+        .ok_or_else(|| {
+            ErrorData::internal_error("request reached the MCP handler unauthenticated", None)
+        })
+}
+
+fn as_object(v: Value) -> Arc<serde_json::Map<String, Value>> {
+    match v {
+        Value::Object(m) => Arc::new(m),
+        _ => Arc::new(serde_json::Map::new()),
+    }
+}
+
+/// The tool definitions the caller's scopes unlock.
+pub fn visible_tools(caller: &Caller) -> Vec<Tool> {
+    kb_tools::definitions()
+        .into_iter()
+        .filter(|(name, ..)| tool_for(caller, name).is_some())
+        .map(|(name, description, input, output)| {
+            Tool::new(name, description, as_object(input)).with_raw_output_schema(as_object(output))
+        })
+        .collect()
+}
+
+impl ServerHandler for KennisMcp {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        info.server_info = Implementation::new("kennis", env!("CARGO_PKG_VERSION"));
+        info.instructions = Some(INSTRUCTIONS.to_owned());
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let caller = caller_of(&ctx)?;
+        debug_assert!(TOOLS.len() >= visible_tools(&caller).len());
+        Ok(ListToolsResult::with_all_items(visible_tools(&caller)))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let caller = caller_of(&ctx)?;
+        let Some(tool) = tool_for(&caller, &request.name) else {
+            // A tool outside the grant's scopes does not exist for it.
+            return Err(ErrorData::invalid_params(
+                format!("Unknown tool: {}", request.name),
+                None,
+            ));
+        };
+        let args = request.arguments.unwrap_or_default();
+        let result = self
+            .app
+            .blocking(move |app| super::call(app, &caller, tool, &args))
+            .await;
+        let mut out = match result {
+            Ok(ok) => {
+                let mut r = CallToolResult::success(vec![ContentBlock::text(ok.text)]);
+                r.structured_content = Some(ok.structured);
+                r
+            }
+            Err(e) => {
+                let mut r = CallToolResult::error(vec![ContentBlock::text(e.to_string())]);
+                r.structured_content = Some(e.structured());
+                r
+            }
+        };
+        out.meta = None;
+        Ok(out.into())
+    }
+}

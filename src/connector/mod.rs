@@ -1,0 +1,208 @@
+//! The MCP connector at `POST /mcp/kennisbank`: Streamable HTTP without sessions, JSON
+//! replies, served by the official `rmcp` SDK. In front of it, [`http`] checks Host/Origin,
+//! the body size and the bearer token (rechecking the person on every call); the SDK's handler
+//! ([`mcp`]) lists and calls only the tools of the grant's scopes. Every call is audited and
+//! limited per organisation per hour.
+
+pub mod args;
+pub mod audit;
+pub mod http;
+pub mod kb_tools;
+pub mod limits;
+pub mod mcp;
+
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use crate::app::App;
+use crate::kb::KbError;
+use crate::store::StoreError;
+use audit::{AuditRecord, Outcome};
+
+/// The scope that unlocks the knowledge-base tools.
+pub const SCOPE_KB: &str = "kennisbank";
+/// The scope that unlocks the feature-request tools.
+pub const SCOPE_REQUESTS: &str = "feature_requests";
+
+/// Who is calling: the person and organisation of the grant, and what the grant allows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Caller {
+    pub org_id: u64,
+    pub person_id: u64,
+    pub grant_id: u64,
+    pub scopes: Vec<String>,
+}
+
+impl Caller {
+    pub fn has_scope(&self, scope: &str) -> bool {
+        self.scopes.iter().any(|s| s == scope)
+    }
+}
+
+/// A tool's successful answer: the structured result and its readable text.
+pub struct ToolOk {
+    pub structured: Value,
+    pub text: String,
+    /// The path or request the call was about, for the audit record.
+    pub target: Option<String>,
+}
+
+/// Why a tool call was refused or failed: a tool error result, never an HTTP error, so the
+/// assistant reads the message and can act on it.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    #[error("{0}")]
+    InvalidInput(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    AppClosed(String),
+    #[error(
+        "hourly limit of {limit} calls of {tool} for this organisation reached; retry in {retry_after_seconds} seconds"
+    )]
+    RateLimited {
+        tool: &'static str,
+        limit: usize,
+        retry_after_seconds: u64,
+    },
+    #[error(transparent)]
+    Kb(#[from] KbError),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<StoreError> for ToolError {
+    fn from(e: StoreError) -> Self {
+        ToolError::Internal(e.to_string())
+    }
+}
+
+impl ToolError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            ToolError::InvalidInput(_) => "invalid_input",
+            ToolError::NotFound(_) => "not_found",
+            ToolError::AppClosed(_) => "app_closed",
+            ToolError::RateLimited { .. } => "rate_limited",
+            ToolError::Kb(e) => e.code(),
+            ToolError::Internal(_) => "internal",
+        }
+    }
+
+    /// The `structuredContent` of the error result.
+    pub fn structured(&self) -> Value {
+        let mut error = json!({"code": self.code(), "message": self.to_string()});
+        match self {
+            ToolError::RateLimited {
+                retry_after_seconds,
+                ..
+            } => error["retry_after_seconds"] = json!(retry_after_seconds),
+            ToolError::Kb(KbError::VersionConflict {
+                current_version, ..
+            }) => error["current_version"] = json!(current_version),
+            _ => {}
+        }
+        json!({ "error": error })
+    }
+
+    fn outcome(&self) -> Outcome {
+        match self {
+            ToolError::Internal(_) | ToolError::Kb(KbError::Index(_) | KbError::Store(_)) => {
+                Outcome::Error
+            }
+            _ => Outcome::Refused,
+        }
+    }
+}
+
+/// A tool: its name, the scope that unlocks it, and its implementation.
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub scope: &'static str,
+    pub run: fn(&App, &Caller, &args::Args) -> Result<ToolOk, ToolError>,
+}
+
+/// Every tool the connector knows, in the order `tools/list` shows them.
+pub const TOOLS: &[ToolSpec] = &[
+    ToolSpec {
+        name: "kennisbank_list",
+        scope: SCOPE_KB,
+        run: kb_tools::list,
+    },
+    ToolSpec {
+        name: "kennisbank_read",
+        scope: SCOPE_KB,
+        run: kb_tools::read,
+    },
+    ToolSpec {
+        name: "kennisbank_search",
+        scope: SCOPE_KB,
+        run: kb_tools::search,
+    },
+    ToolSpec {
+        name: "kennisbank_write",
+        scope: SCOPE_KB,
+        run: kb_tools::write,
+    },
+];
+
+/// The tool a caller may use under this name; `None` if unknown or outside its scopes (such
+/// tools do not exist for the grant).
+pub fn tool_for<'a>(caller: &Caller, name: &str) -> Option<&'a ToolSpec> {
+    TOOLS
+        .iter()
+        .find(|t| t.name == name && caller.has_scope(t.scope))
+}
+
+/// Runs one tool call: the hourly limit, the tool, the audit record. Blocking (redb, index).
+pub fn call(
+    app: &App,
+    caller: &Caller,
+    tool: &ToolSpec,
+    args: &args::Args,
+) -> Result<ToolOk, ToolError> {
+    let started = Instant::now();
+    let now = app.clock.now();
+    let result = match app.tool_limits.check(caller.org_id, tool.name, now) {
+        Err(retry_after_seconds) => Err(ToolError::RateLimited {
+            tool: tool.name,
+            limit: limits::hourly_limit(tool.name).unwrap_or(0),
+            retry_after_seconds,
+        }),
+        Ok(()) => (tool.run)(app, caller, args),
+    };
+    if result.is_ok() {
+        app.tool_limits.record(caller.org_id, tool.name, now);
+    }
+    let (outcome, error, target) = match &result {
+        Ok(ok) => (Outcome::Ok, None, ok.target.clone()),
+        Err(e) => {
+            if e.outcome() == Outcome::Error {
+                tracing::error!(tool = tool.name, error = %e, "tool failed");
+            }
+            (
+                e.outcome(),
+                Some(e.to_string()),
+                args::opt_str(args, "path").ok().flatten(),
+            )
+        }
+    };
+    let record = AuditRecord {
+        at: now,
+        org_id: caller.org_id,
+        person_id: caller.person_id,
+        grant_id: caller.grant_id,
+        tool: tool.name.to_owned(),
+        target,
+        outcome,
+        error,
+        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+    };
+    app.batch.put(
+        crate::store::AUDIT,
+        audit::record_key(caller.org_id, now),
+        &record,
+    );
+    result
+}

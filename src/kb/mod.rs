@@ -1,0 +1,404 @@
+//! The knowledge base: per-organisation folders of versioned documents, content addressed by
+//! BLAKE3 and deduplicated, a search index fed by every write, and signed download links.
+//!
+//! A document write stores content, version, current record and a change-log entry in ONE
+//! redb transaction, so a crash never leaves a version pointing at missing content; the search
+//! index is derived from the change log and catches up after a crash.
+
+pub mod fold;
+pub mod index;
+pub mod link;
+pub mod path;
+pub mod search;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::store::{
+    KB_CHANGES, KB_CONTENT, KB_DOCS, KB_FOLDED, KB_VERSIONS, ReadTx, Store, StoreError, WriteTx,
+    key,
+};
+
+/// Largest text a `kennisbank_write` may store.
+pub const MAX_WRITE_BYTES: usize = 256 * 1024;
+/// Only this much of each document is searched.
+pub const MAX_SEARCHED_BYTES: usize = 1024 * 1024;
+
+/// Why a knowledge-base operation was refused. Each variant is one tool error code.
+#[derive(Debug, thiserror::Error)]
+pub enum KbError {
+    #[error("{0}")]
+    InvalidInput(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    PathNotAllowed(String),
+    #[error("{0}")]
+    UnsupportedType(String),
+    #[error("{0}")]
+    TooLarge(String),
+    #[error("{message}")]
+    VersionConflict {
+        message: String,
+        current_version: Option<u64>,
+    },
+    #[error("search index: {0}")]
+    Index(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl KbError {
+    /// The tool error code of DESIGN.md.
+    pub fn code(&self) -> &'static str {
+        match self {
+            KbError::InvalidInput(_) => "invalid_input",
+            KbError::NotFound(_) => "not_found",
+            KbError::PathNotAllowed(_) => "path_not_allowed",
+            KbError::UnsupportedType(_) => "unsupported_type",
+            KbError::TooLarge(_) => "too_large",
+            KbError::VersionConflict { .. } => "version_conflict",
+            KbError::Index(_) | KbError::Store(_) => "internal",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DocKind {
+    Text,
+    Binary,
+}
+
+/// The current state of one document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Document {
+    pub org_id: u64,
+    pub path: String,
+    pub version: u64,
+    pub size: u64,
+    /// BLAKE3 of the content, hex.
+    pub hash: String,
+    pub kind: DocKind,
+    pub content_type: String,
+    pub updated_at: Timestamp,
+    /// The person who wrote this version; `None` for imports.
+    pub updated_by: Option<u64>,
+}
+
+/// One version in a document's history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Version {
+    pub version: u64,
+    pub size: u64,
+    pub hash: String,
+    pub created_at: Timestamp,
+    pub created_by: Option<u64>,
+}
+
+/// An entry of the change log the search index follows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Change {
+    pub org_id: u64,
+    pub path: String,
+}
+
+/// What a write did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WriteOutcome {
+    pub path: String,
+    pub version: u64,
+    pub created: bool,
+    pub size: u64,
+    /// False when the content equalled the current version, so nothing new was stored.
+    pub changed: bool,
+}
+
+pub fn doc_key(org_id: u64, path: &str) -> Vec<u8> {
+    let mut k = key::id(org_id).to_vec();
+    k.extend_from_slice(path.as_bytes());
+    k
+}
+
+fn version_key(org_id: u64, path: &str, version: u64) -> Vec<u8> {
+    let mut k = doc_key(org_id, path);
+    k.push(0);
+    k.extend_from_slice(&version.to_be_bytes());
+    k
+}
+
+/// Text: valid UTF-8 without NUL bytes, with an extension that does not name a binary format.
+pub fn classify(path: &str, bytes: &[u8]) -> (DocKind, String) {
+    if let Some(t) = path::binary_type(path) {
+        return (DocKind::Binary, t.to_owned());
+    }
+    match std::str::from_utf8(bytes) {
+        Ok(s) if !s.contains('\0') => (DocKind::Text, path::text_type(path).to_owned()),
+        _ => (DocKind::Binary, "application/octet-stream".to_owned()),
+    }
+}
+
+/// The first `max` bytes of `s`, cut on a character boundary.
+pub fn prefix_on_char_boundary(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// How a stored version must relate to what exists.
+#[derive(Debug, Clone, Copy)]
+pub enum Expect {
+    /// Create only; an existing document is a conflict.
+    Create,
+    /// Revise exactly this version.
+    Version(u64),
+    /// Create or revise whatever is there (imports).
+    Any,
+}
+
+/// Stores `bytes` as the next version of `path` (already normalised) in one transaction.
+pub fn put_document(
+    tx: &mut WriteTx,
+    org_id: u64,
+    path: &str,
+    bytes: &[u8],
+    expect: Expect,
+    by: Option<u64>,
+    now: Timestamp,
+) -> Result<WriteOutcome, KbError> {
+    let dkey = doc_key(org_id, path);
+    let current: Option<Document> = tx.get(KB_DOCS, &dkey)?;
+    if let Some(folder) = folder_conflict(tx, org_id, path)? {
+        return Err(KbError::InvalidInput(format!(
+            "`{folder}` is a document, so it cannot also be a folder"
+        )));
+    }
+    match (expect, &current) {
+        (Expect::Create, Some(doc)) => {
+            return Err(KbError::VersionConflict {
+                message: format!(
+                    "`{path}` already exists at version {}; pass expected_version {} to revise it",
+                    doc.version, doc.version
+                ),
+                current_version: Some(doc.version),
+            });
+        }
+        (Expect::Version(v), Some(doc)) if doc.version != v => {
+            return Err(KbError::VersionConflict {
+                message: format!(
+                    "`{path}` is at version {}, not {v}; read it again and retry with expected_version {}",
+                    doc.version, doc.version
+                ),
+                current_version: Some(doc.version),
+            });
+        }
+        (Expect::Version(v), None) => {
+            return Err(KbError::VersionConflict {
+                message: format!(
+                    "`{path}` does not exist (expected version {v}); omit expected_version to create it"
+                ),
+                current_version: None,
+            });
+        }
+        _ => {}
+    }
+    let hash = blake3::hash(bytes).to_hex().to_string();
+    if let Some(doc) = &current
+        && doc.hash == hash
+        && matches!(expect, Expect::Any)
+    {
+        return Ok(WriteOutcome {
+            path: path.to_owned(),
+            version: doc.version,
+            created: false,
+            size: doc.size,
+            changed: false,
+        });
+    }
+    let (kind, content_type) = classify(path, bytes);
+    let hash_bytes = blake3::hash(bytes);
+    if tx.get_raw(KB_CONTENT, hash_bytes.as_bytes())?.is_none() {
+        tx.put_raw(KB_CONTENT, hash_bytes.as_bytes(), bytes)?;
+        if kind == DocKind::Text {
+            let text = std::str::from_utf8(bytes).expect("text is UTF-8");
+            let folded = fold::fold_text(prefix_on_char_boundary(text, MAX_SEARCHED_BYTES));
+            tx.put_raw(KB_FOLDED, hash_bytes.as_bytes(), folded.as_bytes())?;
+        }
+    }
+    let version = current.as_ref().map_or(1, |d| d.version + 1);
+    let doc = Document {
+        org_id,
+        path: path.to_owned(),
+        version,
+        size: bytes.len() as u64,
+        hash: hash.clone(),
+        kind,
+        content_type,
+        updated_at: now,
+        updated_by: by,
+    };
+    tx.put(KB_DOCS, &dkey, &doc)?;
+    tx.put(
+        KB_VERSIONS,
+        &version_key(org_id, path, version),
+        &Version {
+            version,
+            size: doc.size,
+            hash,
+            created_at: now,
+            created_by: by,
+        },
+    )?;
+    let seq = tx.next_id("kb_change")?;
+    tx.put(
+        KB_CHANGES,
+        &key::id(seq),
+        &Change {
+            org_id,
+            path: path.to_owned(),
+        },
+    )?;
+    Ok(WriteOutcome {
+        path: path.to_owned(),
+        version,
+        created: current.is_none(),
+        size: doc.size,
+        changed: true,
+    })
+}
+
+/// A path whose ancestor is a document (or which is itself an ancestor of documents) would make
+/// the tree ambiguous; returns the clashing path.
+fn folder_conflict(tx: &WriteTx, org_id: u64, path: &str) -> Result<Option<String>, StoreError> {
+    let mut prefix = String::new();
+    for segment in path
+        .split('/')
+        .collect::<Vec<_>>()
+        .split_last()
+        .map(|s| s.1)
+        .unwrap_or(&[])
+    {
+        if !prefix.is_empty() {
+            prefix.push('/');
+        }
+        prefix.push_str(segment);
+        if tx
+            .get::<Document>(KB_DOCS, &doc_key(org_id, &prefix))?
+            .is_some()
+        {
+            return Ok(Some(prefix));
+        }
+    }
+    let below = tx.scan_keys(KB_DOCS, &doc_key(org_id, &format!("{path}/")), 1)?;
+    Ok((!below.is_empty()).then(|| path.to_owned()))
+}
+
+pub fn get_document(tx: &ReadTx, org_id: u64, path: &str) -> Result<Option<Document>, StoreError> {
+    tx.get(KB_DOCS, &doc_key(org_id, path))
+}
+
+pub fn get_version(
+    tx: &ReadTx,
+    org_id: u64,
+    path: &str,
+    version: u64,
+) -> Result<Option<Version>, StoreError> {
+    tx.get(KB_VERSIONS, &version_key(org_id, path, version))
+}
+
+/// A document's versions, oldest first.
+pub fn versions(tx: &ReadTx, org_id: u64, path: &str) -> Result<Vec<Version>, StoreError> {
+    let mut prefix = doc_key(org_id, path);
+    prefix.push(0);
+    Ok(tx
+        .scan::<Version>(KB_VERSIONS, &prefix)?
+        .into_iter()
+        .map(|r| r.1)
+        .collect())
+}
+
+/// Content bytes by BLAKE3 hex.
+pub fn content(tx: &ReadTx, hash_hex: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    let Ok(hash) = blake3::Hash::from_hex(hash_hex) else {
+        return Ok(None);
+    };
+    tx.get_raw(KB_CONTENT, hash.as_bytes())
+}
+
+/// An entry of a folder listing.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Entry {
+    pub name: String,
+    pub path: String,
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+}
+
+/// The folders and documents directly inside `folder` (`None`: the top level), folders first.
+pub fn list(tx: &ReadTx, org_id: u64, folder: Option<&str>) -> Result<Vec<Entry>, KbError> {
+    let base = folder.map(|f| format!("{f}/")).unwrap_or_default();
+    if let Some(f) = folder
+        && get_document(tx, org_id, f)?.is_some()
+    {
+        return Err(KbError::InvalidInput(format!(
+            "`{f}` is a document, not a folder; read it with kennisbank_read"
+        )));
+    }
+    let mut folders = std::collections::BTreeSet::new();
+    let mut docs = Vec::new();
+    for (_, doc) in tx.scan::<Document>(KB_DOCS, &doc_key(org_id, &base))? {
+        let rest = &doc.path[base.len()..];
+        match rest.split_once('/') {
+            Some((sub, _)) => {
+                folders.insert(sub.to_owned());
+            }
+            None => docs.push(Entry {
+                name: rest.to_owned(),
+                path: doc.path.clone(),
+                kind: "document",
+                version: Some(doc.version),
+                size: Some(doc.size),
+            }),
+        }
+    }
+    if let Some(f) = folder
+        && folders.is_empty()
+        && docs.is_empty()
+    {
+        return Err(KbError::NotFound(format!("folder `{f}` does not exist")));
+    }
+    let mut out: Vec<Entry> = folders
+        .into_iter()
+        .map(|name| Entry {
+            path: format!("{base}{name}"),
+            name,
+            kind: "folder",
+            version: None,
+            size: None,
+        })
+        .collect();
+    out.extend(docs);
+    Ok(out)
+}
+
+/// Stores a document outside the write rules (imports, portal uploads). Returns the outcome
+/// after the change is committed; the caller feeds the index.
+pub fn store_document(
+    store: &Store,
+    org_id: u64,
+    path: &str,
+    bytes: &[u8],
+    by: Option<u64>,
+    now: Timestamp,
+) -> Result<WriteOutcome, KbError> {
+    let path = path::normalize(path)?;
+    store.write(|tx| put_document(tx, org_id, &path, bytes, Expect::Any, by, now))
+}

@@ -1,0 +1,316 @@
+//! `kennisbank_search`: query rules, the exact verifier, and the assembly of results. The
+//! index (see [`super::index`]) only proposes candidates; the verifier decides, so what is
+//! found is exactly what the rules select.
+
+use memchr::memmem::Finder;
+use serde::Serialize;
+
+use super::fold::fold_line;
+use super::index::{Candidate, SearchIndex};
+use super::{KbError, prefix_on_char_boundary};
+use crate::store::{KB_CONTENT, KB_FOLDED, ReadTx, Store};
+
+pub const MIN_QUERY_CHARS: usize = 2;
+pub const MAX_QUERY_CHARS: usize = 200;
+pub const MAX_TERMS: usize = 10;
+pub const DEFAULT_LIMIT: usize = 20;
+pub const MAX_LIMIT: usize = 50;
+pub const OUTPUT_CAP_CHARS: usize = 12_000;
+/// All terms must occur within this many consecutive lines.
+pub const WINDOW_LINES: usize = 3;
+/// A snippet line longer than this is shortened, so one long paragraph cannot fill the output.
+pub const SNIPPET_LINE_CHARS: usize = 600;
+
+/// How much one call may verify.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    pub max_documents: usize,
+    pub max_bytes: u64,
+}
+
+impl Budget {
+    /// The specification's limits: 200 documents, 8 MB.
+    pub const DEFAULT: Budget = Budget {
+        max_documents: 200,
+        max_bytes: 8 * 1024 * 1024,
+    };
+    /// No limits: for the reference comparison in tests and benchmarks.
+    pub const UNLIMITED: Budget = Budget {
+        max_documents: usize::MAX,
+        max_bytes: u64::MAX,
+    };
+}
+
+/// A parsed query: the folded terms.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Query {
+    pub terms: Vec<String>,
+}
+
+/// Splits a query into terms (a double-quoted phrase is one term), folded like the documents.
+pub fn parse_query(raw: &str) -> Result<Query, KbError> {
+    let n = raw.trim().chars().count();
+    if !(MIN_QUERY_CHARS..=MAX_QUERY_CHARS).contains(&n) {
+        return Err(KbError::InvalidInput(format!(
+            "query must be {MIN_QUERY_CHARS} to {MAX_QUERY_CHARS} characters (got {n})"
+        )));
+    }
+    let folded = fold_line(raw);
+    let mut terms: Vec<String> = Vec::new();
+    let mut rest = folded.as_str();
+    let is_quote = |c: char| matches!(c, '"' | '“' | '”' | '„');
+    loop {
+        rest = rest.trim_start();
+        let Some(first) = rest.chars().next() else {
+            break;
+        };
+        let (term, next) = if is_quote(first) {
+            let inner = &rest[first.len_utf8()..];
+            match inner.find(is_quote) {
+                Some(end) => {
+                    let q = inner[end..].chars().next().expect("quote").len_utf8();
+                    (inner[..end].trim(), &inner[end + q..])
+                }
+                None => (inner.trim(), ""),
+            }
+        } else {
+            let end = rest
+                .find(|c: char| c == ' ' || is_quote(c))
+                .unwrap_or(rest.len());
+            (&rest[..end], &rest[end..])
+        };
+        if !term.is_empty() && !terms.iter().any(|t| t == term) {
+            terms.push(term.to_owned());
+        }
+        rest = next;
+    }
+    if terms.is_empty() {
+        return Err(KbError::InvalidInput("query has no search terms".into()));
+    }
+    if terms.len() > MAX_TERMS {
+        return Err(KbError::InvalidInput(format!(
+            "query has {} terms; at most {MAX_TERMS} are allowed (a quoted phrase counts as one)",
+            terms.len()
+        )));
+    }
+    Ok(Query { terms })
+}
+
+/// Finds the first window: the smallest 0-based line `L` such that line `L` contains a term
+/// and lines `L..L+3` together contain every term.
+pub fn first_match(folded: &str, finders: &[Finder<'_>]) -> Option<usize> {
+    // Cheap rejection: every term must occur somewhere.
+    if !finders.iter().all(|f| f.find(folded.as_bytes()).is_some()) {
+        return None;
+    }
+    let all: u32 = (1u32 << finders.len()) - 1;
+    let masks: Vec<u32> = folded
+        .split('\n')
+        .map(|line| {
+            finders
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| f.find(line.as_bytes()).is_some())
+                .fold(0u32, |m, (i, _)| m | (1 << i))
+        })
+        .collect();
+    (0..masks.len()).find(|&l| {
+        masks[l] != 0
+            && masks[l..(l + WINDOW_LINES).min(masks.len())]
+                .iter()
+                .fold(0, |m, x| m | x)
+                == all
+    })
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hit {
+    pub path: String,
+    pub version: u64,
+    /// 1-based line of the first match.
+    pub line: usize,
+    pub snippet: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NotSearched {
+    pub documents: usize,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchOutput {
+    pub query: String,
+    pub results: Vec<Hit>,
+    pub searched_documents: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_searched: Option<NotSearched>,
+    pub truncated: bool,
+}
+
+/// One search request, validated.
+pub struct SearchRequest<'a> {
+    pub org_id: u64,
+    pub raw_query: &'a str,
+    pub query: &'a Query,
+    pub folder: Option<&'a str>,
+    pub limit: usize,
+    pub budget: Budget,
+}
+
+/// Runs a search: candidates from the index in relevance order, verified one by one until
+/// `limit` results are found or the budget is spent.
+pub fn search(
+    store: &Store,
+    index: &SearchIndex,
+    req: &SearchRequest<'_>,
+) -> Result<SearchOutput, KbError> {
+    let candidates = index.candidates(req.org_id, req.folder, &req.query.terms)?;
+    let finders: Vec<Finder<'_>> = req
+        .query
+        .terms
+        .iter()
+        .map(|t| Finder::new(t.as_bytes()))
+        .collect();
+    store.read(|tx| {
+        let mut results = Vec::new();
+        let mut verified = 0usize;
+        let mut bytes = 0u64;
+        let mut skipped = 0usize;
+        let mut reason = None;
+        for (i, c) in candidates.iter().enumerate() {
+            if results.len() >= req.limit {
+                break;
+            }
+            let cost = c.size.min(super::MAX_SEARCHED_BYTES as u64);
+            if verified >= req.budget.max_documents || bytes + cost > req.budget.max_bytes {
+                skipped = candidates.len() - i;
+                reason = Some(if verified >= req.budget.max_documents {
+                    format!(
+                        "one search verifies at most {} documents",
+                        req.budget.max_documents
+                    )
+                } else {
+                    format!(
+                        "one search reads at most {} MB",
+                        req.budget.max_bytes / (1024 * 1024)
+                    )
+                });
+                break;
+            }
+            verified += 1;
+            bytes += cost;
+            if let Some(hit) = verify(tx, c, &finders)? {
+                results.push(hit);
+            }
+        }
+        let (results, truncated) = cap_output(results);
+        Ok(SearchOutput {
+            query: req.raw_query.to_owned(),
+            results,
+            searched_documents: verified,
+            not_searched: reason.map(|reason| NotSearched {
+                documents: skipped,
+                reason: format!("{reason}; narrow the search with `path` to reach the rest"),
+            }),
+            truncated,
+        })
+    })
+}
+
+fn verify(tx: &ReadTx, c: &Candidate, finders: &[Finder<'_>]) -> Result<Option<Hit>, KbError> {
+    let hash = blake3::Hash::from_hex(&c.hash).map_err(|e| KbError::Index(e.to_string()))?;
+    let Some(folded) = tx.get_raw(KB_FOLDED, hash.as_bytes())? else {
+        return Ok(None);
+    };
+    let folded = String::from_utf8_lossy(&folded);
+    let Some(line) = first_match(&folded, finders) else {
+        return Ok(None);
+    };
+    let raw = tx.get_raw(KB_CONTENT, hash.as_bytes())?.unwrap_or_default();
+    let text = String::from_utf8_lossy(&raw);
+    let snippet = text
+        .split('\n')
+        .skip(line)
+        .take(WINDOW_LINES)
+        .map(|l| shorten(l.strip_suffix('\r').unwrap_or(l)))
+        .collect::<Vec<_>>()
+        .join("\n");
+    Ok(Some(Hit {
+        path: c.path.clone(),
+        version: c.version,
+        line: line + 1,
+        snippet,
+    }))
+}
+
+fn shorten(line: &str) -> String {
+    if line.chars().count() <= SNIPPET_LINE_CHARS {
+        return line.to_owned();
+    }
+    let cut = line
+        .char_indices()
+        .nth(SNIPPET_LINE_CHARS)
+        .map_or(line.len(), |(i, _)| i);
+    format!("{}…", prefix_on_char_boundary(line, cut))
+}
+
+/// The readable rendering of one result; the output cap counts these.
+pub fn render_hit(hit: &Hit) -> String {
+    format!(
+        "{} (version {}, line {}):\n{}\n\n",
+        hit.path, hit.version, hit.line, hit.snippet
+    )
+}
+
+/// Keeps whole results while their rendering fits the output cap.
+fn cap_output(results: Vec<Hit>) -> (Vec<Hit>, bool) {
+    let mut used = 0;
+    let mut kept = Vec::new();
+    let total = results.len();
+    for hit in results {
+        let n = render_hit(&hit).chars().count();
+        if used + n > OUTPUT_CAP_CHARS {
+            break;
+        }
+        used += n;
+        kept.push(hit);
+    }
+    let truncated = kept.len() < total;
+    (kept, truncated)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn terms(q: &str) -> Vec<String> {
+        parse_query(q).unwrap().terms
+    }
+
+    #[test]
+    fn query_rules() {
+        assert_eq!(terms("Kozijn  Café"), vec!["kozijn", "cafe"]);
+        assert_eq!(terms("\"open  haard\" hout"), vec!["open haard", "hout"]);
+        assert_eq!(terms("\"niet gesloten"), vec!["niet gesloten"]);
+        assert!(parse_query("a").is_err());
+        assert!(parse_query(&"x".repeat(201)).is_err());
+        assert!(parse_query("\"\" \"\"").is_err());
+        assert!(parse_query("a b c d e f g h i j").is_ok());
+        assert!(parse_query("a b c d e f g h i j k").is_err());
+    }
+
+    #[test]
+    fn window_of_three_lines() {
+        let f = |ts: &[&str]| ts.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+        let check = |text: &str, ts: &[String]| {
+            let finders: Vec<Finder<'_>> = ts.iter().map(|t| Finder::new(t.as_bytes())).collect();
+            first_match(text, &finders)
+        };
+        let ts = f(&["aa", "bb"]);
+        assert_eq!(check("x\naa\ny\nbb\nz", &ts), Some(1));
+        assert_eq!(check("aa\nx\ny\nbb", &ts), None, "four lines apart");
+        assert_eq!(check("x\nbb aa", &ts), Some(1));
+        assert_eq!(check("aa", &f(&["aa"])), Some(0));
+    }
+}

@@ -1,0 +1,357 @@
+//! The MCP connector over HTTP: transport, authentication and per-call rechecks, scopes,
+//! failed-token rate limit, audit.
+
+use serde_json::json;
+
+use crate::fixture::TestServer;
+use kennis::identity::{self, ConnectorAccess};
+
+const INIT: &str = "initialize";
+
+fn init_params(version: &str) -> serde_json::Value {
+    json!({"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "it", "version": "1"}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transport_methods_size_host_and_versions() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let token = t.grant(&s, &["kennisbank"]);
+    let url = t.url("/mcp/kennisbank");
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        for auth in [true, false] {
+            let mut r = t.client.request(method.clone(), &url);
+            if auth {
+                r = r.bearer_auth(&token);
+            }
+            let r = r.send().await.unwrap();
+            assert_eq!(r.status(), 405, "{method}");
+            assert_eq!(r.headers()["allow"], "POST");
+        }
+    }
+    // Over 1 MB: 413 before anything is parsed (even before the token is looked at).
+    let big = "x".repeat(1024 * 1024 + 1);
+    let r = t
+        .client
+        .post(&url)
+        .body(big)
+        .header("content-type", "application/json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    // DNS rebinding: a foreign Host or Origin is refused.
+    let r = t
+        .client
+        .post(&url)
+        .bearer_auth(&token)
+        .header("host", "evil.example")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let r = t
+        .client
+        .post(&url)
+        .bearer_auth(&token)
+        .header("origin", "https://evil.example")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+
+    let mut mcp = t.mcp(&token);
+    for version in ["2025-06-18", "2025-11-25"] {
+        mcp.version = version.into();
+        let (status, body) = mcp.rpc(INIT, init_params(version)).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["result"]["protocolVersion"], version);
+        let instructions = body["result"]["instructions"].as_str().unwrap();
+        assert!(instructions.contains("Dutch"), "{instructions}");
+        let (status, body) = mcp.rpc("tools/list", json!({})).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["result"]["tools"].as_array().unwrap().len(), 4);
+        let (_, body) = mcp.rpc("ping", json!({})).await;
+        assert!(body.get("result").is_some(), "{body}");
+    }
+    // The newest version has no initialize: discovery and calls stand alone.
+    mcp.version = "2026-07-28".into();
+    let meta = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientInfo": {"name": "it", "version": "1"}, "io.modelcontextprotocol/clientCapabilities": {}}});
+    let (status, body) = mcp.rpc("server/discover", meta.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    let versions = body["result"]["supportedVersions"].to_string();
+    assert!(
+        versions.contains("2026-07-28") && versions.contains("2025-06-18"),
+        "{body}"
+    );
+    let (status, body) = mcp.rpc("tools/list", meta).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body["result"]["tools"]
+            .as_array()
+            .is_some_and(|t| t.len() == 4),
+        "{body}"
+    );
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_and_per_call_rechecks() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let token = t.grant(&s, &["kennisbank"]);
+    let url = t.url("/mcp/kennisbank");
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+    let post = |tok: Option<String>| {
+        let mut r = t
+            .client
+            .post(&url)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .json(&body);
+        if let Some(tok) = tok {
+            r = r.bearer_auth(tok);
+        }
+        r.send()
+    };
+    let r = post(None).await.unwrap();
+    assert_eq!(r.status(), 401);
+    let challenge = r.headers()["www-authenticate"].to_str().unwrap().to_owned();
+    assert!(challenge.starts_with("Bearer "), "{challenge}");
+    assert!(
+        challenge.contains("scope=\"kennisbank feature_requests\""),
+        "{challenge}"
+    );
+    assert!(
+        challenge.contains(&format!(
+            "resource_metadata=\"{}/.well-known/oauth-protected-resource/mcp/kennisbank\"",
+            t.base
+        )),
+        "{challenge}"
+    );
+
+    let r = post(Some("kb_at_wrong".into())).await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(
+        r.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .contains("error=\"invalid_token\"")
+    );
+    assert_eq!(post(Some(token.clone())).await.unwrap().status(), 200);
+
+    // Each per-call check, broken and mended in turn.
+    let app = t.app().clone();
+    let store = &app.store;
+    let expect_reason = |reason: &'static str| {
+        let tok = token.clone();
+        let fut = post(Some(tok));
+        async move {
+            let r = fut.await.unwrap();
+            assert_eq!(r.status(), 401, "{reason}");
+            let h = r.headers()["www-authenticate"].to_str().unwrap().to_owned();
+            assert!(
+                h.contains(&format!("error_description=\"{reason}\"")),
+                "{h}"
+            );
+            let b: serde_json::Value = r.json().await.unwrap();
+            assert_eq!(b["error_description"], reason);
+        }
+    };
+    identity::set_org_policy(store, &s.org.slug, Some(ConnectorAccess::Nobody), None).unwrap();
+    expect_reason("connecting not allowed").await;
+    identity::set_org_policy(
+        store,
+        &s.org.slug,
+        Some(ConnectorAccess::SelectedMembers),
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        post(Some(token.clone())).await.unwrap().status(),
+        200,
+        "seeded member may connect"
+    );
+    identity::add_member(
+        store,
+        &s.org.slug,
+        &s.person.email,
+        identity::Role::Member,
+        false,
+        app.clock.now(),
+    )
+    .unwrap();
+    expect_reason("connecting not allowed").await;
+    identity::set_org_policy(store, &s.org.slug, Some(ConnectorAccess::AllMembers), None).unwrap();
+    identity::accept_terms(store, s.person.id, "0-old").unwrap();
+    expect_reason("terms not accepted").await;
+    identity::accept_terms(store, s.person.id, &app.config.terms_version).unwrap();
+    identity::reset_totp(store, &s.person.email).unwrap();
+    expect_reason("second factor required").await;
+    identity::set_org_policy(store, &s.org.slug, None, Some(false)).unwrap();
+    assert_eq!(
+        post(Some(token.clone())).await.unwrap().status(),
+        200,
+        "organisation no longer asks for a second factor"
+    );
+    identity::remove_member(store, &s.org.slug, &s.person.email).unwrap();
+    expect_reason("not a member").await;
+
+    // A token without any connector scope: 403.
+    let s2 = t.seed("Ander BV", "bert@example.org");
+    let odd = t.grant(&s2, &["profile"]);
+    let r = post(Some(odd)).await.unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(
+        r.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .contains("error=\"insufficient_scope\"")
+    );
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_failed_token_checks_get_429_until_the_window_moves() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let good = t.grant(&s, &["kennisbank"]);
+    let url = t.url("/mcp/kennisbank");
+    for i in 0..300 {
+        let r = t
+            .client
+            .post(&url)
+            .bearer_auth(format!("kb_at_bad{i}"))
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401, "attempt {i}");
+    }
+    let r = t
+        .client
+        .post(&url)
+        .bearer_auth("kb_at_bad")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    let retry: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=900).contains(&retry), "{retry}");
+    // While blocked, the address gets 429 whatever it sends.
+    let mcp = t.mcp(&good);
+    assert_eq!(mcp.rpc("tools/list", json!({})).await.0, 429);
+    t.clock
+        .advance(jiff::SignedDuration::from_secs(retry as i64));
+    assert_eq!(mcp.rpc("tools/list", json!({})).await.0, 200);
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_outside_the_grants_scopes_do_not_exist() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let only_requests = t.mcp(&t.grant(&s, &["feature_requests"]));
+    let (_, body) = only_requests.rpc("tools/list", json!({})).await;
+    let names: Vec<String> = body["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        names.iter().all(|n| !n.starts_with("kennisbank_")),
+        "{names:?}"
+    );
+    let (status, body) = only_requests
+        .rpc(
+            "tools/call",
+            json!({"name": "kennisbank_list", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Unknown tool"),
+        "{body}"
+    );
+    let kb = t.mcp(&t.grant(&s, &["kennisbank"]));
+    let (_, body) = kb
+        .rpc(
+            "tools/call",
+            json!({"name": "no_such_tool", "arguments": {}}),
+        )
+        .await;
+    assert!(body.get("error").is_some(), "{body}");
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tool_call_is_audited() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let token = t.grant(&s, &["kennisbank"]);
+    let mcp = t.mcp(&token);
+    mcp.ok(
+        "kennisbank_write",
+        json!({"path": "aangeleverd/a.md", "content": "hallo"}),
+    )
+    .await;
+    mcp.err(
+        "kennisbank_write",
+        json!({"path": "elders/a.md", "content": "hallo"}),
+    )
+    .await;
+    mcp.ok("kennisbank_list", json!({})).await;
+    t.app().batch.flush();
+    let app = t.app().clone();
+    let records = app
+        .store
+        .read(|tx| kennis::connector::audit::records(tx, s.org.id, None))
+        .unwrap();
+    assert_eq!(records.len(), 3, "{records:?}");
+    let r0 = &records[0];
+    assert_eq!(
+        (r0.tool.as_str(), r0.outcome),
+        ("kennisbank_write", kennis::connector::audit::Outcome::Ok)
+    );
+    assert_eq!(r0.target.as_deref(), Some("aangeleverd/a.md"));
+    assert_eq!((r0.org_id, r0.person_id), (s.org.id, s.person.id));
+    assert!(r0.duration_ms >= 0.0);
+    assert_eq!(
+        records[1].outcome,
+        kennis::connector::audit::Outcome::Refused
+    );
+    assert!(
+        records[1].error.as_deref().unwrap().contains("outside"),
+        "{:?}",
+        records[1]
+    );
+    assert_eq!(records[1].target.as_deref(), Some("elders/a.md"));
+    // Another organisation's export is empty; the CLI writes JSON lines.
+    let dir = t.data_dir().to_owned();
+    let slug = s.org.slug.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        crate::fixture::run(&dir, &["audit", "export", &slug], None)
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", crate::fixture::stderr(&out));
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[2]["tool"], "kennisbank_list");
+    t.stop().await;
+}
