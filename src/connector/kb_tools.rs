@@ -126,6 +126,7 @@ pub fn search(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolErr
             folder: folder.as_deref(),
             limit,
             budget: Budget::DEFAULT,
+            output_cap: search::OUTPUT_CAP_CHARS,
         },
     )?;
     let mut text = if out.results.is_empty() {

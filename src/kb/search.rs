@@ -156,6 +156,8 @@ pub struct SearchRequest<'a> {
     pub folder: Option<&'a str>,
     pub limit: usize,
     pub budget: Budget,
+    /// Characters of rendered results to keep ([`OUTPUT_CAP_CHARS`] for the tool).
+    pub output_cap: usize,
 }
 
 /// Runs a search: candidates from the index in relevance order, verified one by one until
@@ -204,7 +206,7 @@ pub fn search(
                 results.push(hit);
             }
         }
-        let (results, truncated) = cap_output(results);
+        let (results, truncated) = cap_output(results, req.output_cap);
         Ok(SearchOutput {
             query: req.raw_query.to_owned(),
             results,
@@ -264,13 +266,13 @@ pub fn render_hit(hit: &Hit) -> String {
 }
 
 /// Keeps whole results while their rendering fits the output cap.
-fn cap_output(results: Vec<Hit>) -> (Vec<Hit>, bool) {
+fn cap_output(results: Vec<Hit>, cap: usize) -> (Vec<Hit>, bool) {
     let mut used = 0;
     let mut kept = Vec::new();
     let total = results.len();
     for hit in results {
         let n = render_hit(&hit).chars().count();
-        if used + n > OUTPUT_CAP_CHARS {
+        if used + n > cap {
             break;
         }
         used += n;

@@ -7,4 +7,5 @@ mod cli;
 mod connector;
 mod crash;
 mod kb;
+mod search_reference;
 mod server;

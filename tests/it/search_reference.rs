@@ -1,0 +1,278 @@
+//! The index-backed search against a brute-force reference of the rules: whatever the index
+//! proposes, the documents (and lines) found must be exactly those the rules select. On
+//! generated documents in `cargo test`; over the real Dutch corpus in `.ci/run`.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use kennis::kb::fold::fold_text;
+use kennis::kb::index::SearchIndex;
+use kennis::kb::search::{self, Budget, SearchRequest, parse_query};
+use kennis::store::Store;
+
+const ORG: u64 = 1;
+
+/// The rules, applied naively: fold each line, and find the smallest line L holding a term
+/// such that lines L, L+1, L+2 together hold every term. Only the first 1 MB is searched.
+fn reference(folded_docs: &[(String, Vec<String>)], terms: &[String]) -> BTreeSet<(String, usize)> {
+    let mut out = BTreeSet::new();
+    for (path, lines) in folded_docs {
+        for l in 0..lines.len() {
+            if !terms.iter().any(|t| lines[l].contains(t.as_str())) {
+                continue;
+            }
+            let window = &lines[l..(l + 3).min(lines.len())];
+            if terms
+                .iter()
+                .all(|t| window.iter().any(|line| line.contains(t.as_str())))
+            {
+                out.insert((path.clone(), l + 1));
+                break;
+            }
+        }
+    }
+    out
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    store: Store,
+    index: SearchIndex,
+    docs: Vec<(String, String)>,
+    /// Each document's lines, folded once (first 1 MB).
+    folded: Vec<(String, Vec<String>)>,
+}
+
+fn load(docs: Vec<(String, String)>) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let index = SearchIndex::open(&dir.path().join("index")).unwrap();
+    let now = jiff::Timestamp::now();
+    for (path, text) in &docs {
+        kennis::kb::store_document(&store, ORG, path, text.as_bytes(), None, now).unwrap();
+    }
+    index.catch_up(&store).unwrap();
+    let folded = docs
+        .iter()
+        .map(|(path, text)| {
+            let head = kennis::kb::prefix_on_char_boundary(text, kennis::kb::MAX_SEARCHED_BYTES);
+            (
+                path.clone(),
+                fold_text(head).split('\n').map(str::to_owned).collect(),
+            )
+        })
+        .collect();
+    Fixture {
+        _dir: dir,
+        store,
+        index,
+        docs,
+        folded,
+    }
+}
+
+/// Runs one query both ways; returns how many documents matched.
+fn compare(f: &Fixture, raw: &str) -> usize {
+    let Ok(query) = parse_query(raw) else {
+        return 0;
+    };
+    let out = search::search(
+        &f.store,
+        &f.index,
+        &SearchRequest {
+            org_id: ORG,
+            raw_query: raw,
+            query: &query,
+            folder: None,
+            limit: usize::MAX,
+            budget: Budget::UNLIMITED,
+            output_cap: usize::MAX,
+        },
+    )
+    .unwrap();
+    let found: BTreeSet<(String, usize)> = out
+        .results
+        .iter()
+        .map(|h| (h.path.clone(), h.line))
+        .collect();
+    let expected = reference(&f.folded, &query.terms);
+    assert!(!out.truncated && out.not_searched.is_none());
+    assert_eq!(found, expected, "query {raw:?} (terms {:?})", query.terms);
+    expected.len()
+}
+
+const WORDS: &[&str] = &[
+    "kozijn",
+    "kozijnen",
+    "Café",
+    "cafe",
+    "CAFÉ",
+    "ijzer",
+    "ĳzer",
+    "hout",
+    "houten",
+    "Straße",
+    "strasse",
+    "vloer",
+    "dakgoot",
+    "tegel",
+    "tégel",
+    "kraan",
+    "KRAAN",
+    "schilderen",
+    "verf",
+    "glas",
+    "deur",
+    "deuren",
+    "Ærø",
+    "œuvre",
+    "smørrebrød",
+    "Łódź",
+    "naïef",
+    "één",
+    "twee",
+    "drie",
+    "het",
+    "de",
+    "en",
+    "open",
+    "haard",
+];
+
+fn generated_docs(rng: &mut StdRng) -> Vec<(String, String)> {
+    (0..150)
+        .map(|i| {
+            let lines: Vec<String> = (0..rng.gen_range(1..12))
+                .map(|_| {
+                    let n = rng.gen_range(0..8);
+                    let sep = if rng.gen_bool(0.1) { "  " } else { " " };
+                    (0..n)
+                        .map(|_| WORDS[rng.gen_range(0..WORDS.len())])
+                        .collect::<Vec<_>>()
+                        .join(sep)
+                })
+                .collect();
+            (
+                format!("map{}/doc{i:03}.md", i % 7),
+                lines.join(if rng.gen_bool(0.2) { "\r\n" } else { "\n" }),
+            )
+        })
+        .collect()
+}
+
+fn random_term(rng: &mut StdRng) -> String {
+    let w: Vec<char> = WORDS[rng.gen_range(0..WORDS.len())].chars().collect();
+    let len = rng.gen_range(1..=w.len());
+    let start = rng.gen_range(0..=w.len() - len);
+    w[start..start + len].iter().collect()
+}
+
+#[test]
+fn index_search_equals_the_reference_on_generated_documents() {
+    let mut rng = StdRng::seed_from_u64(0x6b656e6e6973);
+    let f = load(generated_docs(&mut rng));
+    let mut matched = 0;
+    for _ in 0..600 {
+        let n = rng.gen_range(1..=3);
+        let mut parts: Vec<String> = (0..n).map(|_| random_term(&mut rng)).collect();
+        if rng.gen_bool(0.2) {
+            parts.push(format!(
+                "\"{} {}\"",
+                WORDS[rng.gen_range(0..WORDS.len())],
+                WORDS[rng.gen_range(0..WORDS.len())]
+            ));
+        }
+        if compare(&f, &parts.join(" ")) > 0 {
+            matched += 1;
+        }
+    }
+    assert!(
+        matched > 100,
+        "the queries should often match something ({matched})"
+    );
+}
+
+fn corpus_dir() -> PathBuf {
+    if let Ok(p) = std::env::var("KENNIS_CORPUS") {
+        return PathBuf::from(p);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus")
+}
+
+fn read_corpus(dir: &Path) -> Vec<(String, String)> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else if p.extension().is_some_and(|x| x == "md")
+                && p.file_name().is_some_and(|n| n != "README.md")
+            {
+                let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+                out.push((rel, std::fs::read_to_string(&p).unwrap()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+#[test]
+#[ignore = "needs ../shared/corpus; run by .ci/run"]
+fn index_search_equals_the_reference_on_the_real_corpus() {
+    let dir = corpus_dir();
+    assert!(
+        dir.is_dir(),
+        "corpus not found at {} (set KENNIS_CORPUS)",
+        dir.display()
+    );
+    let docs = read_corpus(&dir);
+    assert!(
+        docs.len() > 2000,
+        "only {} documents in {}",
+        docs.len(),
+        dir.display()
+    );
+    let mut rng = StdRng::seed_from_u64(2465);
+    let f = load(docs);
+    let mut queries = Vec::new();
+    for _ in 0..300 {
+        let (_, text) = &f.docs[rng.gen_range(0..f.docs.len())];
+        let words: Vec<&str> = text
+            .split_whitespace()
+            .filter(|w| w.chars().count() >= 3 && w.chars().all(char::is_alphanumeric))
+            .collect();
+        if words.len() < 3 {
+            continue;
+        }
+        let i = rng.gen_range(0..words.len() - 1);
+        queries.push(match rng.gen_range(0..4) {
+            0 => words[i].to_owned(),
+            1 => format!("{} {}", words[i], words[rng.gen_range(0..words.len())]),
+            2 => format!("\"{} {}\"", words[i], words[i + 1]),
+            _ => {
+                let w: Vec<char> = words[i].chars().collect();
+                w[..w.len().min(4)]
+                    .iter()
+                    .collect::<String>()
+                    .to_uppercase()
+            }
+        });
+    }
+    let mut matched = 0;
+    for q in &queries {
+        if compare(&f, q) > 0 {
+            matched += 1;
+        }
+    }
+    assert!(
+        matched > queries.len() / 2,
+        "{matched} of {} queries matched",
+        queries.len()
+    );
+}
