@@ -21,6 +21,8 @@ pub struct App {
     pub batch: BatchWriter,
     pub metrics: Metrics,
     pub server_key: [u8; 32],
+    /// Rate limits and throttles of the authorization server and portal.
+    pub oauth: Arc<crate::oauth::OAuthState>,
 }
 
 impl App {
@@ -33,7 +35,9 @@ impl App {
         let store = Store::open(&config.data_dir)?;
         let server_key = load_or_create_key(&config.data_dir)?;
         let batch = BatchWriter::start(store.clone());
+        let oauth = crate::oauth::OAuthState::new(clock.clone());
         Ok(Arc::new(App {
+            oauth,
             config,
             public_url,
             store,

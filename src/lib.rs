@@ -12,5 +12,6 @@ pub mod config;
 pub mod demo;
 pub mod http;
 pub mod identity;
+pub mod oauth;
 pub mod ratelimit;
 pub mod store;

@@ -5,4 +5,5 @@ mod fixture;
 mod backup;
 mod cli;
 mod crash;
+mod oauth;
 mod server;

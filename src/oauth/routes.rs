@@ -1,0 +1,1 @@
+//! HTTP endpoints of the authorization server.
