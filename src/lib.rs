@@ -13,5 +13,6 @@ pub mod demo;
 pub mod http;
 pub mod identity;
 pub mod oauth;
+pub mod portal;
 pub mod ratelimit;
 pub mod store;

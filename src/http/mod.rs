@@ -68,6 +68,8 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
+        .merge(crate::oauth::routes::router())
+        .merge(crate::portal::router())
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             observe::observe,
