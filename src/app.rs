@@ -42,6 +42,8 @@ pub struct App {
     pub kb_index: Arc<SearchIndex>,
     pub tool_limits: ToolLimits,
     pub token_failures: FailureLimiter,
+    /// Rate limits and throttles of the authorization server and portal.
+    pub oauth: Arc<crate::oauth::OAuthState>,
 }
 
 impl App {
@@ -60,8 +62,10 @@ impl App {
             tracing::info!(changes = caught_up, "search index caught up with the store");
         }
         let batch = BatchWriter::start(store.clone());
+        let oauth = crate::oauth::OAuthState::new(clock.clone());
         Ok(Arc::new(App {
             token_failures: FailureLimiter::new(TOKEN_FAILURES_PER_WINDOW, WINDOW, clock.clone()),
+            oauth,
             config,
             public_url,
             store,

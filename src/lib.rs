@@ -15,5 +15,6 @@ pub mod http;
 pub mod identity;
 pub mod kb;
 pub mod oauth;
+pub mod portal;
 pub mod ratelimit;
 pub mod store;

@@ -18,7 +18,7 @@ use crate::kb::KbError;
 use crate::kb::index::SearchIndex;
 use crate::store::{self, Store, StoreError};
 
-pub use socket::{SOCKET_FILE, SocketError, serve_socket, socket_path, try_send};
+pub use socket::{SOCKET_FILE, SocketError, bind_socket, serve_socket, socket_path, try_send};
 
 /// One administrative request; the wire format of the admin socket.
 #[derive(Debug, Clone, Serialize, Deserialize)]

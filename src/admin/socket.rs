@@ -78,12 +78,10 @@ pub fn try_send(
     Err(SocketError::Protocol("connection closed without an answer".into()).into())
 }
 
-/// Listens on the data directory's admin socket until `shutdown` resolves.
-pub async fn serve_socket(
-    ctx: AdminContext,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<(), SocketError> {
-    let path = socket_path(&ctx.data_dir);
+/// Binds the data directory's admin socket (mode 0600). Done before the server reports that
+/// it is up, so a command run right after start-up finds the socket.
+pub fn bind_socket(data_dir: &Path) -> Result<tokio::net::UnixListener, SocketError> {
+    let path = socket_path(data_dir);
     let io = |source| SocketError::Io {
         path: path.clone(),
         source,
@@ -96,6 +94,16 @@ pub async fn serve_socket(
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
     }
+    Ok(listener)
+}
+
+/// Serves admin requests on `listener` until `shutdown` resolves, then removes the socket.
+pub async fn serve_socket(
+    ctx: AdminContext,
+    listener: tokio::net::UnixListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), SocketError> {
+    let path = socket_path(&ctx.data_dir);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {

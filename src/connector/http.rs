@@ -209,12 +209,7 @@ async fn handle(
             return auth_error(&app, StatusCode::UNAUTHORIZED, "invalid_token", &e.reason());
         }
     };
-    let scopes: Vec<String> = access
-        .scopes
-        .iter()
-        .filter(|s| *s == SCOPE_KB || *s == SCOPE_REQUESTS)
-        .cloned()
-        .collect();
+    let scopes = connector_scopes(&access.scopes);
     if scopes.is_empty() {
         return auth_error(
             &app,
@@ -237,9 +232,26 @@ async fn handle(
     }
 }
 
+/// The scopes of a grant that unlock connector tools. Grants are only issued with at least
+/// one, so an empty result means a grant from an older scope set: 403, not a tool list.
+fn connector_scopes(scopes: &[String]) -> Vec<String> {
+    scopes
+        .iter()
+        .filter(|s| *s == SCOPE_KB || *s == SCOPE_REQUESTS)
+        .cloned()
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_connector_scopes_count() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert!(connector_scopes(&s(&["profile", "offline_access"])).is_empty());
+        assert_eq!(connector_scopes(&s(&["profile", "kennisbank"])), s(&["kennisbank"]));
+    }
 
     #[test]
     fn loopback_public_urls_accept_every_loopback_spelling() {

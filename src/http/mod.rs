@@ -73,6 +73,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/metrics", get(metrics))
         .route("/files/{token}", get(files::download))
         .merge(crate::connector::http::routes(app.clone()))
+        .merge(crate::oauth::routes::router())
+        .merge(crate::portal::router())
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             observe::observe,
@@ -176,8 +178,9 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
         kb_index: app.kb_index.clone(),
     };
     let admin_shutdown = wait_stop(stop_rx.clone());
+    let admin_listener = admin::bind_socket(&admin_ctx.data_dir)?;
     let admin_task = tokio::spawn(async move {
-        if let Err(e) = admin::serve_socket(admin_ctx, admin_shutdown).await {
+        if let Err(e) = admin::serve_socket(admin_ctx, admin_listener, admin_shutdown).await {
             tracing::error!(error = %e, "admin socket stopped");
         }
     });

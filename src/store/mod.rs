@@ -55,6 +55,19 @@ pub const KB_CONTENT: Table = Table::new("kb_content");
 pub const KB_FOLDED: Table = Table::new("kb_folded");
 /// The change log the search index follows, by sequence number.
 pub const KB_CHANGES: Table = Table::new("kb_changes");
+/// OAuth clients by client id.
+pub const OAUTH_CLIENTS: Table = Table::new("oauth_clients");
+/// Authorization codes by SHA-256 of the code.
+pub const OAUTH_CODES: Table = Table::new("oauth_codes");
+/// Connector grants by id.
+pub const OAUTH_GRANTS: Table = Table::new("oauth_grants");
+/// Access and refresh tokens by SHA-256 of the token.
+pub const OAUTH_TOKENS: Table = Table::new("oauth_tokens");
+/// When a grant was last used, by grant id; written through the batch writer, kept apart
+/// from the grant so a late stamp can never overwrite a revocation.
+pub const OAUTH_LAST_USED: Table = Table::new("oauth_last_used");
+/// Portal sessions by SHA-256 of the session token.
+pub const SESSIONS: Table = Table::new("sessions");
 
 /// Every table, in the order backups copy them.
 pub const ALL_TABLES: &[Table] = &[
@@ -72,6 +85,12 @@ pub const ALL_TABLES: &[Table] = &[
     KB_CONTENT,
     KB_FOLDED,
     KB_CHANGES,
+    OAUTH_CLIENTS,
+    OAUTH_CODES,
+    OAUTH_GRANTS,
+    OAUTH_TOKENS,
+    OAUTH_LAST_USED,
+    SESSIONS,
 ];
 
 /// File name of the database inside the data directory.

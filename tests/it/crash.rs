@@ -32,7 +32,7 @@ fn sigkill_loses_no_acknowledged_write() {
             }
         })
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(120);
     while acked.lock().unwrap().len() < 100 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }

@@ -8,4 +8,5 @@ mod connector;
 mod crash;
 mod kb;
 mod search_reference;
+mod oauth;
 mod server;
