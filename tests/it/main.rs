@@ -1,6 +1,7 @@
 //! Integration tests: one binary, a module per area, sharing one real-server fixture.
 
 mod fixture;
+mod flow;
 
 mod backup;
 mod cli;
