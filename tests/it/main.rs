@@ -7,4 +7,5 @@ mod backup;
 mod cli;
 mod crash;
 mod oauth;
+mod portal;
 mod server;
