@@ -7,5 +7,6 @@ mod backup;
 mod cli;
 mod crash;
 mod oauth;
+mod outside;
 mod portal;
 mod server;
