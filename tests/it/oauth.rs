@@ -990,6 +990,14 @@ async fn discovery_documents_and_cors() {
     assert_eq!(r["resource"], t.app().connector_url());
     assert_eq!(r["authorization_servers"], serde_json::json!([t.base]));
     assert_eq!(r["bearer_methods_supported"], serde_json::json!(["header"]));
+    let h = oauth::www_authenticate(t.app(), Some(&BearerError::Expired));
+    assert_eq!(
+        h,
+        format!(
+            "Bearer error=\"invalid_token\", error_description=\"token expired\", scope=\"kennisbank feature_requests\", resource_metadata=\"{}\"",
+            t.url("/.well-known/oauth-protected-resource/mcp/kennisbank")
+        )
+    );
     for path in [
         "/register",
         "/token",
