@@ -1037,3 +1037,24 @@ async fn discovery_documents_and_cors() {
         .to_lowercase();
     assert!(exposed.contains("www-authenticate"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bearer_check_is_fast_enough_for_the_connector() {
+    let t = TestServer::start().await;
+    let s = t.seed("Acme", "quick@example.org");
+    let g = mint(&t, &s, &["kennisbank"]);
+    let app = t.app().clone();
+    let n = 2000;
+    let started = std::time::Instant::now();
+    for _ in 0..n {
+        assert!(oauth::check_bearer(&app, &g.access_token).is_ok());
+    }
+    let per_call = started.elapsed() / n;
+    eprintln!("check_bearer: {per_call:?} per call");
+    // Generous even for a debug build on a busy machine; a write transaction per call
+    // (an fsync each) would blow through it.
+    assert!(
+        per_call < std::time::Duration::from_millis(2),
+        "{per_call:?}"
+    );
+}

@@ -339,3 +339,91 @@ async fn connections_list_and_revoke_own_grants_and_admins_set_policy() {
         Err(BearerError::Revoked)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn account_changes_password_and_resets_the_second_factor() {
+    let t = TestServer::start().await;
+    let s = t.seed("Acme", "pat@example.org");
+    let app = t.app().clone();
+    let g = grant_for(&t, s.org.id, s.person.id);
+    let mut b = Browser::new(&t);
+    let account = b.login(&s, "/portal/account").await;
+    assert!(account.body.contains("id=\"password-form\""));
+    let csrf = account.csrf();
+    let p = b
+        .post(
+            "/portal/account/password",
+            &[
+                ("csrf_token", &csrf),
+                ("current_password", "not-the-password"),
+                ("new_password", "nieuw-wachtwoord-lang"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 401);
+    let p = b
+        .post(
+            "/portal/account/password",
+            &[
+                ("csrf_token", &csrf),
+                ("current_password", SEED_PASSWORD),
+                ("new_password", "short"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 400);
+    assert!(identity::verify_login(&app.store, "pat@example.org", SEED_PASSWORD).is_ok());
+    let p = b
+        .post(
+            "/portal/account/password",
+            &[
+                ("current_password", SEED_PASSWORD),
+                ("new_password", "nieuw-wachtwoord-lang"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 403);
+    let p = b
+        .post(
+            "/portal/account/password",
+            &[
+                ("csrf_token", &csrf),
+                ("current_password", SEED_PASSWORD),
+                ("new_password", "nieuw-wachtwoord-lang"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 200);
+    assert!(identity::verify_login(&app.store, "pat@example.org", "nieuw-wachtwoord-lang").is_ok());
+    // Resetting the second factor: the session must pass it again, and the connector refuses
+    // until the new one is confirmed.
+    let p = b
+        .post("/portal/account/totp-reset", &[("csrf_token", &csrf)])
+        .await;
+    assert_eq!(p.status, 303);
+    assert!(p.location.unwrap().starts_with("/login/totp"));
+    assert_eq!(
+        oauth::check_bearer(&app, &g.access_token)
+            .unwrap_err()
+            .reason(),
+        "second factor required"
+    );
+    assert_eq!(b.get("/portal/account").await.status, 303);
+    let totp = b.get("/login/totp?next=%2Fportal%2Faccount").await;
+    assert!(totp.body.contains("<svg"));
+    let secret = identity::find_person(&app.store, "pat@example.org")
+        .unwrap()
+        .totp
+        .unwrap()
+        .secret;
+    assert_ne!(secret, s.totp_secret);
+    let code = identity::code_at(&secret, app.clock.now());
+    let p = b
+        .post(
+            "/login/totp?next=%2Fportal%2Faccount",
+            &[("csrf_token", &totp.csrf()), ("code", &code)],
+        )
+        .await;
+    assert_eq!(p.location.as_deref(), Some("/portal/account"));
+    assert!(oauth::check_bearer(&app, &g.access_token).is_ok());
+}
