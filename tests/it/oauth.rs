@@ -245,9 +245,7 @@ async fn full_flow_issues_tokens_and_a_reused_code_revokes_the_grant() {
 
     // No code, token or session appears in plain text anywhere in the data directory.
     t.app().batch.flush();
-    let mut secrets = vec![code.clone(), access.clone(), refresh.clone()];
-    let sessions: Vec<String> = vec![];
-    secrets.extend(sessions);
+    let secrets = [code.clone(), access.clone(), refresh.clone()];
     let mut files = Vec::new();
     walk_files(t.data_dir(), &mut files);
     assert!(!files.is_empty());
