@@ -5,6 +5,7 @@
 //! Library interface other areas use:
 //! - [`check_bearer`]: bearer token → [`AccessContext`] (person, organisation, grant, scopes),
 //!   re-checking membership, right to connect, second factor and terms on every call.
+//! - [`www_authenticate`]: the header value of the connector's 401.
 //! - [`issue_grant`] / [`revoke_grant`]: the same functions the `/token` path and the portal
 //!   use; tests of other areas mint grants with them instead of going through HTTP.
 //!
@@ -149,6 +150,23 @@ pub fn check_resource(connector_url: &str, resource: Option<&str>) -> Result<Str
         Some(r) => Err(OAuthError::InvalidTarget(format!(
             "this server issues tokens only for {connector_url}, not for `{r}`"
         ))),
+    }
+}
+
+/// The `WWW-Authenticate` value of a connector 401: names the scopes and the protected
+/// resource metadata, and, when a token was presented, why it was refused (RFC 6750 §3).
+pub fn www_authenticate(app: &crate::app::App, error: Option<&BearerError>) -> String {
+    let metadata = format!(
+        "{}/.well-known/oauth-protected-resource/mcp/kennisbank",
+        app.public_url
+    );
+    let scope = SCOPES.join(" ");
+    match error {
+        Some(e) => format!(
+            "Bearer error=\"invalid_token\", error_description=\"{}\", scope=\"{scope}\", resource_metadata=\"{metadata}\"",
+            e.reason()
+        ),
+        None => format!("Bearer scope=\"{scope}\", resource_metadata=\"{metadata}\""),
     }
 }
 

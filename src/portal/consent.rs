@@ -21,7 +21,8 @@ use crate::oauth::routes::{
 };
 use crate::oauth::{NewCode, OAuthError, create_code};
 
-/// The authorization parameters carried through the consent form.
+/// The authorization parameters carried through the consent form. The request's `scope` is
+/// carried as `requested_scope`, because `scope` names the consent checkboxes.
 const CARRIED: [&str; 8] = [
     "client_id",
     "redirect_uri",
@@ -32,6 +33,14 @@ const CARRIED: [&str; 8] = [
     "code_challenge_method",
     "resource",
 ];
+
+fn carried_name(param: &str) -> &str {
+    if param == "scope" {
+        "requested_scope"
+    } else {
+        param
+    }
+}
 
 fn found(to: &str) -> Response {
     (StatusCode::FOUND, [(header::LOCATION, location(to))]).into_response()
@@ -112,7 +121,7 @@ fn consent_markup(
             (csrf_field(&user.csrf))
             @for k in CARRIED {
                 @if let Some(v) = params.get(k) {
-                    input type="hidden" name=(k) value=(v);
+                    input type="hidden" name=(carried_name(k)) value=(v);
                 }
             }
             @if !orgs.is_empty() {
@@ -192,7 +201,7 @@ pub(super) async fn authorize_submit(
     }
     let params: HashMap<String, String> = CARRIED
         .iter()
-        .filter_map(|k| field(&form, k).map(|v| ((*k).to_owned(), v.to_owned())))
+        .filter_map(|k| field(&form, carried_name(k)).map(|v| ((*k).to_owned(), v.to_owned())))
         .collect();
     let approved: Vec<String> = form
         .iter()
