@@ -166,7 +166,7 @@ async fn handle(
         .and_then(|h| h.to_str().ok())
         .unwrap_or("")
         .to_ascii_lowercase();
-    if !hosts.iter().any(|h| *h == host) {
+    if !hosts.contains(&host) {
         return (StatusCode::FORBIDDEN, axum::Json(json!({"error": "forbidden", "error_description": "Host header does not name this server"}))).into_response();
     }
     if let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok())
@@ -250,7 +250,10 @@ mod tests {
     fn only_connector_scopes_count() {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         assert!(connector_scopes(&s(&["profile", "offline_access"])).is_empty());
-        assert_eq!(connector_scopes(&s(&["profile", "kennisbank"])), s(&["kennisbank"]));
+        assert_eq!(
+            connector_scopes(&s(&["profile", "kennisbank"])),
+            s(&["kennisbank"])
+        );
     }
 
     #[test]

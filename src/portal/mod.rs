@@ -21,6 +21,7 @@
 mod account;
 mod connections;
 mod consent;
+mod kb;
 mod login;
 
 use std::sync::Arc;
@@ -51,7 +52,11 @@ pub const SESSION_LIFETIME_SECS: i64 = 12 * 60 * 60;
 
 /// Navigation entries inside an organisation: (label, path after `/portal/o/{slug}`). Other
 /// areas add their pages here.
-pub const NAV: &[(&str, &str)] = &[("Connections", "/connections")];
+pub const NAV: &[(&str, &str)] = &[
+    ("Knowledge base", "/kb"),
+    ("Connections", "/connections"),
+    ("Audit log", "/audit"),
+];
 
 /// A portal session as stored (under the SHA-256 of its token).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -98,6 +103,7 @@ pub fn router() -> Router<Arc<App>> {
             post(connections::set_may_connect),
         )
         .layer(tower_http::limit::RequestBodyLimitLayer::new(64 * 1024))
+        .merge(kb::router())
 }
 
 /// An HTML response with the headers every portal page carries.

@@ -1,0 +1,191 @@
+//! The knowledge base and audit log in the portal: browse, upload (text and binary), version
+//! history, downloads, and who may see what.
+
+use crate::fixture::TestServer;
+use crate::flow::{Browser, Page};
+
+/// A multipart upload made by hand (the fields a browser sends).
+async fn upload(
+    b: &mut Browser<'_>,
+    slug: &str,
+    csrf: &str,
+    folder: &str,
+    name: &str,
+    bytes: &[u8],
+) -> Page {
+    let boundary = "----kennisTestBoundary7MA4YWxk";
+    let mut body = Vec::new();
+    for (k, v) in [("csrf_token", csrf), ("folder", folder)] {
+        body.extend_from_slice(
+            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n")
+                .as_bytes(),
+        );
+    }
+    body.extend_from_slice(
+        format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n").as_bytes(),
+    );
+    body.extend_from_slice(bytes);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let cookie = b
+        .cookies
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let resp =
+        b.t.client
+            .post(b.t.url(&format!("/portal/o/{slug}/kb/upload")))
+            .header("cookie", cookie)
+            .header(
+                "content-type",
+                format!("multipart/form-data; boundary={boundary}"),
+            )
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+    Page {
+        status: resp.status().as_u16(),
+        location: resp
+            .headers()
+            .get("location")
+            .map(|l| l.to_str().unwrap().to_owned()),
+        headers: resp.headers().clone(),
+        body: resp.text().await.unwrap(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browse_upload_versions_and_download() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let slug = s.org.slug.clone();
+    let mut b = Browser::new(&t);
+    let p = b.login(&s, &format!("/portal/o/{slug}/kb")).await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    assert!(
+        p.body.contains("id=\"upload-form\"") && p.body.contains("/mcp/kennisbank"),
+        "{}",
+        p.body
+    );
+    let csrf = p.csrf();
+
+    // Without the CSRF token nothing is stored.
+    let bad = upload(&mut b, &slug, "forged", "docs", "x.md", b"x").await;
+    assert_eq!(bad.status, 403, "{}", bad.body);
+
+    let pdf = b"%PDF-1.4 \x00\x01\x02 tekening";
+    let up = upload(&mut b, &slug, &csrf, "docs", "gevel.pdf", pdf).await;
+    assert_eq!(up.status, 303, "{}", up.body);
+    assert_eq!(
+        up.location.as_deref(),
+        Some(format!("/portal/o/{slug}/kb?path=docs").as_str())
+    );
+    for content in [
+        "Kozijnen bestellen bij Noord",
+        "Kozijnen bestellen bij Zuid",
+    ] {
+        let up = upload(
+            &mut b,
+            &slug,
+            &csrf,
+            "docs",
+            "notitie.md",
+            content.as_bytes(),
+        )
+        .await;
+        assert_eq!(up.status, 303, "{}", up.body);
+    }
+    let listing = b.get(&format!("/portal/o/{slug}/kb?path=docs")).await;
+    assert!(
+        listing.body.contains("gevel.pdf") && listing.body.contains("notitie.md"),
+        "{}",
+        listing.body
+    );
+
+    let doc = b
+        .get(&format!("/portal/o/{slug}/kb/doc?path=docs%2Fnotitie.md"))
+        .await;
+    assert_eq!(doc.status, 200);
+    assert!(doc.body.contains("Zuid"), "{}", doc.body);
+    let links: Vec<&str> = doc
+        .body
+        .match_indices("href=\"/files/")
+        .map(|(i, _)| {
+            let rest = &doc.body[i + 6..];
+            &rest[..rest.find('"').unwrap()]
+        })
+        .collect();
+    assert_eq!(links.len(), 2, "one download per version");
+    // Newest first: the second link is version 1.
+    let v1 = t
+        .client
+        .get(t.url(links[1]))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(v1, "Kozijnen bestellen bij Noord");
+
+    // What the portal stores, the connector searches.
+    let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
+    let found = mcp
+        .ok(
+            "kennisbank_search",
+            serde_json::json!({"query": "kozijnen zuid"}),
+        )
+        .await;
+    assert_eq!(found["results"][0]["path"], "docs/notitie.md");
+    let read = mcp
+        .ok(
+            "kennisbank_read",
+            serde_json::json!({"path": "docs/gevel.pdf"}),
+        )
+        .await;
+    assert_eq!(read["kind"], "binary");
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outsiders_get_404_and_members_no_audit_log() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let other = t.seed("Ander BV", "bert@example.org");
+    let slug = s.org.slug.clone();
+    {
+        let mut b = Browser::new(&t);
+        b.login(&other, "/portal").await;
+        assert_eq!(b.get(&format!("/portal/o/{slug}/kb")).await.status, 404);
+        assert_eq!(b.get(&format!("/portal/o/{slug}/audit")).await.status, 404);
+    }
+    // A plain member sees the knowledge base but not the audit log.
+    let app = t.app().clone();
+    kennis::identity::add_member(
+        &app.store,
+        &slug,
+        &other.person.email,
+        kennis::identity::Role::Member,
+        false,
+        app.clock.now(),
+    )
+    .unwrap();
+    let mut b = Browser::new(&t);
+    b.login(&other, "/portal").await;
+    assert_eq!(b.get(&format!("/portal/o/{slug}/kb")).await.status, 200);
+    assert_eq!(b.get(&format!("/portal/o/{slug}/audit")).await.status, 403);
+    // An admin sees the audit log with the calls made.
+    let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
+    mcp.ok("kennisbank_list", serde_json::json!({})).await;
+    app.batch.flush();
+    let mut admin = Browser::new(&t);
+    let p = admin.login(&s, &format!("/portal/o/{slug}/audit")).await;
+    assert_eq!(p.status, 200);
+    assert!(
+        p.body.contains("id=\"audit\"") && p.body.contains("kennisbank_list"),
+        "{}",
+        p.body
+    );
+    t.stop().await;
+}
