@@ -3,10 +3,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::agents::RunQueue;
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::http::metrics::Metrics;
-use crate::store::{BatchWriter, Store, StoreError};
+use crate::store::{BatchWriter, GroupCommit, Store, StoreError};
 
 /// File in the data directory holding the server key (HMAC for signed links, …).
 pub const SECRET_KEY_FILE: &str = "secret.key";
@@ -21,6 +22,10 @@ pub struct App {
     pub batch: BatchWriter,
     pub metrics: Metrics,
     pub server_key: [u8; 32],
+    /// Shared commits for webhook deliveries: durable before the 202, many per fsync.
+    pub commits: GroupCommit,
+    /// Wakes the agent workers for stored, queued runs.
+    pub runs: RunQueue,
 }
 
 impl App {
@@ -33,6 +38,7 @@ impl App {
         let store = Store::open(&config.data_dir)?;
         let server_key = load_or_create_key(&config.data_dir)?;
         let batch = BatchWriter::start(store.clone());
+        let commits = GroupCommit::start(store.clone());
         Ok(Arc::new(App {
             config,
             public_url,
@@ -41,6 +47,8 @@ impl App {
             batch,
             metrics: Metrics::new(),
             server_key,
+            commits,
+            runs: RunQueue::new(),
         }))
     }
 

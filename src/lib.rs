@@ -5,6 +5,7 @@
 //! integration tests drive the same library and binary.
 
 pub mod admin;
+pub mod agents;
 pub mod app;
 pub mod cli;
 pub mod clock;
@@ -13,4 +14,6 @@ pub mod demo;
 pub mod http;
 pub mod identity;
 pub mod ratelimit;
+pub mod requests;
 pub mod store;
+pub mod triggers;

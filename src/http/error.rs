@@ -35,3 +35,26 @@ impl From<StoreError> for JsonError {
         JsonError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
     }
 }
+
+impl From<crate::triggers::TriggerError> for JsonError {
+    fn from(e: crate::triggers::TriggerError) -> Self {
+        use crate::triggers::TriggerError as T;
+        let status = match &e {
+            T::Store(s) => {
+                tracing::error!(error = %s, "store error");
+                return JsonError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error");
+            }
+            T::UnknownTrigger | T::RunNotFound => StatusCode::NOT_FOUND,
+            T::UnknownOrg(_) | T::UnknownAgent(_) | T::UnknownProject(_) => StatusCode::NOT_FOUND,
+            T::InvalidToken => StatusCode::UNAUTHORIZED,
+            T::AccessDenied => StatusCode::FORBIDDEN,
+            T::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            T::InvalidKey(_)
+            | T::BadBody(_)
+            | T::InvalidInput(_)
+            | T::NotGeneric(_)
+            | T::ProjectNotReady(_) => StatusCode::BAD_REQUEST,
+        };
+        JsonError::new(status, e.to_string())
+    }
+}

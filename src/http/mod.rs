@@ -2,6 +2,7 @@
 
 mod client_ip;
 pub mod error;
+mod hooks;
 pub mod metrics;
 mod observe;
 mod tls;
@@ -13,7 +14,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 use tokio::sync::watch;
 
 use crate::admin::{self, AdminContext};
@@ -68,6 +69,8 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
+        .route("/api/hooks/events/{uuid}", post(hooks::fire))
+        .route("/api/hooks/runs/{id}", get(hooks::read_run))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             observe::observe,
@@ -161,6 +164,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
             .expect("open task")?
     };
     let (stop, stop_rx) = watch::channel(false);
+    crate::agents::start_workers(&app, stop_rx.clone())?;
     let wait_stop = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
