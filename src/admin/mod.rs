@@ -9,9 +9,11 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::agents::{self, AgentError, Rollout};
 use crate::clock::SharedClock;
 use crate::identity::{self, ConnectorAccess, IdentityError, NewPerson, Role};
 use crate::store::{self, Store, StoreError};
+use crate::triggers::{self, TriggerError};
 
 pub use socket::{SOCKET_FILE, SocketError, serve_socket, socket_path, try_send};
 
@@ -51,6 +53,27 @@ pub enum AdminRequest {
     Backup {
         path: PathBuf,
     },
+    AgentAdd {
+        org: String,
+        agent: agents::NewAgent,
+    },
+    ProjectAdd {
+        org: String,
+        name: String,
+        ready: bool,
+    },
+    TriggerAdd {
+        org: String,
+        trigger: triggers::NewTrigger,
+    },
+    TriggerList {
+        org: String,
+    },
+    /// Pause, resume, renew the secret of, or delete the trigger with UUID `id`.
+    TriggerChange {
+        id: String,
+        change: triggers::Change,
+    },
 }
 
 /// Why an administrative request failed.
@@ -74,12 +97,42 @@ impl From<IdentityError> for AdminError {
     }
 }
 
-/// What an admin request needs: the store, the data directory and the clock.
+impl From<AgentError> for AdminError {
+    fn from(e: AgentError) -> Self {
+        match e {
+            AgentError::Store(s) => AdminError::Store(s),
+            other => AdminError::Refused(other.to_string()),
+        }
+    }
+}
+
+impl From<TriggerError> for AdminError {
+    fn from(e: TriggerError) -> Self {
+        match e {
+            TriggerError::Store(s) => AdminError::Store(s),
+            TriggerError::UnknownTrigger => AdminError::Refused("unknown trigger".into()),
+            other => AdminError::Refused(other.to_string()),
+        }
+    }
+}
+
+/// What an admin request needs: the store, the data directory, the clock, and the base URL
+/// that trigger URLs are built on.
 #[derive(Clone)]
 pub struct AdminContext {
     pub store: Store,
     pub data_dir: PathBuf,
     pub clock: SharedClock,
+    pub public_url: String,
+}
+
+fn trigger_json(t: &triggers::Trigger, public_url: &str) -> Value {
+    json!({
+        "id": t.id, "name": t.name, "url": triggers::trigger_url(public_url, t.id),
+        "agent_id": t.agent_id, "project_id": t.project_id,
+        "cooldown_secs": t.cooldown_secs, "paused": t.paused,
+        "created_at": t.created_at.to_string(),
+    })
 }
 
 fn org_json(o: &identity::Org) -> Value {
@@ -175,6 +228,41 @@ pub fn execute(
             let summary =
                 store::backup_to_dir(store, &ctx.data_dir, &path, &now.to_string(), progress)?;
             json!({"path": summary.path, "records": summary.records, "bytes": summary.bytes})
+        }
+        AdminRequest::AgentAdd { org, agent } => {
+            let a = agents::add_agent(store, &org, &agent, now)?;
+            json!({"id": a.id, "name": a.name, "kind": a.kind, "exec": a.executor.name()})
+        }
+        AdminRequest::ProjectAdd { org, name, ready } => {
+            let rollout = if ready {
+                Rollout::Ready
+            } else {
+                Rollout::Pending
+            };
+            let p = agents::add_project(store, &org, &name, rollout, now)?;
+            json!({"id": p.id, "name": p.name, "rollout": p.rollout})
+        }
+        AdminRequest::TriggerAdd { org, trigger } => {
+            let c = triggers::add(store, &org, &trigger, now)?;
+            json!({
+                "id": c.trigger.id,
+                "url": triggers::trigger_url(&ctx.public_url, c.trigger.id),
+                "secret": c.secret,
+            })
+        }
+        AdminRequest::TriggerList { org } => {
+            let items: Vec<Value> = triggers::list(store, &org)?
+                .iter()
+                .map(|t| trigger_json(t, &ctx.public_url))
+                .collect();
+            json!({ "items": items })
+        }
+        AdminRequest::TriggerChange { id, change } => {
+            let (t, secret) = triggers::change(store, &id, change, now)?;
+            match secret {
+                Some(secret) => json!({"id": t.id, "secret": secret}),
+                None => json!({"id": t.id, "paused": t.paused, "deleted": t.deleted}),
+            }
         }
     })
 }

@@ -172,6 +172,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
         store: app.store.clone(),
         data_dir,
         clock,
+        public_url: app.public_url.clone(),
     };
     let admin_shutdown = wait_stop(stop_rx.clone());
     let admin_task = tokio::spawn(async move {
