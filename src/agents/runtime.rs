@@ -258,3 +258,48 @@ async fn execute_run(app: &Arc<App>, id: u64) {
         Err(e) => tracing::error!(run = run_id, error = %e, "could not store a run's result"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recovery_requeues_once_then_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let now: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let make = |status: Status, attempts: u32| {
+            store
+                .write(|tx| {
+                    let mut r = requests::create_run(
+                        tx,
+                        1,
+                        1,
+                        uuid::Uuid::new_v4(),
+                        None,
+                        "x".into(),
+                        now,
+                    )?;
+                    r.status = status;
+                    r.attempts = attempts;
+                    requests::put(tx, &r)?;
+                    tx.put(ACTIVE_RUNS, &key::id(r.id), &true)?;
+                    Ok::<_, StoreError>(r.id)
+                })
+                .unwrap()
+        };
+        let queued = make(Status::Queued, 0);
+        let running_once = make(Status::Running, 1);
+        let running_twice = make(Status::Running, 2);
+        let ids = recover(&store, now).unwrap();
+        assert_eq!(ids, vec![queued, running_once]);
+        let get = |id| store.read(|tx| requests::get(tx, id)).unwrap().unwrap();
+        assert_eq!(get(running_once).status, Status::Queued);
+        let failed = get(running_twice);
+        assert_eq!(failed.status, Status::Failed);
+        assert!(failed.result.unwrap().contains("not retried"));
+        // The failed run left the active index; the others are still there.
+        let active = store.read(|tx| tx.count(ACTIVE_RUNS)).unwrap();
+        assert_eq!(active, 2);
+    }
+}

@@ -6,3 +6,4 @@ mod backup;
 mod cli;
 mod crash;
 mod server;
+mod triggers;
