@@ -243,9 +243,11 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 let url = v["url"].as_str().unwrap_or("");
                 let secret = v["secret"].as_str().unwrap_or("");
                 format!(
-                    "trigger {id}\n  URL:    {url}\n  secret: {secret}   (shown only now)\n\
+                    "trigger {id}\n  URL:    {url}\n  secret: {secret}   (shown only now)\n  \
+                     signing secret (Standard Webhooks / GitHub signatures instead of the secret): {signing}\n\
                      Fire it:\n  curl -X POST -H 'Authorization: Bearer {secret}' -H 'Content-Type: application/json' -d '{{}}' {url}",
-                    id = v["id"].as_str().unwrap_or("")
+                    id = v["id"].as_str().unwrap_or(""),
+                    signing = v["signing_secret"].as_str().unwrap_or("")
                 )
             });
         }
@@ -273,8 +275,9 @@ fn run(cli: Cli) -> Result<(), CliError> {
             };
             cli::output(json, &shown, |_| match change {
                 Change::RenewSecret => format!(
-                    "new secret (shown only now; the old one no longer works): {}",
-                    v["secret"].as_str().unwrap_or("")
+                    "new secret (shown only now; the old one no longer works): {}\nnew signing secret: {}",
+                    v["secret"].as_str().unwrap_or(""),
+                    v["signing_secret"].as_str().unwrap_or("")
                 ),
                 Change::Pause => "paused".into(),
                 Change::Resume => "resumed".into(),

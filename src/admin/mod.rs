@@ -244,10 +244,12 @@ pub fn execute(
         }
         AdminRequest::TriggerAdd { org, trigger } => {
             let c = triggers::add(store, &org, &trigger, now)?;
+            let server_key = crate::app::load_or_create_key(&ctx.data_dir)?;
             json!({
                 "id": c.trigger.id,
                 "url": triggers::trigger_url(&ctx.public_url, c.trigger.id),
                 "secret": c.secret,
+                "signing_secret": triggers::signing_secret(&server_key, &c.trigger),
             })
         }
         AdminRequest::TriggerList { org } => {
@@ -260,7 +262,11 @@ pub fn execute(
         AdminRequest::TriggerChange { id, change } => {
             let (t, secret) = triggers::change(store, &id, change, now)?;
             match secret {
-                Some(secret) => json!({"id": t.id, "secret": secret}),
+                Some(secret) => {
+                    let server_key = crate::app::load_or_create_key(&ctx.data_dir)?;
+                    json!({"id": t.id, "secret": secret,
+                           "signing_secret": triggers::signing_secret(&server_key, &t)})
+                }
                 None => json!({"id": t.id, "paused": t.paused, "deleted": t.deleted}),
             }
         }

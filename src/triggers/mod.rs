@@ -7,6 +7,8 @@
 //! create at most one run per slot. A read-only [`precheck`] answers skipped deliveries without
 //! touching the writer, which keeps skips cheap; the write transaction checks again.
 
+mod signature;
+
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -18,8 +20,11 @@ use crate::agents::{self, AgentKind, Rollout};
 use crate::identity;
 use crate::requests::{self, Request, Status};
 use crate::store::{
-    ACTIVE_RUNS, ReadTx, Store, StoreError, TRIGGER_RUNS, TRIGGER_SLOTS, TRIGGERS, WriteTx, key,
+    ACTIVE_RUNS, ReadTx, Store, StoreError, TRIGGER_DELIVERIES, TRIGGER_RUNS, TRIGGER_SLOTS,
+    TRIGGERS, WriteTx, key,
 };
+
+pub use signature::{Signature, TOLERANCE_SECS, signing_secret, validate_delivery_id, verify};
 
 /// Cooldown when none is given: 300 seconds (spec "Limits").
 pub const DEFAULT_COOLDOWN_SECS: u64 = 300;
@@ -80,6 +85,8 @@ impl Skip {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Fired {
     Created(u64),
+    /// A delivery id seen before: the run it created.
+    Duplicate(u64),
     Skipped(Skip),
     /// The trigger was deleted between the first check and the write.
     Gone,
@@ -212,21 +219,31 @@ fn slot_key(trigger: Uuid, key: Option<&str>) -> Vec<u8> {
     k
 }
 
+/// Looks up a live trigger for a delivery (404 when unknown or deleted).
+pub fn lookup(tx: &ReadTx, uuid: &str) -> Result<Trigger, TriggerError> {
+    let id = Uuid::parse_str(uuid).map_err(|_| TriggerError::UnknownTrigger)?;
+    tx.get(TRIGGERS, id.as_bytes())?
+        .filter(|t: &Trigger| !t.deleted)
+        .ok_or(TriggerError::UnknownTrigger)
+}
+
 /// Looks up a trigger for a delivery and checks its secret: 404 before 401.
 pub fn authenticate(
     tx: &ReadTx,
     uuid: &str,
     secret: Option<&str>,
 ) -> Result<Trigger, TriggerError> {
-    let id = Uuid::parse_str(uuid).map_err(|_| TriggerError::UnknownTrigger)?;
-    let trigger: Trigger = tx
-        .get(TRIGGERS, id.as_bytes())?
-        .filter(|t: &Trigger| !t.deleted)
-        .ok_or(TriggerError::UnknownTrigger)?;
+    let trigger = lookup(tx, uuid)?;
     match secret {
         Some(s) if trigger.secret_matches(s) => Ok(trigger),
         _ => Err(TriggerError::InvalidToken),
     }
+}
+
+fn delivery_key(trigger: Uuid, delivery: &str) -> Vec<u8> {
+    let mut k = trigger.as_bytes().to_vec();
+    k.extend_from_slice(delivery.as_bytes());
+    k
 }
 
 fn slot_skip(
@@ -250,15 +267,21 @@ fn slot_skip(
     None
 }
 
-/// The read-only view of a delivery's fate: `Some(skip)` means it will be skipped.
+/// The read-only view of a delivery's fate: `Some(..)` means it creates no run.
 pub fn precheck(
     tx: &ReadTx,
     trigger: &Trigger,
     key: Option<&str>,
+    delivery: Option<&str>,
     now: Timestamp,
-) -> Result<Option<Skip>, StoreError> {
+) -> Result<Option<Fired>, StoreError> {
+    if let Some(d) = delivery
+        && let Some(run) = tx.get::<u64>(TRIGGER_DELIVERIES, &delivery_key(trigger.id, d))?
+    {
+        return Ok(Some(Fired::Duplicate(run)));
+    }
     if trigger.paused {
-        return Ok(Some(Skip::Inactive));
+        return Ok(Some(Fired::Skipped(Skip::Inactive)));
     }
     let slot: Slot = tx
         .get(TRIGGER_SLOTS, &slot_key(trigger.id, key))?
@@ -267,7 +290,7 @@ pub fn precheck(
         Some(id) => requests::get(tx, id)?,
         None => None,
     };
-    Ok(slot_skip(trigger, &slot, run.as_ref(), now))
+    Ok(slot_skip(trigger, &slot, run.as_ref(), now).map(Fired::Skipped))
 }
 
 /// The authoritative slot check and run creation, in the caller's write transaction.
@@ -275,6 +298,7 @@ pub fn fire_in(
     tx: &mut WriteTx,
     trigger_id: Uuid,
     key: Option<String>,
+    delivery: Option<String>,
     instructions: String,
     now: Timestamp,
 ) -> Result<Fired, StoreError> {
@@ -284,6 +308,11 @@ pub fn fire_in(
     else {
         return Ok(Fired::Gone);
     };
+    if let Some(d) = &delivery
+        && let Some(run) = tx.get::<u64>(TRIGGER_DELIVERIES, &delivery_key(trigger_id, d))?
+    {
+        return Ok(Fired::Duplicate(run));
+    }
     let skey = slot_key(trigger_id, key.as_deref());
     let slot: Slot = tx.get(TRIGGER_SLOTS, &skey)?.unwrap_or_default();
     let run = match slot.run_id {
@@ -314,6 +343,9 @@ pub fn fire_in(
     let mut rk = trigger_id.as_bytes().to_vec();
     rk.extend_from_slice(&key::id(run.id));
     tx.put(TRIGGER_RUNS, &rk, &true)?;
+    if let Some(d) = &delivery {
+        tx.put(TRIGGER_DELIVERIES, &delivery_key(trigger_id, d), &run.id)?;
+    }
     Ok(Fired::Created(run.id))
 }
 

@@ -939,3 +939,111 @@ fn sigkill_with_runs_queued_and_running_then_every_run_finishes() {
     });
     assert!(again.terminate().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_deliveries_and_duplicate_delivery_ids() {
+    use base64::Engine;
+    use hmac::{Hmac, Mac};
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut t = TestServer::start().await;
+    let o = org(&t, "Acme");
+    let h = hook(&t, &o, echo(), Some(0));
+    let trigger = triggers::get(&t.app().store, h.id).unwrap();
+    let signing = triggers::signing_secret(&t.app().server_key, &trigger);
+    let key = b64.decode(signing.strip_prefix("whsec_").unwrap()).unwrap();
+    let now = t.app().clock.now().as_second();
+    let body = r#"{"event":"deploy"}"#;
+    let std_sig = |id: &str, ts: i64, body: &str| {
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
+        mac.update(format!("{id}.{ts}.{body}").as_bytes());
+        format!("v1,{}", b64.encode(mac.finalize().into_bytes()))
+    };
+    let send_std = |id: &'static str, ts: i64, sig: String| {
+        t.client
+            .post(&h.url)
+            .header("webhook-id", id)
+            .header("webhook-timestamp", ts.to_string())
+            .header("webhook-signature", sig)
+            .body(body)
+            .send()
+    };
+    // Bad signature, stale timestamp: 401, nothing stored.
+    let r = send_std("msg_1", now, std_sig("msg_1", now, "{}"))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let old = now - 301;
+    let r = send_std("msg_1", old, std_sig("msg_1", old, body))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(
+        triggers::recent_runs(&t.app().store, h.id, 10)
+            .unwrap()
+            .is_empty()
+    );
+    // Good: 202; the same id again: 200 duplicate with the same run, not a second run.
+    let r = send_std(
+        "msg_1",
+        now,
+        format!("v1,AAAA {}", std_sig("msg_1", now, body)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 202);
+    let first = run_id(&r.json().await.unwrap());
+    wait_result(&t, first, &h.secret).await;
+    let r = send_std("msg_1", now, std_sig("msg_1", now, body))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.json::<Value>().await.unwrap(),
+        json!({"duplicate": true, "featureRequestId": first})
+    );
+
+    // GitHub: the whole whsec_ string is the HMAC key.
+    let gh_sig = |body: &str| {
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(signing.as_bytes()).unwrap();
+        mac.update(body.as_bytes());
+        format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+    };
+    let send_gh = |sig: String| {
+        t.client
+            .post(&h.url)
+            .header("X-Hub-Signature-256", sig)
+            .header("X-GitHub-Delivery", "gh-1")
+            .header("X-Service-Event-Key", "gh")
+            .body(body)
+            .send()
+    };
+    let r = send_gh(gh_sig("tampered")).await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = send_gh(gh_sig(body)).await.unwrap();
+    assert_eq!(r.status(), 202);
+    let gh = run_id(&r.json().await.unwrap());
+    let r = send_gh(gh_sig(body)).await.unwrap();
+    assert_eq!(
+        r.json::<Value>().await.unwrap(),
+        json!({"duplicate": true, "featureRequestId": gh})
+    );
+    // Renewing the secret changes the signing secret too.
+    triggers::change(
+        &t.app().store,
+        &h.id.to_string(),
+        Change::RenewSecret,
+        t.app().clock.now(),
+    )
+    .unwrap();
+    let r = t
+        .client
+        .post(&h.url)
+        .header("X-Hub-Signature-256", gh_sig(body))
+        .header("X-GitHub-Delivery", "gh-2")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    t.stop().await;
+}
