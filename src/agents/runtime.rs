@@ -154,45 +154,44 @@ enum Claim {
 
 async fn execute_run(app: &Arc<App>, id: u64) {
     app.metrics.run_queue.dec();
+    // Claims and results share the group commit with webhook deliveries: fewer fsyncs.
+    let now = app.clock.now();
     let claim = app
-        .blocking(move |app| {
-            let now = app.clock.now();
-            app.store.write(|tx| {
-                let Some(mut run) = requests::get_for_update(tx, id)? else {
-                    return Ok(Claim::Skip);
-                };
-                if run.kind != Kind::Run || run.status != Status::Queued {
-                    return Ok(Claim::Skip);
-                }
-                let agent: Option<super::Agent> =
-                    tx.get(crate::store::AGENTS, &key::id(run.agent_id))?;
-                let org: Option<identity::Org> =
-                    tx.get(crate::store::ORGS, &key::id(run.org_id))?;
-                let (Some(agent), Some(org)) = (agent, org) else {
-                    run.status = Status::Failed;
-                    run.result = Some("the run's agent no longer exists".into());
-                    run.updated_at = now;
-                    requests::put(tx, &run)?;
-                    tx.delete(ACTIVE_RUNS, &key::id(id))?;
-                    return Ok(Claim::Failed);
-                };
-                run.status = Status::Running;
-                run.attempts += 1;
+        .commits
+        .write(move |tx| {
+            let Some(mut run) = requests::get_for_update(tx, id)? else {
+                return Ok(Claim::Skip);
+            };
+            if run.kind != Kind::Run || run.status != Status::Queued {
+                return Ok(Claim::Skip);
+            }
+            let agent: Option<super::Agent> =
+                tx.get(crate::store::AGENTS, &key::id(run.agent_id))?;
+            let org: Option<identity::Org> = tx.get(crate::store::ORGS, &key::id(run.org_id))?;
+            let (Some(agent), Some(org)) = (agent, org) else {
+                run.status = Status::Failed;
+                run.result = Some("the run's agent no longer exists".into());
                 run.updated_at = now;
                 requests::put(tx, &run)?;
-                let job = Job {
-                    job_id: run.id,
-                    kind: "run",
-                    organisation: org.slug,
-                    agent: JobAgent {
-                        id: agent.id,
-                        name: agent.name.clone(),
-                    },
-                    instructions: run.instructions.clone(),
-                    extra: Default::default(),
-                };
-                Ok::<_, StoreError>(Claim::Run(Box::new((run, job, agent))))
-            })
+                tx.delete(ACTIVE_RUNS, &key::id(id))?;
+                return Ok(Claim::Failed);
+            };
+            run.status = Status::Running;
+            run.attempts += 1;
+            run.updated_at = now;
+            requests::put(tx, &run)?;
+            let job = Job {
+                job_id: run.id,
+                kind: "run",
+                organisation: org.slug,
+                agent: JobAgent {
+                    id: agent.id,
+                    name: agent.name.clone(),
+                },
+                instructions: run.instructions.clone(),
+                extra: Default::default(),
+            };
+            Ok::<_, StoreError>(Claim::Run(Box::new((run, job, agent))))
         })
         .await;
     let (run, job, agent) = match claim {
@@ -234,23 +233,22 @@ async fn execute_run(app: &Arc<App>, id: u64) {
     };
     let elapsed = started.elapsed().as_secs_f64();
     let run_id = run.id;
+    let now = app.clock.now();
     let saved = app
-        .blocking(move |app| {
-            let now = app.clock.now();
-            app.store.write(|tx| {
-                let Some(mut run) = requests::get_for_update(tx, run_id)? else {
-                    return Ok(());
-                };
-                if run.status.is_final() {
-                    return Ok(());
-                }
-                run.status = status;
-                run.result = Some(result);
-                run.updated_at = now;
-                requests::put(tx, &run)?;
-                tx.delete(ACTIVE_RUNS, &key::id(run_id))?;
-                Ok::<(), StoreError>(())
-            })
+        .commits
+        .write(move |tx| {
+            let Some(mut run) = requests::get_for_update(tx, run_id)? else {
+                return Ok(());
+            };
+            if run.status.is_final() {
+                return Ok(());
+            }
+            run.status = status;
+            run.result = Some(result);
+            run.updated_at = now;
+            requests::put(tx, &run)?;
+            tx.delete(ACTIVE_RUNS, &key::id(run_id))?;
+            Ok::<(), StoreError>(())
         })
         .await;
     match saved {
