@@ -26,6 +26,8 @@ pub struct App {
     pub commits: GroupCommit,
     /// Wakes the agent workers for stored, queued runs.
     pub runs: RunQueue,
+    /// Rate limits and throttles of the authorization server and portal.
+    pub oauth: Arc<crate::oauth::OAuthState>,
 }
 
 impl App {
@@ -39,7 +41,9 @@ impl App {
         let server_key = load_or_create_key(&config.data_dir)?;
         let batch = BatchWriter::start(store.clone());
         let commits = GroupCommit::start(store.clone());
+        let oauth = crate::oauth::OAuthState::new(clock.clone());
         Ok(Arc::new(App {
+            oauth,
             config,
             public_url,
             store,

@@ -13,6 +13,8 @@ pub mod config;
 pub mod demo;
 pub mod http;
 pub mod identity;
+pub mod oauth;
+pub mod portal;
 pub mod ratelimit;
 pub mod requests;
 pub mod store;

@@ -72,14 +72,15 @@ impl<K: std::hash::Hash + Eq + Clone> Limiter<K> {
 }
 
 /// Limits failures only: each failure counts, and once over the limit every request from the
-/// key is refused until the failure budget refills. Used for failed token checks.
-pub struct FailureLimiter {
-    limiter: Limiter<IpAddr>,
-    blocked_until: DashMap<IpAddr, Nanos>,
+/// key is refused until the failure budget refills. Used for failed token checks (per address)
+/// and failed logins (per account).
+pub struct FailureLimiter<K: std::hash::Hash + Eq + Clone = IpAddr> {
+    limiter: Limiter<K>,
+    blocked_until: DashMap<K, Nanos>,
     clock: ClockAdapter,
 }
 
-impl FailureLimiter {
+impl<K: std::hash::Hash + Eq + Clone> FailureLimiter<K> {
     pub fn new(limit: u32, window: Duration, clock: SharedClock) -> Self {
         FailureLimiter {
             limiter: Limiter::new(limit, window, clock.clone()),
@@ -89,7 +90,7 @@ impl FailureLimiter {
     }
 
     /// `Some(retry_after)` while the address is blocked.
-    pub fn blocked(&self, ip: &IpAddr) -> Option<Duration> {
+    pub fn blocked(&self, ip: &K) -> Option<Duration> {
         let now = self.clock.now();
         let until = *self.blocked_until.get(ip)?;
         if until > now {
@@ -101,12 +102,12 @@ impl FailureLimiter {
     }
 
     /// Records a failure; `Some(retry_after)` when this one went over the limit.
-    pub fn record_failure(&self, ip: &IpAddr) -> Option<Duration> {
+    pub fn record_failure(&self, ip: &K) -> Option<Duration> {
         match self.limiter.check(ip) {
             Ok(()) => None,
             Err(wait) => {
                 let until = self.clock.now() + Nanos::from(wait);
-                self.blocked_until.insert(*ip, until);
+                self.blocked_until.insert(ip.clone(), until);
                 Some(wait)
             }
         }

@@ -58,3 +58,40 @@ impl From<crate::triggers::TriggerError> for JsonError {
         JsonError::new(status, e.to_string())
     }
 }
+
+/// An OAuth error as RFC 6749 / 7591 JSON: `{"error", "error_description"}`, never cached.
+pub fn oauth_error(e: &crate::oauth::OAuthError) -> Response {
+    use crate::oauth::OAuthError;
+    let status = match e {
+        OAuthError::InvalidClient(_) => StatusCode::UNAUTHORIZED,
+        OAuthError::Store(inner) => {
+            tracing::error!(error = %inner, "store error in the authorization server");
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+        _ => StatusCode::BAD_REQUEST,
+    };
+    let description = match e {
+        OAuthError::Store(_) => "internal error".to_owned(),
+        other => other.to_string(),
+    };
+    (
+        status,
+        [
+            (axum::http::header::CACHE_CONTROL, "no-store"),
+            (axum::http::header::PRAGMA, "no-cache"),
+        ],
+        axum::Json(json!({"error": e.code(), "error_description": description})),
+    )
+        .into_response()
+}
+
+/// 429 with `Retry-After` in whole seconds.
+pub fn too_many_requests(wait: std::time::Duration) -> Response {
+    let secs = crate::ratelimit::retry_after_secs(wait);
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(axum::http::header::RETRY_AFTER, secs.to_string())],
+        axum::Json(json!({"error": "too_many_requests", "error_description": format!("too many requests; retry after {secs} seconds")})),
+    )
+        .into_response()
+}

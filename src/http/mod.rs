@@ -71,6 +71,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/metrics", get(metrics))
         .route("/api/hooks/events/{uuid}", post(hooks::fire))
         .route("/api/hooks/runs/{id}", get(hooks::read_run))
+        .merge(crate::oauth::routes::router())
+        .merge(crate::portal::router())
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             observe::observe,

@@ -368,6 +368,13 @@ pub fn reset_totp(store: &Store, email: &str) -> Result<TotpEnrolment, IdentityE
     Ok(enrolment)
 }
 
+/// The enrolment (otpauth URI and secret) of a second factor not confirmed yet, so the portal
+/// can show the same QR code again until the person confirms it with a code.
+pub fn pending_enrolment(person: &Person) -> Option<TotpEnrolment> {
+    let t = person.totp.as_ref().filter(|t| !t.confirmed)?;
+    totp::enrolment_for(&t.secret, &person.email).ok()
+}
+
 /// Marks an enrolment confirmed without a code: for the demo person, whose secret is printed.
 pub fn confirm_totp_unchecked(store: &Store, person_id: u64) -> Result<(), IdentityError> {
     update_person(store, person_id, |p| match &mut p.totp {

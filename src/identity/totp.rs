@@ -63,6 +63,15 @@ pub(super) fn new_secret(account: &str) -> Result<(TotpState, TotpEnrolment), Id
     ))
 }
 
+/// The enrolment of an existing seed, to show again until it is confirmed.
+pub(super) fn enrolment_for(secret: &str, account: &str) -> Result<TotpEnrolment, IdentityError> {
+    let totp = totp_for(secret, account)?;
+    Ok(TotpEnrolment {
+        otpauth_uri: totp.get_url(),
+        secret: secret.to_owned(),
+    })
+}
+
 /// The code for a seed at a time; for tests and the demo.
 pub fn code_at(secret_b32: &str, at: Timestamp) -> String {
     totp_for(secret_b32, "x")

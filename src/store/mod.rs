@@ -47,6 +47,19 @@ pub const MEMBERSHIPS: Table = Table::new("memberships");
 pub const MEMBERSHIPS_BY_PERSON: Table = Table::new("memberships_by_person");
 /// Audit records, appended through the batch writer, by sequence number.
 pub const AUDIT: Table = Table::new("audit");
+/// OAuth clients by client id.
+pub const OAUTH_CLIENTS: Table = Table::new("oauth_clients");
+/// Authorization codes by SHA-256 of the code.
+pub const OAUTH_CODES: Table = Table::new("oauth_codes");
+/// Connector grants by id.
+pub const OAUTH_GRANTS: Table = Table::new("oauth_grants");
+/// Access and refresh tokens by SHA-256 of the token.
+pub const OAUTH_TOKENS: Table = Table::new("oauth_tokens");
+/// When a grant was last used, by grant id; written through the batch writer, kept apart
+/// from the grant so a late stamp can never overwrite a revocation.
+pub const OAUTH_LAST_USED: Table = Table::new("oauth_last_used");
+/// Portal sessions by SHA-256 of the session token.
+pub const SESSIONS: Table = Table::new("sessions");
 
 /// Feature requests and runs by id (one sequence, `requests::SEQUENCE`).
 pub const REQUESTS: Table = Table::new("requests");
@@ -84,6 +97,12 @@ pub const ALL_TABLES: &[Table] = &[
     TRIGGER_SLOTS,
     TRIGGER_RUNS,
     TRIGGER_DELIVERIES,
+    OAUTH_CLIENTS,
+    OAUTH_CODES,
+    OAUTH_GRANTS,
+    OAUTH_TOKENS,
+    OAUTH_LAST_USED,
+    SESSIONS,
 ];
 
 /// File name of the database inside the data directory.

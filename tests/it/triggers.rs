@@ -1047,3 +1047,144 @@ async fn signed_deliveries_and_duplicate_delivery_ids() {
     assert_eq!(r.status(), 401);
     t.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn portal_trigger_pages_for_admins() {
+    use crate::flow::Browser;
+    let mut t = TestServer::start().await;
+    let admin = t.seed("Acme", "ada@example.org");
+    let member = t.seed("Acme", "mo@example.org");
+    let app = t.app().clone();
+    identity::add_member(
+        &app.store,
+        "acme",
+        "mo@example.org",
+        identity::Role::Member,
+        true,
+        app.clock.now(),
+    )
+    .unwrap();
+    let now = app.clock.now();
+    let agent = agents::add_agent(&app.store, "acme", &echo(), now).unwrap();
+    let ready = agents::add_project(&app.store, "acme", "Live site", Rollout::Ready, now).unwrap();
+    let pending =
+        agents::add_project(&app.store, "acme", "Half done", Rollout::Pending, now).unwrap();
+
+    // Members are not admins: no trigger pages.
+    let mut mb = Browser::new(&t);
+    let page = mb.login(&member, "/portal/o/acme/triggers").await;
+    assert_eq!(page.status, 403, "{}", page.body);
+
+    let mut b = Browser::new(&t);
+    let page = b.login(&admin, "/portal/o/acme/triggers").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("Live site") && page.body.contains("Half done"));
+    // Only the ready project is offered in the form.
+    let form = page.body.split("id=\"trigger-form\"").nth(1).unwrap();
+    assert!(form.contains(&format!("<option value=\"{}\">Live site", ready.id)));
+    assert!(!form.contains(&format!("<option value=\"{}\"", pending.id)));
+    let csrf = page.csrf();
+    let agent_id = agent.id.to_string();
+    // A forged pending project is refused and nothing is stored.
+    let p = b
+        .post(
+            "/portal/o/acme/triggers",
+            &[
+                ("csrf_token", &csrf),
+                ("name", "Build"),
+                ("instructions", "Look"),
+                ("agent", &agent_id),
+                ("project", &pending.id.to_string()),
+                ("cooldown", "300"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 400);
+    assert!(triggers::list(&app.store, "acme").unwrap().is_empty());
+    // Without the CSRF token: refused.
+    let p = b
+        .post(
+            "/portal/o/acme/triggers",
+            &[
+                ("name", "Build"),
+                ("instructions", "Look"),
+                ("agent", &agent_id),
+                ("project", &ready.id.to_string()),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 403);
+    let p = b
+        .post(
+            "/portal/o/acme/triggers",
+            &[
+                ("csrf_token", &csrf),
+                ("name", "Build"),
+                ("instructions", "Look"),
+                ("agent", &agent_id),
+                ("project", &ready.id.to_string()),
+                ("cooldown", "300"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    let secret = p
+        .body
+        .split("id=\"secret\">")
+        .nth(1)
+        .unwrap()
+        .split('<')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert!(secret.starts_with("kb_trg_"));
+    assert!(p.body.contains("curl -X POST"));
+    let trig = triggers::list(&app.store, "acme").unwrap().remove(0);
+    let h = Hook {
+        id: trig.id,
+        url: t.url(&format!("/api/hooks/events/{}", trig.id)),
+        secret: secret.clone(),
+    };
+    let (s, v) = fire(&t.client, &h, None, &json!({})).await;
+    assert_eq!(s, 202);
+    wait_result(&t, run_id(&v), &secret).await;
+    // Recent runs on the trigger's page.
+    let page = b.get(&format!("/portal/o/acme/triggers/{}", trig.id)).await;
+    assert!(
+        page.body.contains("id=\"runs\"") && page.body.contains("succeeded"),
+        "{}",
+        page.body
+    );
+    // Pause through the page: deliveries are skipped.
+    let p = b
+        .post(
+            &format!("/portal/o/acme/triggers/{}/pause", trig.id),
+            &[("csrf_token", &csrf)],
+        )
+        .await;
+    assert_eq!(p.status, 303);
+    assert_eq!(
+        fire(&t.client, &h, None, &json!({})).await.1["skipped"],
+        "inactive"
+    );
+    // Renew: a new secret shown once, the old one refused.
+    let p = b
+        .post(
+            &format!("/portal/o/acme/triggers/{}/renew-secret", trig.id),
+            &[("csrf_token", &csrf)],
+        )
+        .await;
+    assert_eq!(p.status, 200);
+    assert_eq!(fire(&t.client, &h, None, &json!({})).await.0, 401);
+    // Delete: the URL stops working.
+    let p = b
+        .post(
+            &format!("/portal/o/acme/triggers/{}/delete", trig.id),
+            &[("csrf_token", &csrf)],
+        )
+        .await;
+    assert_eq!(p.status, 303);
+    let r = t.client.post(&h.url).json(&json!({})).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    t.stop().await;
+}

@@ -1,0 +1,246 @@
+//! The OAuth 2.1 authorization server that protects the connector: client registration with
+//! the redirect allow-list, authorization codes with PKCE, grants, access and refresh tokens,
+//! revocation, and the one bearer check the connector runs on every call.
+//!
+//! Library interface other areas use:
+//! - [`check_bearer`]: bearer token → [`AccessContext`] (person, organisation, grant, scopes),
+//!   re-checking membership, right to connect, second factor and terms on every call.
+//! - [`www_authenticate`]: the header value of the connector's 401.
+//! - [`issue_grant`] / [`revoke_grant`]: the same functions the `/token` path and the portal
+//!   use; tests of other areas mint grants with them instead of going through HTTP.
+//!
+//! Every code, token and client secret is random 256-bit base64url with a readable prefix and
+//! is stored only as its SHA-256.
+
+mod clients;
+mod grants;
+pub mod redirect;
+pub mod routes;
+
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use jiff::Timestamp;
+use sha2::{Digest, Sha256};
+
+use crate::clock::SharedClock;
+use crate::identity::AccessDenied;
+use crate::ratelimit::{FailureLimiter, Limiter, WINDOW};
+use crate::store::StoreError;
+
+pub use clients::{
+    Client, ClientMetadata, RegisteredClient, authenticate_client, get_client, register_client,
+};
+pub use grants::{
+    AccessContext, CodeExchange, Grant, NewCode, NewGrant, TokenPair, check_bearer, create_code,
+    exchange_code, grant_last_used, grants_of_org, issue_grant, refresh, revoke_grant,
+    revoke_token,
+};
+
+/// Every scope the connector knows, in the order shown on the consent page.
+pub const SCOPES: [&str; 2] = ["kennisbank", "feature_requests"];
+
+/// Authorization codes live 10 minutes (specification).
+pub const CODE_LIFETIME_SECS: i64 = 10 * 60;
+/// Access tokens live 1 hour (specification).
+pub const ACCESS_LIFETIME_SECS: i64 = 60 * 60;
+/// Refresh tokens live 30 days (specification).
+pub const REFRESH_LIFETIME_SECS: i64 = 30 * 24 * 60 * 60;
+
+/// Why a bearer token does not authorise a connector call. [`BearerError::reason`] is the
+/// text of the 401.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BearerError {
+    #[error("invalid token")]
+    Invalid,
+    #[error("token expired")]
+    Expired,
+    #[error("token revoked")]
+    Revoked,
+    #[error("{0}")]
+    Denied(AccessDenied),
+}
+
+impl BearerError {
+    /// The reason named in the 401's `error_description`.
+    pub fn reason(&self) -> String {
+        self.to_string()
+    }
+}
+
+/// Errors of the authorization server, named after the RFC 6749 / 7591 / 8707 error codes
+/// they become on the wire (see `http::error`).
+#[derive(Debug, thiserror::Error)]
+pub enum OAuthError {
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("{0}")]
+    InvalidClient(String),
+    #[error("{0}")]
+    InvalidGrant(String),
+    #[error("{0}")]
+    UnsupportedGrantType(String),
+    #[error("{0}")]
+    UnsupportedResponseType(String),
+    #[error("{0}")]
+    InvalidScope(String),
+    #[error("{0}")]
+    InvalidTarget(String),
+    #[error("{0}")]
+    InvalidRedirectUri(String),
+    #[error("{0}")]
+    InvalidClientMetadata(String),
+    #[error("the person denied access")]
+    AccessDenied,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl OAuthError {
+    /// The RFC error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            OAuthError::InvalidRequest(_) => "invalid_request",
+            OAuthError::InvalidClient(_) => "invalid_client",
+            OAuthError::InvalidGrant(_) => "invalid_grant",
+            OAuthError::UnsupportedGrantType(_) => "unsupported_grant_type",
+            OAuthError::UnsupportedResponseType(_) => "unsupported_response_type",
+            OAuthError::InvalidScope(_) => "invalid_scope",
+            OAuthError::InvalidTarget(_) => "invalid_target",
+            OAuthError::InvalidRedirectUri(_) => "invalid_redirect_uri",
+            OAuthError::InvalidClientMetadata(_) => "invalid_client_metadata",
+            OAuthError::AccessDenied => "access_denied",
+            OAuthError::Store(_) => "server_error",
+        }
+    }
+}
+
+/// A fresh secret: `prefix` + 256 random bits, base64url without padding.
+pub fn new_secret(prefix: &str) -> String {
+    use base64::Engine;
+    let bytes: [u8; 32] = rand::random();
+    format!(
+        "{prefix}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
+}
+
+/// SHA-256 of a secret: the only form in which secrets are stored and looked up.
+pub fn hash_secret(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+/// Splits a space-separated scope string into the known scopes, in [`SCOPES`] order, dropping
+/// unknown ones (clients ask for things like `offline_access`).
+pub fn known_scopes(requested: &str) -> Vec<String> {
+    let asked: Vec<&str> = requested.split_ascii_whitespace().collect();
+    SCOPES
+        .iter()
+        .filter(|s| asked.contains(s))
+        .map(|s| (*s).to_owned())
+        .collect()
+}
+
+/// The connector URL a `resource` parameter names, if it names it: a trailing slash is the
+/// same URL; anything else is `invalid_target`. An omitted resource means the connector.
+pub fn check_resource(connector_url: &str, resource: Option<&str>) -> Result<String, OAuthError> {
+    match resource {
+        None | Some("") => Ok(connector_url.to_owned()),
+        Some(r) if r.trim_end_matches('/') == connector_url => Ok(connector_url.to_owned()),
+        Some(r) => Err(OAuthError::InvalidTarget(format!(
+            "this server issues tokens only for {connector_url}, not for `{r}`"
+        ))),
+    }
+}
+
+/// The `WWW-Authenticate` value of a connector 401: names the scopes and the protected
+/// resource metadata, and, when a token was presented, why it was refused (RFC 6750 §3).
+pub fn www_authenticate(app: &crate::app::App, error: Option<&BearerError>) -> String {
+    let metadata = format!(
+        "{}/.well-known/oauth-protected-resource/mcp/kennisbank",
+        app.public_url
+    );
+    let scope = SCOPES.join(" ");
+    match error {
+        Some(e) => format!(
+            "Bearer error=\"invalid_token\", error_description=\"{}\", scope=\"{scope}\", resource_metadata=\"{metadata}\"",
+            e.reason()
+        ),
+        None => format!("Bearer scope=\"{scope}\", resource_metadata=\"{metadata}\""),
+    }
+}
+
+/// In-memory state of the authorization server: rate limits and the last-use throttle.
+pub struct OAuthState {
+    pub register_limit: Limiter<std::net::IpAddr>,
+    pub authorize_limit: Limiter<std::net::IpAddr>,
+    pub token_limit: Limiter<std::net::IpAddr>,
+    pub revoke_limit: Limiter<std::net::IpAddr>,
+    /// Failed password and second-factor attempts per account (normalised email).
+    pub login_failures: FailureLimiter<String>,
+    /// When each grant's last use was last queued for writing (throttles the batch writer).
+    pub(crate) last_use_stamped: DashMap<u64, Timestamp>,
+}
+
+/// Failed password or second-factor attempts allowed per account per 15 minutes.
+pub const LOGIN_FAILURES_PER_WINDOW: u32 = 10;
+
+impl OAuthState {
+    pub fn new(clock: SharedClock) -> Arc<OAuthState> {
+        Arc::new(OAuthState {
+            register_limit: Limiter::new(20, WINDOW, clock.clone()),
+            authorize_limit: Limiter::new(100, WINDOW, clock.clone()),
+            token_limit: Limiter::new(300, WINDOW, clock.clone()),
+            revoke_limit: Limiter::new(100, WINDOW, clock.clone()),
+            login_failures: FailureLimiter::new(LOGIN_FAILURES_PER_WINDOW, WINDOW, clock),
+            last_use_stamped: DashMap::new(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_prefixed_256_bit_and_hash_stably() {
+        let a = new_secret("kb_at_");
+        let b = new_secret("kb_at_");
+        assert!(a.starts_with("kb_at_"));
+        assert_eq!(a.len(), "kb_at_".len() + 43);
+        assert_ne!(a, b);
+        assert_eq!(hash_secret(&a), hash_secret(&a));
+        assert_ne!(hash_secret(&a), hash_secret(&b));
+    }
+
+    #[test]
+    fn unknown_scopes_are_dropped_and_order_is_fixed() {
+        assert_eq!(
+            known_scopes("offline_access feature_requests kennisbank"),
+            vec!["kennisbank", "feature_requests"]
+        );
+        assert!(known_scopes("offline_access").is_empty());
+    }
+
+    #[test]
+    fn resource_trailing_slash_is_the_same_url() {
+        let c = "https://kb.example/mcp/kennisbank";
+        assert_eq!(check_resource(c, None).unwrap(), c);
+        assert_eq!(check_resource(c, Some(&format!("{c}/"))).unwrap(), c);
+        assert!(matches!(
+            check_resource(c, Some("https://kb.example/other")),
+            Err(OAuthError::InvalidTarget(_))
+        ));
+    }
+
+    #[test]
+    fn bearer_reasons_are_the_designed_texts() {
+        assert_eq!(BearerError::Invalid.reason(), "invalid token");
+        assert_eq!(BearerError::Expired.reason(), "token expired");
+        assert_eq!(BearerError::Revoked.reason(), "token revoked");
+        assert_eq!(
+            BearerError::Denied(AccessDenied::TermsNotAccepted).reason(),
+            "terms not accepted"
+        );
+    }
+}

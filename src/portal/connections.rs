@@ -1,0 +1,267 @@
+//! Connections of an organisation: a person's own grants (with revoke); admins see every
+//! grant of the organisation and set who may connect.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use maud::html;
+
+use super::{
+    OrgAdmin, OrgMember, csrf_field, csrf_rejected, field, form_pairs, layout, page, see_other,
+    verify_csrf,
+};
+use crate::app::App;
+use crate::identity::{self, ConnectorAccess, Membership, Person};
+use crate::oauth::{self, Client, Grant};
+use crate::store::{MEMBERSHIPS, OAUTH_CLIENTS, PEOPLE, StoreError, key};
+
+struct Row {
+    grant: Grant,
+    last_used: Option<jiff::Timestamp>,
+    client_name: String,
+    person_email: String,
+}
+
+fn rows(app: &App, m: &OrgMember) -> Result<Vec<Row>, StoreError> {
+    let all = m.is_admin();
+    let me = m.user.person.id;
+    app.store.read(|tx| {
+        let mut out = Vec::new();
+        for (grant, last_used) in oauth::grants_of_org(tx, m.org.id)? {
+            if !all && grant.person_id != me {
+                continue;
+            }
+            let client: Option<Client> = tx.get(OAUTH_CLIENTS, grant.client_id.as_bytes())?;
+            let person: Option<Person> = tx.get(PEOPLE, &key::id(grant.person_id))?;
+            out.push(Row {
+                client_name: client
+                    .map(|c| c.client_name)
+                    .unwrap_or_else(|| grant.client_id.clone()),
+                person_email: person.map(|p| p.email).unwrap_or_default(),
+                grant,
+                last_used,
+            });
+        }
+        Ok(out)
+    })
+}
+
+fn members(app: &App, org_id: u64) -> Result<Vec<(Membership, Person)>, StoreError> {
+    app.store.read(|tx| {
+        let mut out = Vec::new();
+        for (_, m) in tx.scan::<Membership>(MEMBERSHIPS, &key::id(org_id))? {
+            if let Some(p) = tx.get::<Person>(PEOPLE, &key::id(m.person_id))? {
+                out.push((m, p));
+            }
+        }
+        Ok(out)
+    })
+}
+
+fn fmt_time(t: Option<jiff::Timestamp>) -> String {
+    t.map(|t| t.strftime("%Y-%m-%d %H:%M UTC").to_string())
+        .unwrap_or_else(|| "never".into())
+}
+
+pub(super) async fn connections_page(State(app): State<Arc<App>>, m: OrgMember) -> Response {
+    let data = {
+        let m = m.clone();
+        app.blocking(move |app| {
+            let rows = rows(app, &m)?;
+            let members = if m.is_admin() {
+                members(app, m.org.id)?
+            } else {
+                Vec::new()
+            };
+            Ok::<_, StoreError>((rows, members))
+        })
+        .await
+    };
+    let Ok((rows, members)) = data else {
+        return see_other("/portal");
+    };
+    let slug = &m.org.slug;
+    let csrf = &m.user.csrf;
+    let body = html! {
+        p { "The connector URL to paste into an assistant: " code { (app.connector_url()) } }
+        h2 { @if m.is_admin() { "All connections" } @else { "Your connections" } }
+        @if rows.is_empty() { p.muted { "No connections yet." } }
+        @else {
+            table #connections {
+                tr { th { "Client" } @if m.is_admin() { th { "Person" } } th { "Scopes" } th { "Created" } th { "Last used" } th { "" } }
+                @for r in &rows {
+                    tr {
+                        td { (r.client_name) }
+                        @if m.is_admin() { td { (r.person_email) } }
+                        td { (r.grant.scopes.join(", ")) }
+                        td { (fmt_time(Some(r.grant.created_at))) }
+                        td { (fmt_time(r.last_used)) }
+                        td {
+                            @if r.grant.revoked_at.is_some() { span.muted { "revoked" } }
+                            @else {
+                                form.inline method="post" action={ "/portal/o/" (slug) "/connections/" (r.grant.id) "/revoke" } {
+                                    (csrf_field(csrf))
+                                    button type="submit" { "Revoke" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if m.is_admin() {
+            h2 { "Who may connect" }
+            form #policy-form method="post" action={ "/portal/o/" (slug) "/policy" } {
+                (csrf_field(csrf))
+                @for (value, label) in [("all_members", "All members"), ("selected_members", "Selected members"), ("nobody", "Nobody")] {
+                    label { input type="radio" name="connector_access" value=(value)
+                        checked[access_value(m.org.connector_access) == value]; " " (label) }
+                }
+                button type="submit" { "Save" }
+            }
+            table #members {
+                tr { th { "Member" } th { "Role" } th { "May connect" } th { "" } }
+                @for (mem, p) in &members {
+                    tr {
+                        td { (p.email) }
+                        td { (format!("{:?}", mem.role).to_lowercase()) }
+                        td { @if mem.may_connect { "yes" } @else { "no" } }
+                        td {
+                            form.inline method="post" action={ "/portal/o/" (slug) "/members/" (p.id) "/may-connect" } {
+                                (csrf_field(csrf))
+                                input type="hidden" name="may_connect" value=(if mem.may_connect { "false" } else { "true" });
+                                button type="submit" { @if mem.may_connect { "Disallow" } @else { "Allow" } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    page(
+        StatusCode::OK,
+        layout("Connections", Some(&m.user), Some(&m.org), body),
+    )
+}
+
+fn access_value(a: ConnectorAccess) -> &'static str {
+    match a {
+        ConnectorAccess::AllMembers => "all_members",
+        ConnectorAccess::SelectedMembers => "selected_members",
+        ConnectorAccess::Nobody => "nobody",
+    }
+}
+
+fn back(slug: &str) -> Response {
+    see_other(&format!("/portal/o/{slug}/connections"))
+}
+
+fn bad_request(m: &OrgMember, msg: &str) -> Response {
+    page(
+        StatusCode::BAD_REQUEST,
+        layout(
+            "Not saved",
+            Some(&m.user),
+            Some(&m.org),
+            html! { p.error { (msg) } },
+        ),
+    )
+}
+
+pub(super) async fn revoke(
+    State(app): State<Arc<App>>,
+    m: OrgMember,
+    Path((_, grant_id)): Path<(String, u64)>,
+    body: Bytes,
+) -> Response {
+    let form = form_pairs(&body);
+    if !verify_csrf(&m.user.csrf, field(&form, "csrf_token")) {
+        return csrf_rejected();
+    }
+    let org_id = m.org.id;
+    let me = m.user.person.id;
+    let admin = m.is_admin();
+    let r = app
+        .blocking(move |app| {
+            let g: Option<Grant> = app
+                .store
+                .read(|tx| tx.get(crate::store::OAUTH_GRANTS, &key::id(grant_id)))?;
+            match g {
+                Some(g) if g.org_id == org_id && (admin || g.person_id == me) => {
+                    oauth::revoke_grant(app, grant_id).map(Some)
+                }
+                _ => Ok(None),
+            }
+        })
+        .await;
+    match r {
+        Ok(Some(_)) => back(&m.org.slug),
+        _ => bad_request(&m, "No such connection of yours in this organisation."),
+    }
+}
+
+pub(super) async fn set_policy(
+    State(app): State<Arc<App>>,
+    OrgAdmin(m): OrgAdmin,
+    body: Bytes,
+) -> Response {
+    let form = form_pairs(&body);
+    if !verify_csrf(&m.user.csrf, field(&form, "csrf_token")) {
+        return csrf_rejected();
+    }
+    let Ok(access) = field(&form, "connector_access")
+        .unwrap_or_default()
+        .parse::<ConnectorAccess>()
+    else {
+        return bad_request(&m, "Choose all members, selected members or nobody.");
+    };
+    let slug = m.org.slug.clone();
+    let r = app
+        .blocking(move |app| identity::set_org_policy(&app.store, &slug, Some(access), None))
+        .await;
+    match r {
+        Ok(_) => back(&m.org.slug),
+        Err(e) => bad_request(&m, &e.to_string()),
+    }
+}
+
+pub(super) async fn set_may_connect(
+    State(app): State<Arc<App>>,
+    OrgAdmin(m): OrgAdmin,
+    Path((_, person_id)): Path<(String, u64)>,
+    body: Bytes,
+) -> Response {
+    let form = form_pairs(&body);
+    if !verify_csrf(&m.user.csrf, field(&form, "csrf_token")) {
+        return csrf_rejected();
+    }
+    let may = match field(&form, "may_connect") {
+        Some("true") => true,
+        Some("false") => false,
+        _ => return bad_request(&m, "may_connect must be true or false."),
+    };
+    let org_id = m.org.id;
+    let slug = m.org.slug.clone();
+    let r = app
+        .blocking(move |app| {
+            let found = app.store.read(|tx| -> Result<_, StoreError> {
+                let mem: Option<Membership> = tx.get(MEMBERSHIPS, &key::pair(org_id, person_id))?;
+                let p: Option<Person> = tx.get(PEOPLE, &key::id(person_id))?;
+                Ok(mem.zip(p))
+            })?;
+            let Some((mem, p)) = found else {
+                return Ok(false);
+            };
+            identity::add_member(&app.store, &slug, &p.email, mem.role, may, app.clock.now())?;
+            Ok::<_, identity::IdentityError>(true)
+        })
+        .await;
+    match r {
+        Ok(true) => back(&m.org.slug),
+        Ok(false) => bad_request(&m, "No such member."),
+        Err(e) => bad_request(&m, &e.to_string()),
+    }
+}

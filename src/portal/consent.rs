@@ -1,0 +1,268 @@
+//! `/authorize`: organisation picker and consent. The request's parameters travel through
+//! the login as the `next` URL and through the consent form as hidden fields, and are checked
+//! again on submit, so nothing about a pending authorization is stored.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, FromRequestParts, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use maud::{Markup, html};
+
+use super::{PortalUser, csrf_field, csrf_rejected, field, form_pairs, layout, page, verify_csrf};
+use crate::app::App;
+use crate::http::PeerAddr;
+use crate::identity::{self, Org};
+use crate::oauth::routes::{
+    AuthRequest, AuthorizeProblem, caller_ip, error_redirect, location, rate_limited,
+    redirect_with, validate_authorize,
+};
+use crate::oauth::{NewCode, OAuthError, create_code};
+
+/// The authorization parameters carried through the consent form. The request's `scope` is
+/// carried as `requested_scope`, because `scope` names the consent checkboxes.
+const CARRIED: [&str; 8] = [
+    "client_id",
+    "redirect_uri",
+    "response_type",
+    "state",
+    "scope",
+    "code_challenge",
+    "code_challenge_method",
+    "resource",
+];
+
+fn carried_name(param: &str) -> &str {
+    if param == "scope" {
+        "requested_scope"
+    } else {
+        param
+    }
+}
+
+fn found(to: &str) -> Response {
+    (StatusCode::FOUND, [(header::LOCATION, location(to))]).into_response()
+}
+
+fn problem_response(app: &App, p: AuthorizeProblem) -> Response {
+    match p {
+        AuthorizeProblem::Page(msg) => page(
+            StatusCode::BAD_REQUEST,
+            layout(
+                "Cannot connect",
+                None,
+                None,
+                html! {
+                    p.error { (msg) }
+                    p { "The assistant sent an authorization request this server cannot accept. Remove the connector in the assistant and add it again." }
+                },
+            ),
+        ),
+        AuthorizeProblem::Redirect {
+            redirect_uri,
+            state,
+            error,
+        } => found(&error_redirect(
+            app,
+            &redirect_uri,
+            state.as_deref(),
+            &error,
+        )),
+    }
+}
+
+/// The organisations where the person may connect now.
+fn connectable_orgs(app: &App, person_id: u64) -> Vec<Org> {
+    app.store
+        .read(|tx| -> Result<_, crate::store::StoreError> {
+            let mut out = Vec::new();
+            for (org, _) in identity::organisations_of(tx, person_id)? {
+                if identity::connector_access(tx, org.id, person_id, &app.config.terms_version)?
+                    .is_ok()
+                {
+                    out.push(org);
+                }
+            }
+            Ok(out)
+        })
+        .unwrap_or_default()
+}
+
+fn redirect_host(uri: &str) -> String {
+    url::Url::parse(uri)
+        .ok()
+        .and_then(|u| u.host_str().map(|h| format!("{}://{h}", u.scheme())))
+        .unwrap_or_else(|| uri.to_owned())
+}
+
+fn scope_label(scope: &str) -> &'static str {
+    match scope {
+        "kennisbank" => "Knowledge base: list, read, search and write documents",
+        "feature_requests" => "Feature requests: list apps, read, create and reply to requests",
+        _ => "Unknown",
+    }
+}
+
+fn consent_markup(
+    user: &PortalUser,
+    req: &AuthRequest,
+    params: &HashMap<String, String>,
+    orgs: &[Org],
+) -> Markup {
+    html! {
+        p { strong { (req.client.client_name) } " wants to use kennis on your behalf." }
+        p.muted { "After you approve, you are sent back to " code { (redirect_host(&req.redirect_uri)) } "." }
+        @if orgs.is_empty() {
+            p.error { "None of your organisations allows you to connect an assistant. Ask an administrator." }
+        }
+        form #consent-form method="post" action="/authorize" {
+            (csrf_field(&user.csrf))
+            @for k in CARRIED {
+                @if let Some(v) = params.get(k) {
+                    input type="hidden" name=(carried_name(k)) value=(v);
+                }
+            }
+            @if !orgs.is_empty() {
+                fieldset {
+                    legend { "Organisation" }
+                    @for (i, org) in orgs.iter().enumerate() {
+                        label { input type="radio" name="org" value=(org.slug) checked[i == 0]; " " (org.name) }
+                    }
+                }
+                fieldset {
+                    legend { "Access" }
+                    @for s in &req.scopes {
+                        label { input type="checkbox" name="scope" value=(s) checked; " " (scope_label(s)) }
+                    }
+                }
+                button type="submit" name="decision" value="approve" { "Approve" }
+            }
+            button type="submit" name="decision" value="deny" { "Deny" }
+        }
+    }
+}
+
+pub(super) async fn authorize_page(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<PeerAddr>,
+    Query(params): Query<HashMap<String, String>>,
+    req: axum::extract::Request,
+) -> Response {
+    if let Some(r) = rate_limited(
+        &app.oauth.authorize_limit,
+        caller_ip(&app, &peer, req.headers()),
+    ) {
+        return r;
+    }
+    let checked = {
+        let params = params.clone();
+        app.blocking(move |app| validate_authorize(app, &params))
+            .await
+    };
+    let auth = match checked {
+        Ok(a) => a,
+        Err(p) => return problem_response(&app, p),
+    };
+    let (mut parts, _) = req.into_parts();
+    let user = match PortalUser::from_request_parts(&mut parts, &app).await {
+        Ok(u) => u,
+        Err(login) => return login,
+    };
+    let person_id = user.person.id;
+    let orgs = app
+        .blocking(move |app| connectable_orgs(app, person_id))
+        .await;
+    page(
+        StatusCode::OK,
+        layout(
+            "Connect an assistant",
+            Some(&user),
+            None,
+            consent_markup(&user, &auth, &params, &orgs),
+        ),
+    )
+}
+
+pub(super) async fn authorize_submit(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<PeerAddr>,
+    headers: HeaderMap,
+    user: PortalUser,
+    body: Bytes,
+) -> Response {
+    if let Some(r) = rate_limited(&app.oauth.authorize_limit, caller_ip(&app, &peer, &headers)) {
+        return r;
+    }
+    let form = form_pairs(&body);
+    if !verify_csrf(&user.csrf, field(&form, "csrf_token")) {
+        return csrf_rejected();
+    }
+    let params: HashMap<String, String> = CARRIED
+        .iter()
+        .filter_map(|k| field(&form, carried_name(k)).map(|v| ((*k).to_owned(), v.to_owned())))
+        .collect();
+    let approved: Vec<String> = form
+        .iter()
+        .filter(|(k, _)| k == "scope")
+        .map(|(_, v)| v.clone())
+        .collect();
+    let decision = field(&form, "decision").unwrap_or_default().to_owned();
+    let org_slug = field(&form, "org").unwrap_or_default().to_owned();
+    let person_id = user.person.id;
+    let outcome = app
+        .blocking(move |app| -> Result<String, AuthorizeProblem> {
+            let req = validate_authorize(app, &params)?;
+            let refuse = |error: OAuthError| AuthorizeProblem::Redirect {
+                redirect_uri: req.redirect_uri.clone(),
+                state: req.state.clone(),
+                error,
+            };
+            if decision != "approve" {
+                return Err(refuse(OAuthError::AccessDenied));
+            }
+            let org = connectable_orgs(app, person_id)
+                .into_iter()
+                .find(|o| o.slug == org_slug)
+                .ok_or_else(|| {
+                    AuthorizeProblem::Page(
+                        "choose one of your organisations where you may connect".into(),
+                    )
+                })?;
+            // Only scopes that were asked for and left ticked; never more than asked.
+            let scopes: Vec<String> = req
+                .scopes
+                .iter()
+                .filter(|s| approved.contains(s))
+                .cloned()
+                .collect();
+            if scopes.is_empty() {
+                return Err(refuse(OAuthError::AccessDenied));
+            }
+            let code = create_code(
+                app,
+                NewCode {
+                    client_id: req.client.client_id.clone(),
+                    redirect_uri: req.redirect_uri.clone(),
+                    code_challenge: req.code_challenge.clone(),
+                    org_id: org.id,
+                    person_id,
+                    scopes,
+                    resource: req.resource.clone(),
+                },
+            )
+            .map_err(|_| AuthorizeProblem::Page("internal error".into()))?;
+            let mut out: Vec<(&str, &str)> = vec![("code", &code)];
+            if let Some(s) = &req.state {
+                out.push(("state", s));
+            }
+            out.push(("iss", &app.public_url));
+            Ok(redirect_with(&req.redirect_uri, &out))
+        })
+        .await;
+    match outcome {
+        Ok(to) => found(&to),
+        Err(p) => problem_response(&app, p),
+    }
+}

@@ -1,0 +1,518 @@
+//! The portal: server-rendered HTML (maud) for login, second factor, terms, the consent page
+//! of `/authorize`, the account page and each organisation's Connections.
+//!
+//! Reusable pieces for other areas' pages (knowledge base, feature requests, triggers,
+//! audit):
+//! - [`PortalUser`]: extractor for a logged-in person (session cookie, second factor passed,
+//!   current terms accepted); redirects to the login otherwise.
+//! - [`OrgMember`] / [`OrgAdmin`]: extractors for routes under `/portal/o/{slug}/...`; they
+//!   check membership (and the admin role) of the organisation named by the `slug` path
+//!   parameter and answer 404 otherwise, so outsiders cannot tell which organisations exist.
+//! - [`layout`]: the page frame (title, navigation, body).
+//! - [`csrf_field`] renders the hidden `csrf_token` input of a form; [`verify_csrf`] checks a
+//!   submitted token. Every POST form must carry and check it.
+//! - [`page`]: an HTML response with the security headers every portal page needs
+//!   (`frame-ancestors 'none'`, `X-Frame-Options: DENY`, no referrer, no caching).
+//! - [`NAV`]: the navigation entries of an organisation; add an area's link there.
+//!
+//! Sessions: cookie [`SESSION_COOKIE`] holds a `kb_sess_` token; the store keeps its SHA-256
+//! only. Cookies are HttpOnly, SameSite=Lax, and Secure when the public URL is https.
+
+mod account;
+mod connections;
+mod consent;
+mod login;
+mod triggers;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{FromRequestParts, RawPathParams};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use hmac::{Hmac, Mac};
+use jiff::{SignedDuration, Timestamp};
+use maud::{DOCTYPE, Markup, html};
+use serde::{Deserialize, Serialize};
+use subtle::ConstantTimeEq;
+
+use crate::app::App;
+use crate::identity::{self, Membership, Org, Person, Role};
+use crate::oauth::{hash_secret, new_secret};
+use crate::store::{PEOPLE, SESSIONS, StoreError, key};
+
+/// Name of the session cookie.
+pub const SESSION_COOKIE: &str = "kb_session";
+/// Name of the cookie that binds the CSRF token of the login form (no session yet).
+const PRE_COOKIE: &str = "kb_pre";
+/// Sessions end 12 hours after login, whatever happens in between.
+pub const SESSION_LIFETIME_SECS: i64 = 12 * 60 * 60;
+
+/// Navigation entries inside an organisation: (label, path after `/portal/o/{slug}`). Other
+/// areas add their pages here.
+pub const NAV: &[(&str, &str)] = &[("Connections", "/connections"), ("Triggers", "/triggers")];
+
+/// A portal session as stored (under the SHA-256 of its token).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Session {
+    pub person_id: u64,
+    pub created_at: Timestamp,
+    pub expires_at: Timestamp,
+    /// Whether the second factor was passed in this session.
+    pub second_factor: bool,
+}
+
+/// The portal's routes.
+pub fn router() -> Router<Arc<App>> {
+    Router::new()
+        .route("/login", get(login::login_page).post(login::login_submit))
+        .route(
+            "/login/totp",
+            get(login::totp_page).post(login::totp_submit),
+        )
+        .route("/logout", post(login::logout))
+        .route(
+            "/portal/terms",
+            get(login::terms_page).post(login::terms_submit),
+        )
+        .route("/portal", get(account::home))
+        .route("/portal/account", get(account::account_page))
+        .route("/portal/account/password", post(account::change_password))
+        .route("/portal/account/totp-reset", post(account::reset_totp))
+        .route(
+            "/authorize",
+            get(consent::authorize_page).post(consent::authorize_submit),
+        )
+        .route(
+            "/portal/o/{slug}/connections",
+            get(connections::connections_page),
+        )
+        .route(
+            "/portal/o/{slug}/connections/{grant_id}/revoke",
+            post(connections::revoke),
+        )
+        .route("/portal/o/{slug}/policy", post(connections::set_policy))
+        .route(
+            "/portal/o/{slug}/triggers",
+            get(triggers::triggers_page).post(triggers::create),
+        )
+        .route("/portal/o/{slug}/triggers/{id}", get(triggers::detail))
+        .route(
+            "/portal/o/{slug}/triggers/{id}/{action}",
+            post(triggers::change),
+        )
+        .route(
+            "/portal/o/{slug}/members/{person_id}/may-connect",
+            post(connections::set_may_connect),
+        )
+        .layer(tower_http::limit::RequestBodyLimitLayer::new(64 * 1024))
+}
+
+/// An HTML response with the headers every portal page carries.
+pub fn page(status: StatusCode, markup: Markup) -> Response {
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'",
+            ),
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        markup.into_string(),
+    )
+        .into_response()
+}
+
+/// The page frame. `nav` is the organisation whose navigation to show, if any.
+pub fn layout(title: &str, user: Option<&PortalUser>, nav: Option<&Org>, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · kennis" }
+                style { (maud::PreEscaped(STYLE)) }
+            }
+            body {
+                header {
+                    a href="/portal" { strong { "kennis" } }
+                    @if let Some(org) = nav {
+                        " · " (org.name)
+                        @for (label, path) in NAV {
+                            " " a href={ "/portal/o/" (org.slug) (path) } { (label) }
+                        }
+                    }
+                    @if let Some(u) = user {
+                        span.right {
+                            a href="/portal/account" { (u.person.email) }
+                            form.inline method="post" action="/logout" {
+                                (csrf_field(&u.csrf))
+                                button type="submit" { "Log out" }
+                            }
+                        }
+                    }
+                }
+                main {
+                    h1 { (title) }
+                    (body)
+                }
+            }
+        }
+    }
+}
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:52rem;margin:1rem auto;padding:0 1rem;color:#222}\
+header{border-bottom:1px solid #ccc;padding:.5rem 0;margin-bottom:1rem}.right{float:right}\
+form.inline{display:inline;margin-left:.5rem}label{display:block;margin:.5rem 0}\
+input[type=text],input[type=email],input[type=password]{width:100%;max-width:24rem;padding:.3rem}\
+table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #ddd;padding:.3rem;text-align:left}\
+.error{color:#a00}.muted{color:#666}button{padding:.3rem .8rem;margin:.2rem}";
+
+/// The hidden `csrf_token` input.
+pub fn csrf_field(token: &str) -> Markup {
+    html! { input type="hidden" name="csrf_token" value=(token); }
+}
+
+/// The CSRF token bound to `binding` (a session's hash, or the pre-login cookie): an HMAC
+/// with the server key, so nothing needs storing and it cannot be forged without the key.
+pub fn csrf_token_for(app: &App, binding: &[u8]) -> String {
+    use base64::Engine;
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&app.server_key).expect("any key length");
+    mac.update(b"kennis-csrf:");
+    mac.update(binding);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
+}
+
+/// Checks a submitted CSRF token in constant time.
+pub fn verify_csrf(expected: &str, submitted: Option<&str>) -> bool {
+    submitted.is_some_and(|s| bool::from(s.as_bytes().ct_eq(expected.as_bytes())))
+}
+
+/// 403 page for a missing or wrong CSRF token.
+pub fn csrf_rejected() -> Response {
+    page(
+        StatusCode::FORBIDDEN,
+        layout(
+            "Form expired",
+            None,
+            None,
+            html! { p { "This form was not sent from this site or has expired. Go back, reload the page and try again." } },
+        ),
+    )
+}
+
+/// A 303 redirect (after a POST the browser must GET the target).
+pub fn see_other(to: &str) -> Response {
+    Redirect::to(to).into_response()
+}
+
+/// Reads a cookie from request headers.
+pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+/// A `Set-Cookie` value with the portal's attributes.
+pub fn set_cookie(app: &App, name: &str, value: &str, max_age: i64) -> String {
+    let secure = if app.public_url.starts_with("https://") || app.config.tls.is_some() {
+        "; Secure"
+    } else {
+        ""
+    };
+    format!("{name}={value}; Path=/; HttpOnly; SameSite=Lax; Max-Age={max_age}{secure}")
+}
+
+/// A session found from the request's cookie, whatever its progress through the login.
+#[derive(Debug, Clone)]
+pub struct AnySession {
+    pub hash: [u8; 32],
+    pub session: Session,
+    pub person: Person,
+    pub csrf: String,
+}
+
+fn load_session(app: &App, headers: &HeaderMap) -> Option<AnySession> {
+    let token = cookie(headers, SESSION_COOKIE)?;
+    if !token.starts_with("kb_sess_") || token.len() > 100 {
+        return None;
+    }
+    let hash = hash_secret(token);
+    let now = app.clock.now();
+    let found = app.store.read(|tx| -> Result<_, StoreError> {
+        let Some(s) = tx.get::<Session>(SESSIONS, &hash)? else {
+            return Ok(None);
+        };
+        let p: Option<Person> = tx.get(PEOPLE, &key::id(s.person_id))?;
+        Ok(p.map(|p| (s, p)))
+    });
+    let (session, person) = found.ok()??;
+    if now >= session.expires_at {
+        return None;
+    }
+    Some(AnySession {
+        hash,
+        csrf: csrf_token_for(app, &hash),
+        session,
+        person,
+    })
+}
+
+/// Starts a session for a person whose password was checked; returns the cookie token.
+pub fn create_session(app: &App, person_id: u64) -> Result<String, StoreError> {
+    let token = new_secret("kb_sess_");
+    let now = app.clock.now();
+    let s = Session {
+        person_id,
+        created_at: now,
+        expires_at: now
+            .checked_add(SignedDuration::from_secs(SESSION_LIFETIME_SECS))
+            .expect("in range"),
+        second_factor: false,
+    };
+    app.store
+        .write(|tx| tx.put(SESSIONS, &hash_secret(&token), &s))?;
+    Ok(token)
+}
+
+fn update_session(
+    app: &App,
+    hash: &[u8; 32],
+    f: impl FnOnce(&mut Session),
+) -> Result<(), StoreError> {
+    app.store.write(|tx| {
+        if let Some(mut s) = tx.get::<Session>(SESSIONS, hash)? {
+            f(&mut s);
+            tx.put(SESSIONS, hash, &s)?;
+        }
+        Ok(())
+    })
+}
+
+/// A path inside this site to return to after login; anything else becomes `/portal`.
+pub fn safe_next(next: Option<&str>) -> String {
+    match next {
+        Some(n)
+            if n.starts_with('/')
+                && !n.starts_with("//")
+                && !n.starts_with("/\\")
+                && n.len() <= 4000
+                && !n.chars().any(char::is_control) =>
+        {
+            n.to_owned()
+        }
+        _ => "/portal".to_owned(),
+    }
+}
+
+fn with_next(path: &str, next: &str) -> String {
+    let q: String = form_urlencoded::Serializer::new(String::new())
+        .append_pair("next", next)
+        .finish();
+    format!("{path}?{q}")
+}
+
+/// A logged-in person: second factor passed in this session and current terms accepted.
+#[derive(Debug, Clone)]
+pub struct PortalUser {
+    pub person: Person,
+    /// SHA-256 of the session token (the session's key).
+    pub session_hash: [u8; 32],
+    pub session: Session,
+    /// The CSRF token of this session's forms.
+    pub csrf: String,
+}
+
+impl PortalUser {
+    /// The person's organisations with their memberships.
+    pub fn organisations(&self, app: &App) -> Vec<(Org, Membership)> {
+        app.store
+            .read(|tx| identity::organisations_of(tx, self.person.id))
+            .unwrap_or_default()
+    }
+}
+
+fn here(parts: &Parts) -> String {
+    if parts.method == axum::http::Method::GET {
+        parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str().to_owned())
+            .unwrap_or_else(|| "/portal".into())
+    } else {
+        "/portal".into()
+    }
+}
+
+/// Where a session that is not (yet) a full login must go next, if anywhere.
+fn login_step(app: &App, s: Option<&AnySession>, next: &str) -> Option<String> {
+    match s {
+        None => Some(with_next("/login", next)),
+        Some(s) if !s.session.second_factor => Some(with_next("/login/totp", next)),
+        Some(s)
+            if s.person.accepted_terms.as_deref() != Some(app.config.terms_version.as_str()) =>
+        {
+            Some(with_next("/portal/terms", next))
+        }
+        Some(_) => None,
+    }
+}
+
+impl FromRequestParts<Arc<App>> for PortalUser {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Response> {
+        let headers = parts.headers.clone();
+        let s = app.blocking(move |app| load_session(app, &headers)).await;
+        if let Some(to) = login_step(app, s.as_ref(), &here(parts)) {
+            return Err(see_other(&to));
+        }
+        let s = s.expect("checked above");
+        Ok(PortalUser {
+            person: s.person,
+            session_hash: s.hash,
+            session: s.session,
+            csrf: s.csrf,
+        })
+    }
+}
+
+/// A logged-in member of the organisation named by the `{slug}` path parameter.
+#[derive(Debug, Clone)]
+pub struct OrgMember {
+    pub user: PortalUser,
+    pub org: Org,
+    pub membership: Membership,
+}
+
+impl OrgMember {
+    pub fn is_admin(&self) -> bool {
+        self.membership.role == Role::Admin
+    }
+}
+
+fn not_found() -> Response {
+    page(
+        StatusCode::NOT_FOUND,
+        layout(
+            "Not found",
+            None,
+            None,
+            html! { p { "There is no such page." } },
+        ),
+    )
+}
+
+impl FromRequestParts<Arc<App>> for OrgMember {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Response> {
+        let user = PortalUser::from_request_parts(parts, app).await?;
+        let params = RawPathParams::from_request_parts(parts, app)
+            .await
+            .map_err(|_| not_found())?;
+        let slug = params
+            .iter()
+            .find(|(k, _)| *k == "slug")
+            .map(|(_, v)| v.to_owned())
+            .ok_or_else(not_found)?;
+        let person_id = user.person.id;
+        let found = app
+            .blocking(move |app| {
+                app.store.read(|tx| -> Result<_, StoreError> {
+                    let Some(org) = identity::org_by_slug(tx, &slug)? else {
+                        return Ok(None);
+                    };
+                    let m: Option<Membership> =
+                        tx.get(crate::store::MEMBERSHIPS, &key::pair(org.id, person_id))?;
+                    Ok(m.map(|m| (org, m)))
+                })
+            })
+            .await
+            .ok()
+            .flatten();
+        let (org, membership) = found.ok_or_else(not_found)?;
+        Ok(OrgMember {
+            user,
+            org,
+            membership,
+        })
+    }
+}
+
+/// A logged-in admin of the organisation named by the `{slug}` path parameter.
+#[derive(Debug, Clone)]
+pub struct OrgAdmin(pub OrgMember);
+
+impl FromRequestParts<Arc<App>> for OrgAdmin {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Response> {
+        let m = OrgMember::from_request_parts(parts, app).await?;
+        if !m.is_admin() {
+            return Err(page(
+                StatusCode::FORBIDDEN,
+                layout(
+                    "Not allowed",
+                    Some(&m.user),
+                    Some(&m.org),
+                    html! { p { "Only administrators of this organisation can do this." } },
+                ),
+            ));
+        }
+        Ok(OrgAdmin(m))
+    }
+}
+
+/// Parses a form body, keeping repeated fields (checkbox groups such as `scope`).
+pub fn form_pairs(body: &[u8]) -> Vec<(String, String)> {
+    form_urlencoded::parse(body)
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+/// The first value of a form field.
+pub fn field<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_stays_on_this_site() {
+        assert_eq!(safe_next(Some("/authorize?x=1")), "/authorize?x=1");
+        assert_eq!(safe_next(Some("//evil.example/")), "/portal");
+        assert_eq!(safe_next(Some("/\\evil.example")), "/portal");
+        assert_eq!(safe_next(Some("https://evil.example/")), "/portal");
+        assert_eq!(safe_next(None), "/portal");
+    }
+
+    #[test]
+    fn cookies_are_found_by_exact_name() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::COOKIE,
+            "x_kb_session=no; kb_session=kb_sess_abc".parse().unwrap(),
+        );
+        assert_eq!(cookie(&h, SESSION_COOKIE), Some("kb_sess_abc"));
+        assert_eq!(cookie(&h, "missing"), None);
+    }
+}

@@ -1,0 +1,99 @@
+//! Outside checks, `#[ignore]`d because they need programs `cargo test` cannot assume: real
+//! headless Chromium (Debian's `chromium`) and Node with the packages of `tests/node` (the
+//! official MCP SDK's OAuth client). `.ci/run` installs both and runs them with `--ignored`.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use jiff::SignedDuration;
+use kennis::oauth;
+
+use crate::fixture::{Seeded, TestServer};
+
+fn node_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/node")
+}
+
+/// Runs `node script` with the person's details; returns its stdout as JSON.
+async fn run_node(t: &TestServer, s: &Seeded, script: &str) -> serde_json::Value {
+    // The seeding used the current time step; codes are single use.
+    t.clock.advance(SignedDuration::from_secs(30));
+    let code = kennis::identity::code_at(&s.totp_secret, t.app().clock.now());
+    let mut cmd = Command::new("node");
+    cmd.arg(script)
+        .current_dir(node_dir())
+        .env("KENNIS_URL", &t.base)
+        .env("KENNIS_EMAIL", &s.person.email)
+        .env("KENNIS_PASSWORD", &s.password)
+        .env("KENNIS_TOTP_CODE", &code)
+        .env("KENNIS_ORG", &s.org.slug)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = tokio::time::timeout(
+        Duration::from_secs(150),
+        tokio::task::spawn_blocking(move || cmd.output()),
+    )
+    .await
+    .expect("node script finished in time")
+    .unwrap()
+    .expect("node runs (is Node installed and `npm ci` done in tests/node?)");
+    assert!(
+        out.status.success(),
+        "{script} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last)
+        .unwrap_or_else(|e| panic!("{script} printed no JSON ({e}): {stdout}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium and `npm ci` in tests/node; run by .ci/run"]
+async fn headless_chromium_logs_in_consents_and_gets_a_code() {
+    let t = TestServer::start().await;
+    let s = t.seed("Acme", "browser@example.org");
+    let got = run_node(&t, &s, "browser.mjs").await;
+    assert_eq!(got["state"], "browser-state");
+    assert_eq!(got["iss"], t.base);
+    let code = got["code"].as_str().expect("a code");
+    assert!(code.starts_with("kb_code_"));
+    let r = t
+        .client
+        .post(t.url("/token"))
+        .form(&[
+            ("grant_type", "authorization_code"),
+            ("client_id", got["client_id"].as_str().unwrap()),
+            ("code", code),
+            ("redirect_uri", got["redirect_uri"].as_str().unwrap()),
+            ("code_verifier", got["code_verifier"].as_str().unwrap()),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let tok: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(tok["scope"], "kennisbank feature_requests");
+    let ctx = oauth::check_bearer(t.app(), tok["access_token"].as_str().unwrap()).unwrap();
+    assert_eq!((ctx.org_id, ctx.person_id), (s.org.id, s.person.id));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Node and `npm ci` in tests/node; run by .ci/run"]
+async fn official_mcp_sdk_oauth_client_completes_the_flow() {
+    let t = TestServer::start().await;
+    let s = t.seed("Acme", "sdk@example.org");
+    let got = run_node(&t, &s, "sdk-client.mjs").await;
+    let first = got["tokens"]["access_token"].as_str().unwrap();
+    let second = got["refreshed"]["access_token"].as_str().unwrap();
+    assert_eq!(got["tokens"]["token_type"], "Bearer");
+    assert_ne!(first, second);
+    for token in [first, second] {
+        let ctx = oauth::check_bearer(t.app(), token).unwrap();
+        assert_eq!(ctx.client_id, got["client_id"].as_str().unwrap());
+        assert_eq!(ctx.scopes, vec!["kennisbank", "feature_requests"]);
+    }
+}
