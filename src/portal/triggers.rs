@@ -229,9 +229,7 @@ pub(super) async fn change(
     let m2 = m.clone();
     let result = app
         .blocking(move |app| {
-            let Some(t) = owned(app, &m2, &id) else {
-                return None;
-            };
+            let t = owned(app, &m2, &id)?;
             Some(triggers::change(
                 &app.store,
                 &t.id.to_string(),
