@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::agents::RunQueue;
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::connector::limits::ToolLimits;
@@ -10,7 +11,7 @@ use crate::http::metrics::Metrics;
 use crate::kb::KbError;
 use crate::kb::index::SearchIndex;
 use crate::ratelimit::{FailureLimiter, WINDOW};
-use crate::store::{BatchWriter, Store, StoreError};
+use crate::store::{BatchWriter, GroupCommit, Store, StoreError};
 
 /// Directory of the search index inside the data directory.
 pub const INDEX_DIR: &str = "index";
@@ -42,6 +43,10 @@ pub struct App {
     pub kb_index: Arc<SearchIndex>,
     pub tool_limits: ToolLimits,
     pub token_failures: FailureLimiter,
+    /// Shared commits for webhook deliveries: durable before the 202, many per fsync.
+    pub commits: GroupCommit,
+    /// Wakes the agent workers for stored, queued runs.
+    pub runs: RunQueue,
     /// Rate limits and throttles of the authorization server and portal.
     pub oauth: Arc<crate::oauth::OAuthState>,
 }
@@ -62,6 +67,7 @@ impl App {
             tracing::info!(changes = caught_up, "search index caught up with the store");
         }
         let batch = BatchWriter::start(store.clone());
+        let commits = GroupCommit::start(store.clone());
         let oauth = crate::oauth::OAuthState::new(clock.clone());
         Ok(Arc::new(App {
             token_failures: FailureLimiter::new(TOKEN_FAILURES_PER_WINDOW, WINDOW, clock.clone()),
@@ -75,6 +81,8 @@ impl App {
             server_key,
             kb_index,
             tool_limits: ToolLimits::default(),
+            commits,
+            runs: RunQueue::new(),
         }))
     }
 

@@ -59,6 +59,15 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Agents of an organisation.
+    #[command(subcommand)]
+    Agent(AgentCommand),
+    /// Projects of an organisation.
+    #[command(subcommand)]
+    Project(ProjectCommand),
+    /// Event triggers.
+    #[command(subcommand)]
+    Trigger(TriggerCommand),
     /// Restore a backup made by `kennis backup` into an empty data directory.
     Restore {
         path: PathBuf,
@@ -191,6 +200,97 @@ pub enum MemberCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum AgentCommand {
+    /// Add an agent to organisation ORG (its slug); prints its id.
+    Add {
+        org: String,
+        name: String,
+        #[arg(long)]
+        kind: crate::agents::AgentKind,
+        #[arg(long = "exec", value_parser = ["echo", "command", "http"])]
+        exec: String,
+        /// Program of a `command` agent (absolute path; started without a shell).
+        #[arg(long, value_name = "PATH")]
+        program: Option<String>,
+        /// Argument for the program; repeatable.
+        #[arg(long = "arg", value_name = "A", allow_hyphen_values = true)]
+        args: Vec<String>,
+        /// URL of an `http` agent.
+        #[arg(long)]
+        url: Option<String>,
+        /// Seconds before the agent is stopped (default 60, at most 3600).
+        #[arg(long, value_name = "SECONDS")]
+        timeout: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProjectCommand {
+    /// Add a project to organisation ORG; `--ready` marks it fully rolled out.
+    Add {
+        org: String,
+        name: String,
+        #[arg(long)]
+        ready: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TriggerCommand {
+    /// Add a trigger; prints its URL and secret (shown only now).
+    Add {
+        org: String,
+        name: String,
+        /// Agent id (from `agent add`); must be a generic agent.
+        #[arg(long)]
+        agent: u64,
+        /// Project id (from `project add`); must be ready.
+        #[arg(long)]
+        project: u64,
+        #[arg(long)]
+        instructions: String,
+        /// Seconds after a run starts during which further events are skipped (default 300).
+        #[arg(long, value_name = "S")]
+        cooldown: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The organisation's triggers.
+    List {
+        org: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pause: events get 200 `skipped: inactive`.
+    Pause {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    Resume {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A new secret; the old one stops working at once, the URL stays.
+    RenewSecret {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The URL stops working; existing runs remain.
+    Delete {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 /// How a command failed; decides the exit status.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
@@ -287,8 +387,22 @@ pub fn run_admin(config: &Config, req: AdminRequest) -> Result<Value, CliError> 
         data_dir: config.data_dir.clone(),
         clock: clock::system(),
         kb_index: std::sync::Arc::new(kb_index),
+        public_url: offline_public_url(config),
     };
     Ok(admin::execute(&ctx, req, &mut progress)?)
+}
+
+/// The base URL a server on this configuration would announce: its `public_url`, else the
+/// listen address (the same rule as `http::start`, minus the port chosen at bind time).
+pub fn offline_public_url(config: &Config) -> String {
+    config.public_url.clone().unwrap_or_else(|| {
+        let scheme = if config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", config.listen)
+    })
 }
 
 /// Prints the JSON object, or the human rendering.
@@ -399,11 +513,12 @@ pub fn serve(config: Config, demo: bool) -> Result<(), CliError> {
                 crate::demo::describe(&setup, &app.connector_url(), &app.public_url)
             );
         }
+        let signal = crate::http::shutdown_signal();
         println!("kennis listening on {}", app.public_url);
         let _ = std::io::stdout().flush();
         let mut server = server;
         tokio::select! {
-            _ = crate::http::shutdown_signal() => tracing::info!("shutting down"),
+            _ = signal => tracing::info!("shutting down"),
             _ = server.stopped() => {},
         }
         server.shutdown().await;

@@ -7,6 +7,7 @@ use crate::app::App;
 use crate::identity::{self, NewPerson, Role};
 use crate::kb;
 use crate::store::{META, Store};
+use crate::{agents, triggers};
 
 pub const DEMO_ORG: &str = "Demo Organisatie";
 pub const DEMO_SLUG: &str = "demo-organisatie";
@@ -75,6 +76,9 @@ pub enum DemoSetup {
         password: String,
         otpauth_uri: String,
         totp_secret: String,
+        /// The demo trigger and its secret.
+        trigger_id: uuid::Uuid,
+        trigger_secret: String,
     },
     /// The demo data already existed.
     Existing { email: String },
@@ -126,13 +130,57 @@ fn create(store: &Store, now: jiff::Timestamp) -> Result<DemoSetup, identity::Id
             identity::IdentityError::InvalidInput(format!("demo document {path}: {e}"))
         })?;
     }
+    let (trigger_id, trigger_secret) = demo_trigger(store, &org.slug, now)?;
     store.write(|tx| tx.put(META, DEMO_MARKER, &true))?;
     Ok(DemoSetup::Created {
         email: DEMO_EMAIL.into(),
         password,
         otpauth_uri: enrolment.otpauth_uri,
         totp_secret: enrolment.secret,
+        trigger_id,
+        trigger_secret,
     })
+}
+
+/// An `echo` generic agent, a ready project and one trigger with a short cooldown, so the hook
+/// endpoints can be tried at once.
+fn demo_trigger(
+    store: &Store,
+    org: &str,
+    now: jiff::Timestamp,
+) -> Result<(uuid::Uuid, String), identity::IdentityError> {
+    let refused = |e: String| identity::IdentityError::InvalidInput(e);
+    let agent = agents::add_agent(
+        store,
+        org,
+        &agents::NewAgent {
+            name: "Echo".into(),
+            kind: agents::AgentKind::Generic,
+            exec: "echo".into(),
+            program: None,
+            args: vec![],
+            url: None,
+            timeout_secs: None,
+        },
+        now,
+    )
+    .map_err(|e| refused(e.to_string()))?;
+    let project = agents::add_project(store, org, "Demo project", agents::Rollout::Ready, now)
+        .map_err(|e| refused(e.to_string()))?;
+    let created = triggers::add(
+        store,
+        org,
+        &triggers::NewTrigger {
+            name: "Demo trigger".into(),
+            agent_id: agent.id,
+            project_id: project.id,
+            instructions: "Vat de melding samen en zeg wat er moet gebeuren.".into(),
+            cooldown_secs: Some(10),
+        },
+        now,
+    )
+    .map_err(|e| refused(e.to_string()))?;
+    Ok((created.trigger.id, created.secret))
 }
 
 fn random_password() -> String {
@@ -149,14 +197,23 @@ pub fn describe(setup: &DemoSetup, connector_url: &str, public_url: &str) -> Str
             password,
             otpauth_uri,
             totp_secret,
-        } => format!(
-            "Demo data created. These credentials are shown only now:\n  \
-             portal:     {public_url}/login\n  \
-             email:      {email}\n  \
-             password:   {password}\n  \
-             second factor (add to an authenticator app):\n    {otpauth_uri}\n    secret: {totp_secret}\n\
-             Connector URL to paste into your assistant: {connector_url}\n"
-        ),
+            trigger_id,
+            trigger_secret,
+        } => {
+            let url = triggers::trigger_url(public_url, *trigger_id);
+            format!(
+                "Demo data created. These credentials are shown only now:\n  \
+                 portal:     {public_url}/login\n  \
+                 email:      {email}\n  \
+                 password:   {password}\n  \
+                 second factor (add to an authenticator app):\n    {otpauth_uri}\n    secret: {totp_secret}\n\
+                 Connector URL to paste into your assistant: {connector_url}\n\
+                 Demo event trigger (echo agent; secret shown only now):\n  \
+                 fire it:   curl -i -X POST -H 'Authorization: Bearer {trigger_secret}' -H 'Content-Type: application/json' -d '{{\"melding\": \"test\"}}' {url}\n  \
+                 read a run (use featureRequestId from the answer):\n             \
+                 curl -H 'Authorization: Bearer {trigger_secret}' {public_url}/api/hooks/runs/<featureRequestId>\n"
+            )
+        }
         DemoSetup::Existing { email } => format!(
             "Demo data already present (login {email}).\n  \
              Forgot the password?  kennis user passwd {email}\n  \
@@ -175,8 +232,11 @@ pub fn to_json(setup: &DemoSetup) -> serde_json::Value {
             password,
             otpauth_uri,
             totp_secret,
+            trigger_id,
+            trigger_secret,
         } => json!({"created": true, "email": email, "password": password,
-                    "otpauth_uri": otpauth_uri, "totp_secret": totp_secret}),
+                    "otpauth_uri": otpauth_uri, "totp_secret": totp_secret,
+                    "trigger_id": trigger_id, "trigger_secret": trigger_secret}),
         DemoSetup::Existing { email } => json!({"created": false, "email": email}),
     }
 }

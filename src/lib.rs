@@ -5,6 +5,7 @@
 //! integration tests drive the same library and binary.
 
 pub mod admin;
+pub mod agents;
 pub mod app;
 pub mod cli;
 pub mod clock;
@@ -17,4 +18,6 @@ pub mod kb;
 pub mod oauth;
 pub mod portal;
 pub mod ratelimit;
+pub mod requests;
 pub mod store;
+pub mod triggers;

@@ -5,9 +5,11 @@ use std::process::ExitCode;
 use clap::Parser;
 use kennis::admin::AdminRequest;
 use kennis::cli::{
-    self, AuditCommand, Cli, CliError, Command, KbCommand, MemberCommand, OrgCommand, UserCommand,
+    self, AgentCommand, AuditCommand, Cli, CliError, Command, KbCommand, MemberCommand, OrgCommand,
+    ProjectCommand, TriggerCommand, UserCommand,
 };
 use kennis::config::Settings;
+use kennis::triggers::{Change, NewTrigger};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -201,6 +203,115 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Audit(AuditCommand::Export { org, since }) => {
             let v = cli::run_admin(&config, AdminRequest::AuditExport { org, since })?;
             cli::print_json_lines(&v);
+        }
+        Command::Agent(AgentCommand::Add {
+            org,
+            name,
+            kind,
+            exec,
+            program,
+            args,
+            url,
+            timeout,
+            json,
+        }) => {
+            let agent = kennis::agents::NewAgent {
+                name,
+                kind,
+                exec,
+                program,
+                args,
+                url,
+                timeout_secs: timeout,
+            };
+            let v = cli::run_admin(&config, AdminRequest::AgentAdd { org, agent })?;
+            cli::output(json, &serde_json::json!({"id": v["id"]}), |_| {
+                format!(
+                    "added {} agent {} (id {}, executor {})",
+                    v["kind"].as_str().unwrap_or(""),
+                    v["name"].as_str().unwrap_or(""),
+                    v["id"],
+                    v["exec"].as_str().unwrap_or("")
+                )
+            });
+        }
+        Command::Project(ProjectCommand::Add {
+            org,
+            name,
+            ready,
+            json,
+        }) => {
+            let v = cli::run_admin(&config, AdminRequest::ProjectAdd { org, name, ready })?;
+            cli::output(json, &serde_json::json!({"id": v["id"]}), |_| {
+                format!(
+                    "added project {} (id {}, {})",
+                    v["name"].as_str().unwrap_or(""),
+                    v["id"],
+                    v["rollout"].as_str().unwrap_or("")
+                )
+            });
+        }
+        Command::Trigger(TriggerCommand::Add {
+            org,
+            name,
+            agent,
+            project,
+            instructions,
+            cooldown,
+            json,
+        }) => {
+            let trigger = NewTrigger {
+                name,
+                agent_id: agent,
+                project_id: project,
+                instructions,
+                cooldown_secs: cooldown,
+            };
+            let v = cli::run_admin(&config, AdminRequest::TriggerAdd { org, trigger })?;
+            cli::output(json, &v, |v| {
+                let url = v["url"].as_str().unwrap_or("");
+                let secret = v["secret"].as_str().unwrap_or("");
+                format!(
+                    "trigger {id}\n  URL:    {url}\n  secret: {secret}   (shown only now)\n  \
+                     signing secret (Standard Webhooks / GitHub signatures instead of the secret): {signing}\n\
+                     Fire it:\n  curl -X POST -H 'Authorization: Bearer {secret}' -H 'Content-Type: application/json' -d '{{}}' {url}",
+                    id = v["id"].as_str().unwrap_or(""),
+                    signing = v["signing_secret"].as_str().unwrap_or("")
+                )
+            });
+        }
+        Command::Trigger(TriggerCommand::List { org, json }) => {
+            let v = cli::run_admin(&config, AdminRequest::TriggerList { org })?;
+            cli::output(json, &v, |v| {
+                cli::human_list(v, &["id", "name", "paused", "cooldown_secs", "url"])
+            });
+        }
+        Command::Trigger(cmd) => {
+            let (id, change, json) = match cmd {
+                TriggerCommand::Pause { id, json } => (id, Change::Pause, json),
+                TriggerCommand::Resume { id, json } => (id, Change::Resume, json),
+                TriggerCommand::RenewSecret { id, json } => (id, Change::RenewSecret, json),
+                TriggerCommand::Delete { id, json } => (id, Change::Delete, json),
+                TriggerCommand::Add { .. } | TriggerCommand::List { .. } => {
+                    unreachable!("handled above")
+                }
+            };
+            let v = cli::run_admin(&config, AdminRequest::TriggerChange { id, change })?;
+            let shown = if change == Change::RenewSecret {
+                serde_json::json!({"secret": v["secret"]})
+            } else {
+                v.clone()
+            };
+            cli::output(json, &shown, |_| match change {
+                Change::RenewSecret => format!(
+                    "new secret (shown only now; the old one no longer works): {}\nnew signing secret: {}",
+                    v["secret"].as_str().unwrap_or(""),
+                    v["signing_secret"].as_str().unwrap_or("")
+                ),
+                Change::Pause => "paused".into(),
+                Change::Resume => "resumed".into(),
+                Change::Delete => "deleted".into(),
+            });
         }
         Command::Restore { path, json } => {
             let v = cli::restore(&config, &path)?;

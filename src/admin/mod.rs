@@ -12,11 +12,13 @@ use serde_json::{Value, json};
 
 use std::sync::Arc;
 
+use crate::agents::{self, AgentError, Rollout};
 use crate::clock::SharedClock;
 use crate::identity::{self, ConnectorAccess, IdentityError, NewPerson, Role};
 use crate::kb::KbError;
 use crate::kb::index::SearchIndex;
 use crate::store::{self, Store, StoreError};
+use crate::triggers::{self, TriggerError};
 
 pub use socket::{SOCKET_FILE, SocketError, bind_socket, serve_socket, socket_path, try_send};
 
@@ -71,6 +73,27 @@ pub enum AdminRequest {
         org: String,
         since: Option<String>,
     },
+    AgentAdd {
+        org: String,
+        agent: agents::NewAgent,
+    },
+    ProjectAdd {
+        org: String,
+        name: String,
+        ready: bool,
+    },
+    TriggerAdd {
+        org: String,
+        trigger: triggers::NewTrigger,
+    },
+    TriggerList {
+        org: String,
+    },
+    /// Pause, resume, renew the secret of, or delete the trigger with UUID `id`.
+    TriggerChange {
+        id: String,
+        change: triggers::Change,
+    },
 }
 
 /// Why an administrative request failed.
@@ -94,13 +117,34 @@ impl From<IdentityError> for AdminError {
     }
 }
 
-/// What an admin request needs: the store, the data directory, the clock and the index.
+impl From<AgentError> for AdminError {
+    fn from(e: AgentError) -> Self {
+        match e {
+            AgentError::Store(s) => AdminError::Store(s),
+            other => AdminError::Refused(other.to_string()),
+        }
+    }
+}
+
+impl From<TriggerError> for AdminError {
+    fn from(e: TriggerError) -> Self {
+        match e {
+            TriggerError::Store(s) => AdminError::Store(s),
+            TriggerError::UnknownTrigger => AdminError::Refused("unknown trigger".into()),
+            other => AdminError::Refused(other.to_string()),
+        }
+    }
+}
+
+/// What an admin request needs: the store, the data directory, the clock, the search index,
+/// and the base URL that trigger URLs are built on.
 #[derive(Clone)]
 pub struct AdminContext {
     pub store: Store,
     pub data_dir: PathBuf,
     pub clock: SharedClock,
     pub kb_index: Arc<SearchIndex>,
+    pub public_url: String,
 }
 
 impl From<KbError> for AdminError {
@@ -110,6 +154,15 @@ impl From<KbError> for AdminError {
             other => AdminError::Refused(other.to_string()),
         }
     }
+}
+
+fn trigger_json(t: &triggers::Trigger, public_url: &str) -> Value {
+    json!({
+        "id": t.id, "name": t.name, "url": triggers::trigger_url(public_url, t.id),
+        "agent_id": t.agent_id, "project_id": t.project_id,
+        "cooldown_secs": t.cooldown_secs, "paused": t.paused,
+        "created_at": t.created_at.to_string(),
+    })
 }
 
 fn org_json(o: &identity::Org) -> Value {
@@ -227,6 +280,47 @@ pub fn execute(
             };
             let items = store.read(|tx| crate::connector::audit::records(tx, org.id, since))?;
             json!({ "items": items })
+        }
+        AdminRequest::AgentAdd { org, agent } => {
+            let a = agents::add_agent(store, &org, &agent, now)?;
+            json!({"id": a.id, "name": a.name, "kind": a.kind, "exec": a.executor.name()})
+        }
+        AdminRequest::ProjectAdd { org, name, ready } => {
+            let rollout = if ready {
+                Rollout::Ready
+            } else {
+                Rollout::Pending
+            };
+            let p = agents::add_project(store, &org, &name, rollout, now)?;
+            json!({"id": p.id, "name": p.name, "rollout": p.rollout})
+        }
+        AdminRequest::TriggerAdd { org, trigger } => {
+            let c = triggers::add(store, &org, &trigger, now)?;
+            let server_key = crate::app::load_or_create_key(&ctx.data_dir)?;
+            json!({
+                "id": c.trigger.id,
+                "url": triggers::trigger_url(&ctx.public_url, c.trigger.id),
+                "secret": c.secret,
+                "signing_secret": triggers::signing_secret(&server_key, &c.trigger),
+            })
+        }
+        AdminRequest::TriggerList { org } => {
+            let items: Vec<Value> = triggers::list(store, &org)?
+                .iter()
+                .map(|t| trigger_json(t, &ctx.public_url))
+                .collect();
+            json!({ "items": items })
+        }
+        AdminRequest::TriggerChange { id, change } => {
+            let (t, secret) = triggers::change(store, &id, change, now)?;
+            match secret {
+                Some(secret) => {
+                    let server_key = crate::app::load_or_create_key(&ctx.data_dir)?;
+                    json!({"id": t.id, "secret": secret,
+                           "signing_secret": triggers::signing_secret(&server_key, &t)})
+                }
+                None => json!({"id": t.id, "paused": t.paused, "deleted": t.deleted}),
+            }
         }
     })
 }

@@ -36,6 +36,29 @@ impl From<StoreError> for JsonError {
     }
 }
 
+impl From<crate::triggers::TriggerError> for JsonError {
+    fn from(e: crate::triggers::TriggerError) -> Self {
+        use crate::triggers::TriggerError as T;
+        let status = match &e {
+            T::Store(s) => {
+                tracing::error!(error = %s, "store error");
+                return JsonError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error");
+            }
+            T::UnknownTrigger | T::RunNotFound => StatusCode::NOT_FOUND,
+            T::UnknownOrg(_) | T::UnknownAgent(_) | T::UnknownProject(_) => StatusCode::NOT_FOUND,
+            T::InvalidToken => StatusCode::UNAUTHORIZED,
+            T::AccessDenied => StatusCode::FORBIDDEN,
+            T::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            T::InvalidKey(_)
+            | T::BadBody(_)
+            | T::InvalidInput(_)
+            | T::NotGeneric(_)
+            | T::ProjectNotReady(_) => StatusCode::BAD_REQUEST,
+        };
+        JsonError::new(status, e.to_string())
+    }
+}
+
 /// An OAuth error as RFC 6749 / 7591 JSON: `{"error", "error_description"}`, never cached.
 pub fn oauth_error(e: &crate::oauth::OAuthError) -> Response {
     use crate::oauth::OAuthError;

@@ -1,10 +1,14 @@
-//! Prometheus metrics: requests by route and status, and latencies by route.
+//! Prometheus metrics: requests by route and status, latencies by route, webhook deliveries by
+//! outcome, runs by status, the run queue and run durations.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+use crate::requests::Status;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -19,10 +23,29 @@ pub struct RouteLabels {
     pub route: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabels {
+    pub status: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub requests: Family<RequestLabels, Counter>,
     pub latency: Family<RouteLabels, Histogram, fn() -> Histogram>,
+    /// Webhook deliveries by outcome: `dispatched`, `inactive`, `in_flight`, `cooldown`,
+    /// `duplicate`, `unknown_trigger`, `invalid_token`, `invalid_key`, `bad_body`.
+    pub deliveries: Family<OutcomeLabels, Counter>,
+    /// Runs by status they reached: `queued` when created, then their final status.
+    pub runs: Family<StatusLabels, Counter>,
+    /// Runs waiting for a worker.
+    pub run_queue: Gauge,
+    /// Execution time of runs that reached a final status.
+    pub run_duration: Histogram,
 }
 
 fn latency_histogram() -> Histogram {
@@ -47,11 +70,65 @@ impl Metrics {
             "HTTP request latency by route",
             latency.clone(),
         );
+        let deliveries = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "hook_deliveries",
+            "Webhook deliveries by outcome",
+            deliveries.clone(),
+        );
+        let runs = Family::<StatusLabels, Counter>::default();
+        registry.register(
+            "runs",
+            "Runs by status reached (queued when created)",
+            runs.clone(),
+        );
+        let run_queue = Gauge::default();
+        registry.register(
+            "run_queue_length",
+            "Runs waiting for a worker",
+            run_queue.clone(),
+        );
+        let run_duration =
+            Histogram::new([0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0, 3600.0]);
+        registry.register(
+            "run_duration_seconds",
+            "Execution time of finished runs",
+            run_duration.clone(),
+        );
         Metrics {
             registry,
             requests,
             latency,
+            deliveries,
+            runs,
+            run_queue,
+            run_duration,
         }
+    }
+
+    /// Counts one webhook delivery.
+    pub fn delivery(&self, outcome: &'static str) {
+        self.deliveries
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// Counts a run created and waiting.
+    pub fn run_queued(&self) {
+        self.runs
+            .get_or_create(&StatusLabels { status: "queued" })
+            .inc();
+        self.run_queue.inc();
+    }
+
+    /// Counts a run that reached a final status after `seconds` of execution.
+    pub fn runs_finished(&self, status: Status, seconds: f64) {
+        self.runs
+            .get_or_create(&StatusLabels {
+                status: status.as_str(),
+            })
+            .inc();
+        self.run_duration.observe(seconds);
     }
 
     /// The Prometheus text exposition.

@@ -3,6 +3,7 @@
 mod client_ip;
 pub mod error;
 mod files;
+mod hooks;
 pub mod metrics;
 mod observe;
 mod tls;
@@ -14,7 +15,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 use tokio::sync::watch;
 
 use crate::admin::{self, AdminContext};
@@ -73,6 +74,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/metrics", get(metrics))
         .route("/files/{token}", get(files::download))
         .merge(crate::connector::http::routes(app.clone()))
+        .route("/api/hooks/events/{uuid}", post(hooks::fire))
+        .route("/api/hooks/runs/{id}", get(hooks::read_run))
         .merge(crate::oauth::routes::router())
         .merge(crate::portal::router())
         .layer(axum::middleware::from_fn_with_state(
@@ -118,6 +121,7 @@ pub struct RunningServer {
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
     admin_task: tokio::task::JoinHandle<()>,
+    workers: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl RunningServer {
@@ -130,8 +134,15 @@ impl RunningServer {
         let _ = self.stop.send(true);
         let _ = self.task.await;
         let _ = self.admin_task.await;
+        for w in self.workers {
+            let _ = w.await;
+        }
         let app = self.app.clone();
-        let _ = tokio::task::spawn_blocking(move || app.batch.shutdown()).await;
+        let _ = tokio::task::spawn_blocking(move || {
+            app.batch.shutdown();
+            app.commits.shutdown();
+        })
+        .await;
     }
 
     /// Waits until the server stops by itself (it does not, except on a fatal error).
@@ -168,6 +179,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
             .expect("open task")?
     };
     let (stop, stop_rx) = watch::channel(false);
+    let workers = crate::agents::start_workers(&app, stop_rx.clone())?;
     let wait_stop = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
@@ -176,6 +188,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
         data_dir,
         clock,
         kb_index: app.kb_index.clone(),
+        public_url: app.public_url.clone(),
     };
     let admin_shutdown = wait_stop(stop_rx.clone());
     let admin_listener = admin::bind_socket(&admin_ctx.data_dir)?;
@@ -213,23 +226,21 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
         stop,
         task,
         admin_task,
+        workers,
     })
 }
 
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("install SIGTERM handler");
+/// A future that resolves on SIGINT or SIGTERM. The handlers are installed when this is
+/// called, not when the future is first polled, so call it before announcing that the server
+/// is up: a signal sent right after the announcement then stops it cleanly.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
+    async move {
         tokio::select! {
-            _ = ctrl_c => {},
             _ = term.recv() => {},
+            _ = int.recv() => {},
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
     }
 }

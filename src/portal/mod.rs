@@ -23,6 +23,7 @@ mod connections;
 mod consent;
 mod kb;
 mod login;
+mod triggers;
 
 use std::sync::Arc;
 
@@ -55,6 +56,7 @@ pub const SESSION_LIFETIME_SECS: i64 = 12 * 60 * 60;
 pub const NAV: &[(&str, &str)] = &[
     ("Knowledge base", "/kb"),
     ("Connections", "/connections"),
+    ("Triggers", "/triggers"),
     ("Audit log", "/audit"),
 ];
 
@@ -98,6 +100,15 @@ pub fn router() -> Router<Arc<App>> {
             post(connections::revoke),
         )
         .route("/portal/o/{slug}/policy", post(connections::set_policy))
+        .route(
+            "/portal/o/{slug}/triggers",
+            get(triggers::triggers_page).post(triggers::create),
+        )
+        .route("/portal/o/{slug}/triggers/{id}", get(triggers::detail))
+        .route(
+            "/portal/o/{slug}/triggers/{id}/{action}",
+            post(triggers::change),
+        )
         .route(
             "/portal/o/{slug}/members/{person_id}/may-connect",
             post(connections::set_may_connect),

@@ -8,6 +8,7 @@
 
 mod backup;
 mod batch;
+mod group;
 pub mod key;
 mod migrate;
 
@@ -22,6 +23,7 @@ use serde::de::DeserializeOwned;
 
 pub use backup::{BackupManifest, BackupSummary, backup_to_dir, restore_from_dir};
 pub use batch::BatchWriter;
+pub use group::GroupCommit;
 pub use migrate::{SCHEMA_VERSION, set_schema_version_for_tests};
 
 /// A table of the store: byte keys to byte values.
@@ -69,6 +71,23 @@ pub const OAUTH_LAST_USED: Table = Table::new("oauth_last_used");
 /// Portal sessions by SHA-256 of the session token.
 pub const SESSIONS: Table = Table::new("sessions");
 
+/// Feature requests and runs by id (one sequence, `requests::SEQUENCE`).
+pub const REQUESTS: Table = Table::new("requests");
+/// Runs not yet final, by id: what recovery after a crash looks at.
+pub const ACTIVE_RUNS: Table = Table::new("active_runs");
+/// Agents by id.
+pub const AGENTS: Table = Table::new("agents");
+/// Projects by id.
+pub const PROJECTS: Table = Table::new("projects");
+/// Event triggers by UUID bytes.
+pub const TRIGGERS: Table = Table::new("triggers");
+/// Per-slot state by (trigger UUID bytes, event key bytes); no key = empty key.
+pub const TRIGGER_SLOTS: Table = Table::new("trigger_slots");
+/// Runs of a trigger by (trigger UUID bytes, run id).
+pub const TRIGGER_RUNS: Table = Table::new("trigger_runs");
+/// Signed deliveries already seen by (trigger UUID bytes, delivery id).
+pub const TRIGGER_DELIVERIES: Table = Table::new("trigger_deliveries");
+
 /// Every table, in the order backups copy them.
 pub const ALL_TABLES: &[Table] = &[
     META,
@@ -85,6 +104,14 @@ pub const ALL_TABLES: &[Table] = &[
     KB_CONTENT,
     KB_FOLDED,
     KB_CHANGES,
+    REQUESTS,
+    ACTIVE_RUNS,
+    AGENTS,
+    PROJECTS,
+    TRIGGERS,
+    TRIGGER_SLOTS,
+    TRIGGER_RUNS,
+    TRIGGER_DELIVERIES,
     OAUTH_CLIENTS,
     OAUTH_CODES,
     OAUTH_GRANTS,

@@ -280,9 +280,14 @@ fn demo_prints_credentials_once_and_they_work() {
         .read(|tx| kennis::kb::list(tx, orgs[0].0.id, None))
         .unwrap();
     let names: Vec<&str> = top.iter().map(|e| e.name.as_str()).collect();
-    assert!(names.contains(&"handleidingen") && names.contains(&"aangeleverd"), "{names:?}");
+    assert!(
+        names.contains(&"handleidingen") && names.contains(&"aangeleverd"),
+        "{names:?}"
+    );
     drop(store);
     let index = kennis::kb::index::SearchIndex::open(&d.join("index")).unwrap();
-    let hits = index.candidates(orgs[0].0.id, None, &["kozijn".to_string()]).unwrap();
+    let hits = index
+        .candidates(orgs[0].0.id, None, &["kozijn".to_string()])
+        .unwrap();
     assert!(hits.len() >= 3, "{hits:?}");
 }

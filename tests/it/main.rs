@@ -14,3 +14,4 @@ mod portal;
 mod portal_kb;
 mod search_reference;
 mod server;
+mod triggers;

@@ -1,0 +1,257 @@
+//! Executors: how one job reaches an agent and how its events come back (DESIGN.md "Agent
+//! protocol"). [`dispatch`] is the one entry point; trigger runs use it through the worker
+//! pool, and feature requests (issue 6) call it with their own job and event sink.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+use super::{Agent, Executor};
+
+/// Longest line or response body we read from an agent: a misbehaving agent cannot make the
+/// server buffer without bound.
+const MAX_OUTPUT: usize = 1024 * 1024;
+/// How much of stderr / an error body ends up in a failure reason.
+const REASON_TAIL: usize = 2000;
+
+/// The agent as named in a job.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobAgent {
+    pub id: u64,
+    pub name: String,
+}
+
+/// One job, as the agent receives it (stdin for `command`, the POST body for `http`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Job {
+    pub job_id: u64,
+    /// `run` or `feature_request`.
+    pub kind: &'static str,
+    /// The organisation's slug.
+    pub organisation: String,
+    pub agent: JobAgent,
+    pub instructions: String,
+    /// Further members for other kinds of jobs (issue 6: `feature_request`).
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// One event from an agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentEvent {
+    Message {
+        text: String,
+    },
+    Question {
+        text: String,
+        #[serde(default)]
+        options: Vec<serde_json::Value>,
+        #[serde(default)]
+        allow_other: bool,
+    },
+    Status {
+        status: String,
+    },
+    Result {
+        text: String,
+    },
+}
+
+/// Receives an agent's events as they arrive.
+pub trait EventSink: Send {
+    fn event(&mut self, event: AgentEvent);
+}
+
+/// How a job ended, as far as the executor can tell. What it means for the request (e.g. a run
+/// without a `result` event) is the caller's decision.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Exit 0 / HTTP 2xx.
+    Completed,
+    /// Non-zero exit, non-2xx, unreadable output, or the agent could not be started.
+    Failed(String),
+    /// The agent's timeout passed; a command was killed.
+    TimedOut,
+}
+
+/// Executes `job` on `agent`, feeding events to `sink`, within the agent's timeout.
+pub async fn dispatch(agent: &Agent, job: &Job, sink: &mut dyn EventSink) -> Outcome {
+    let limit = Duration::from_secs(agent.timeout_secs);
+    match &agent.executor {
+        Executor::Echo => {
+            sink.event(AgentEvent::Result {
+                text: echo_summary(job),
+            });
+            Outcome::Completed
+        }
+        Executor::Command { program, args } => run_command(program, args, job, sink, limit).await,
+        Executor::Http { url } => post_job(url, job, sink, limit).await,
+    }
+}
+
+/// The built-in echo agent's answer: it does nothing but say what it received.
+fn echo_summary(job: &Job) -> String {
+    let total = job.instructions.chars().count();
+    let shown: String = job.instructions.chars().take(300).collect();
+    let more = if total > 300 { "…" } else { "" };
+    format!(
+        "Echo agent (built in; it takes no action). Job {} ({}) for {} received {} characters of instructions: \"{}{}\"",
+        job.job_id, job.kind, job.organisation, total, shown, more
+    )
+}
+
+fn tail(text: &str) -> String {
+    let text = text.trim();
+    let count = text.chars().count();
+    if count <= REASON_TAIL {
+        return text.to_owned();
+    }
+    text.chars().skip(count - REASON_TAIL).collect()
+}
+
+async fn run_command(
+    program: &str,
+    args: &[String],
+    job: &Job,
+    sink: &mut dyn EventSink,
+    limit: Duration,
+) -> Outcome {
+    let mut child = match tokio::process::Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => return Outcome::Failed(format!("could not start {program}: {e}")),
+    };
+    let input = serde_json::to_vec(job).expect("jobs serialise");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let work = async {
+        // A program that does not read its stdin must not block us: write in the background.
+        let writer = tokio::spawn(async move {
+            let _ = stdin.write_all(&input).await;
+            let _ = stdin.shutdown().await;
+        });
+        let err_reader = tokio::spawn(async move {
+            let mut buf = Vec::new();
+            let _ = (&mut stderr)
+                .take(MAX_OUTPUT as u64)
+                .read_to_end(&mut buf)
+                .await;
+            String::from_utf8_lossy(&buf).into_owned()
+        });
+        let mut lines = BufReader::new(stdout).lines();
+        let mut bad_line = None;
+        loop {
+            match lines.next_line().await {
+                Ok(Some(line)) => {
+                    if line.trim().is_empty() {
+                        continue;
+                    }
+                    if line.len() > MAX_OUTPUT {
+                        bad_line = Some("an output line is over 1 MB".to_owned());
+                        break;
+                    }
+                    match serde_json::from_str::<AgentEvent>(&line) {
+                        Ok(ev) => sink.event(ev),
+                        Err(e) => {
+                            bad_line =
+                                Some(format!("unreadable event line ({e}): {}", tail(&line)));
+                            break;
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    bad_line = Some(format!("reading the agent's output: {e}"));
+                    break;
+                }
+            }
+        }
+        let _ = writer.await;
+        if let Some(reason) = bad_line {
+            return Outcome::Failed(reason);
+        }
+        let status = child.wait().await;
+        let err_text = err_reader.await.unwrap_or_default();
+        match status {
+            Ok(s) if s.success() => Outcome::Completed,
+            Ok(s) => {
+                let t = tail(&err_text);
+                Outcome::Failed(if t.is_empty() {
+                    format!("the agent exited with {s}")
+                } else {
+                    format!("the agent exited with {s}: {t}")
+                })
+            }
+            Err(e) => Outcome::Failed(format!("waiting for the agent: {e}")),
+        }
+    };
+    // Dropping the unfinished future drops the child, which kills it (kill_on_drop).
+    match tokio::time::timeout(limit, work).await {
+        Ok(outcome) => outcome,
+        Err(_) => Outcome::TimedOut,
+    }
+}
+
+#[derive(Deserialize)]
+struct HttpReply {
+    #[serde(default)]
+    events: Vec<AgentEvent>,
+}
+
+fn http_client() -> &'static reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT.get_or_init(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("http client")
+    })
+}
+
+async fn post_job(url: &str, job: &Job, sink: &mut dyn EventSink, limit: Duration) -> Outcome {
+    let work = async {
+        let response = http_client()
+            .post(url)
+            .json(job)
+            .send()
+            .await
+            .map_err(|e| format!("POST {url}: {e}"))?;
+        let status = response.status();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| format!("reading the response of {url}: {e}"))?;
+        if body.len() > MAX_OUTPUT {
+            return Err(format!("the response of {url} is over 1 MB"));
+        }
+        if !status.is_success() {
+            return Err(format!(
+                "{url} answered {status}: {}",
+                tail(&String::from_utf8_lossy(&body))
+            ));
+        }
+        let reply: HttpReply = serde_json::from_slice(&body)
+            .map_err(|e| format!("{url} answered with no readable {{\"events\": [...]}}: {e}"))?;
+        Ok(reply.events)
+    };
+    match tokio::time::timeout(limit, work).await {
+        // DESIGN.md: for `http`, a timeout is a failure like a non-2xx answer.
+        Err(_) => Outcome::Failed(format!("{url} gave no answer within {}s", limit.as_secs())),
+        Ok(Err(reason)) => Outcome::Failed(reason),
+        Ok(Ok(events)) => {
+            events.into_iter().for_each(|e| sink.event(e));
+            Outcome::Completed
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! The run queue and its bounded worker pool.
+//!
+//! A run is durable in redb (`REQUESTS` plus the `ACTIVE_RUNS` index) before anyone hears of it;
+//! the in-memory channel only wakes the workers. At start, [`recover`] puts runs a crash left
+//! behind back in line: a `queued` run is simply queued again, a `running` run is re-queued
+//! once and marked `failed` if the server stopped during it a second time, so no slot stays
+//! blocked for ever.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::sync::{mpsc, watch};
+
+use super::exec::{AgentEvent, EventSink, Job, JobAgent, Outcome, dispatch};
+use crate::app::App;
+use crate::identity;
+use crate::requests::{self, Kind, Request, Status};
+use crate::store::{ACTIVE_RUNS, Store, StoreError, key};
+
+/// Wakes workers for runs that are stored and queued.
+pub struct RunQueue {
+    tx: mpsc::UnboundedSender<u64>,
+    rx: Mutex<Option<mpsc::UnboundedReceiver<u64>>>,
+}
+
+impl Default for RunQueue {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RunQueue {
+    pub fn new() -> RunQueue {
+        let (tx, rx) = mpsc::unbounded_channel();
+        RunQueue {
+            tx,
+            rx: Mutex::new(Some(rx)),
+        }
+    }
+
+    /// Hands a stored, queued run to the workers.
+    pub fn wake(&self, run_id: u64) {
+        let _ = self.tx.send(run_id);
+    }
+}
+
+/// A run that was `running` when the server stopped this many times is failed, not retried.
+const MAX_ATTEMPTS: u32 = 2;
+
+/// Finds runs a crash left queued or running; re-queues or fails them. Returns the ids to
+/// queue, oldest first.
+pub fn recover(store: &Store, now: jiff::Timestamp) -> Result<Vec<u64>, StoreError> {
+    store.write(|tx| {
+        let ids: Vec<u64> = tx
+            .scan::<bool>(ACTIVE_RUNS, b"")?
+            .into_iter()
+            .filter_map(|(k, _)| key::id_at(&k, 0))
+            .collect();
+        let mut queue = Vec::new();
+        for id in ids {
+            let Some(mut run) = requests::get_for_update(tx, id)? else {
+                tx.delete(ACTIVE_RUNS, &key::id(id))?;
+                continue;
+            };
+            match run.status {
+                Status::Queued => queue.push(id),
+                Status::Running if run.attempts >= MAX_ATTEMPTS => {
+                    run.status = Status::Failed;
+                    run.result = Some(format!(
+                        "the server stopped while this run was running, {} times; it is not retried again",
+                        run.attempts
+                    ));
+                    run.updated_at = now;
+                    requests::put(tx, &run)?;
+                    tx.delete(ACTIVE_RUNS, &key::id(id))?;
+                }
+                Status::Running => {
+                    run.status = Status::Queued;
+                    run.updated_at = now;
+                    requests::put(tx, &run)?;
+                    queue.push(id);
+                }
+                _ => {
+                    tx.delete(ACTIVE_RUNS, &key::id(id))?;
+                }
+            }
+        }
+        Ok(queue)
+    })
+}
+
+/// Recovers left-over runs and starts `config.agent_workers` workers; they stop when `stop`
+/// turns true. The handles let shutdown wait for them (they hold the app, and so the store).
+pub fn start_workers(
+    app: &Arc<App>,
+    stop: watch::Receiver<bool>,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, StoreError> {
+    let pending = recover(&app.store, app.clock.now())?;
+    app.metrics.run_queue.set(pending.len() as i64);
+    for id in pending {
+        app.runs.wake(id);
+    }
+    let rx = app
+        .runs
+        .rx
+        .lock()
+        .expect("run queue lock")
+        .take()
+        .expect("workers start once");
+    let rx = Arc::new(tokio::sync::Mutex::new(rx));
+    let mut handles = Vec::new();
+    for _ in 0..app.config.agent_workers {
+        let (app, rx, mut stop) = (app.clone(), rx.clone(), stop.clone());
+        handles.push(tokio::spawn(async move {
+            loop {
+                let next = tokio::select! {
+                    id = async { rx.lock().await.recv().await } => id,
+                    _ = stop.wait_for(|s| *s) => None,
+                };
+                let Some(id) = next else { break };
+                tokio::select! {
+                    _ = execute_run(&app, id) => {},
+                    // Stopping abandons the run (a command is killed); it stays `running` and
+                    // the next start re-queues it.
+                    _ = stop.wait_for(|s| *s) => break,
+                }
+            }
+        }));
+    }
+    Ok(handles)
+}
+
+/// Collects a run's events: the `result` text decides success.
+#[derive(Default)]
+struct RunSink {
+    result: Option<String>,
+    messages: Vec<String>,
+}
+
+impl EventSink for RunSink {
+    fn event(&mut self, event: AgentEvent) {
+        match event {
+            AgentEvent::Result { text } => self.result = Some(text),
+            AgentEvent::Message { text } => self.messages.push(text),
+            // A run has nobody to answer questions and no status list of its own.
+            AgentEvent::Question { .. } | AgentEvent::Status { .. } => {}
+        }
+    }
+}
+
+enum Claim {
+    Run(Box<(Request, Job, super::Agent)>),
+    /// Already final or not a run: nothing to do.
+    Skip,
+    /// The agent or organisation vanished; the run was failed.
+    Failed,
+}
+
+async fn execute_run(app: &Arc<App>, id: u64) {
+    app.metrics.run_queue.dec();
+    // Claims and results share the group commit with webhook deliveries: fewer fsyncs.
+    let now = app.clock.now();
+    let claim = app
+        .commits
+        .write(move |tx| {
+            let Some(mut run) = requests::get_for_update(tx, id)? else {
+                return Ok(Claim::Skip);
+            };
+            if run.kind != Kind::Run || run.status != Status::Queued {
+                return Ok(Claim::Skip);
+            }
+            let agent: Option<super::Agent> =
+                tx.get(crate::store::AGENTS, &key::id(run.agent_id))?;
+            let org: Option<identity::Org> = tx.get(crate::store::ORGS, &key::id(run.org_id))?;
+            let (Some(agent), Some(org)) = (agent, org) else {
+                run.status = Status::Failed;
+                run.result = Some("the run's agent no longer exists".into());
+                run.updated_at = now;
+                requests::put(tx, &run)?;
+                tx.delete(ACTIVE_RUNS, &key::id(id))?;
+                return Ok(Claim::Failed);
+            };
+            run.status = Status::Running;
+            run.attempts += 1;
+            run.updated_at = now;
+            requests::put(tx, &run)?;
+            let job = Job {
+                job_id: run.id,
+                kind: "run",
+                organisation: org.slug,
+                agent: JobAgent {
+                    id: agent.id,
+                    name: agent.name.clone(),
+                },
+                instructions: run.instructions.clone(),
+                extra: Default::default(),
+            };
+            Ok::<_, StoreError>(Claim::Run(Box::new((run, job, agent))))
+        })
+        .await;
+    let (run, job, agent) = match claim {
+        Ok(Claim::Run(b)) => *b,
+        Ok(Claim::Skip) => return,
+        Ok(Claim::Failed) => {
+            app.metrics.runs_finished(Status::Failed, 0.0);
+            return;
+        }
+        Err(e) => {
+            tracing::error!(run = id, error = %e, "could not start a run");
+            return;
+        }
+    };
+    let started = Instant::now();
+    let mut sink = RunSink::default();
+    let outcome = dispatch(&agent, &job, &mut sink).await;
+    let (status, result) = match outcome {
+        Outcome::Completed => match sink.result {
+            Some(text) => (Status::Succeeded, text),
+            None => (
+                Status::Failed,
+                match sink.messages.last() {
+                    Some(m) => {
+                        format!("the agent ended without a result event; its last message: {m}")
+                    }
+                    None => "the agent ended without a result event".to_owned(),
+                },
+            ),
+        },
+        Outcome::Failed(reason) => (Status::Failed, reason),
+        Outcome::TimedOut => (
+            Status::TimedOut,
+            format!(
+                "the agent did not finish within {} seconds and was stopped",
+                agent.timeout_secs
+            ),
+        ),
+    };
+    let elapsed = started.elapsed().as_secs_f64();
+    let run_id = run.id;
+    let now = app.clock.now();
+    let saved = app
+        .commits
+        .write(move |tx| {
+            let Some(mut run) = requests::get_for_update(tx, run_id)? else {
+                return Ok(());
+            };
+            if run.status.is_final() {
+                return Ok(());
+            }
+            run.status = status;
+            run.result = Some(result);
+            run.updated_at = now;
+            requests::put(tx, &run)?;
+            tx.delete(ACTIVE_RUNS, &key::id(run_id))?;
+            Ok::<(), StoreError>(())
+        })
+        .await;
+    match saved {
+        Ok(()) => app.metrics.runs_finished(status, elapsed),
+        Err(e) => tracing::error!(run = run_id, error = %e, "could not store a run's result"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recovery_requeues_once_then_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let now: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let make = |status: Status, attempts: u32| {
+            store
+                .write(|tx| {
+                    let mut r = requests::create_run(
+                        tx,
+                        1,
+                        1,
+                        uuid::Uuid::new_v4(),
+                        None,
+                        "x".into(),
+                        now,
+                    )?;
+                    r.status = status;
+                    r.attempts = attempts;
+                    requests::put(tx, &r)?;
+                    tx.put(ACTIVE_RUNS, &key::id(r.id), &true)?;
+                    Ok::<_, StoreError>(r.id)
+                })
+                .unwrap()
+        };
+        let queued = make(Status::Queued, 0);
+        let running_once = make(Status::Running, 1);
+        let running_twice = make(Status::Running, 2);
+        let ids = recover(&store, now).unwrap();
+        assert_eq!(ids, vec![queued, running_once]);
+        let get = |id| store.read(|tx| requests::get(tx, id)).unwrap().unwrap();
+        assert_eq!(get(running_once).status, Status::Queued);
+        let failed = get(running_twice);
+        assert_eq!(failed.status, Status::Failed);
+        assert!(failed.result.unwrap().contains("not retried"));
+        // The failed run left the active index; the others are still there.
+        let active = store.read(|tx| tx.count(ACTIVE_RUNS)).unwrap();
+        assert_eq!(active, 2);
+    }
+}

@@ -1,0 +1,298 @@
+//! Event triggers of an organisation (admins only): the list with pause, resume, renew and
+//! delete; a form to create one for a generic agent and a ready project (no other project is
+//! offered or accepted); the secret shown once with a curl example; recent runs; and the
+//! organisation's agents and projects.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use maud::{Markup, html};
+
+use super::{
+    OrgAdmin, csrf_field, csrf_rejected, field, form_pairs, layout, page, see_other, verify_csrf,
+};
+use crate::agents::{self, Agent, AgentKind, Project, Rollout};
+use crate::app::App;
+use crate::triggers::{self, Change, NewTrigger, Trigger};
+
+struct Data {
+    triggers: Vec<Trigger>,
+    agents: Vec<Agent>,
+    projects: Vec<Project>,
+}
+
+fn load(app: &App, org_slug: &str, org_id: u64) -> Result<Data, triggers::TriggerError> {
+    Ok(Data {
+        triggers: triggers::list(&app.store, org_slug)?,
+        agents: agents::list_agents(&app.store, org_id)?,
+        projects: agents::list_projects(&app.store, org_id)?,
+    })
+}
+
+fn rollout(r: Rollout) -> &'static str {
+    match r {
+        Rollout::Pending => "pending",
+        Rollout::RollingOut => "rolling out",
+        Rollout::Ready => "ready",
+    }
+}
+
+fn base(m: &OrgAdmin) -> String {
+    format!("/portal/o/{}/triggers", m.0.org.slug)
+}
+
+fn list_page(
+    app: &App,
+    m: &OrgAdmin,
+    d: &Data,
+    error: Option<&str>,
+    status: StatusCode,
+) -> Response {
+    let csrf = &m.0.user.csrf;
+    let base = base(m);
+    let generic: Vec<&Agent> = d
+        .agents
+        .iter()
+        .filter(|a| a.kind == AgentKind::Generic)
+        .collect();
+    let ready: Vec<&Project> = d
+        .projects
+        .iter()
+        .filter(|p| p.rollout == Rollout::Ready)
+        .collect();
+    let body = html! {
+        @if let Some(e) = error { p.error { (e) } }
+        h2 { "Triggers" }
+        @if d.triggers.is_empty() { p.muted { "No triggers yet." } }
+        @else {
+            table #triggers {
+                tr { th { "Name" } th { "URL" } th { "Cooldown" } th { "State" } th { "" } }
+                @for t in &d.triggers {
+                    tr {
+                        td { a href={ (base) "/" (t.id) } { (t.name) } }
+                        td { code { (triggers::trigger_url(&app.public_url, t.id)) } }
+                        td { (t.cooldown_secs) " s" }
+                        td { @if t.paused { "paused" } @else { "active" } }
+                        td {
+                            @for (action, label) in [(if t.paused { "resume" } else { "pause" }, if t.paused { "Resume" } else { "Pause" }), ("renew-secret", "Renew secret"), ("delete", "Delete")] {
+                                form.inline method="post" action={ (base) "/" (t.id) "/" (action) } {
+                                    (csrf_field(csrf))
+                                    button type="submit" name="action" value=(action) { (label) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "New trigger" }
+        @if generic.is_empty() || ready.is_empty() {
+            p.muted { "A trigger needs a generic agent and a ready project (kennis agent add / kennis project add --ready)." }
+        } @else {
+            form #trigger-form method="post" action=(base) {
+                (csrf_field(csrf))
+                label { "Name " input type="text" name="name" required maxlength="100"; }
+                label { "Instructions " textarea name="instructions" required rows="4" cols="60" {} }
+                label { "Agent " select name="agent" {
+                    @for a in &generic { option value=(a.id) { (a.name) } }
+                } }
+                label { "Project " select name="project" {
+                    @for p in &ready { option value=(p.id) { (p.name) } }
+                } }
+                label { "Cooldown (seconds) " input type="number" name="cooldown" value=(triggers::DEFAULT_COOLDOWN_SECS) min="0"; }
+                button type="submit" { "Create trigger" }
+            }
+        }
+        h2 { "Agents" }
+        table #agents {
+            tr { th { "Id" } th { "Name" } th { "Kind" } th { "Executor" } th { "Timeout" } }
+            @for a in &d.agents {
+                tr { td { (a.id) } td { (a.name) } td { @if a.kind == AgentKind::Generic { "generic" } @else { "feature" } } td { (a.executor.name()) } td { (a.timeout_secs) " s" } }
+            }
+        }
+        h2 { "Projects" }
+        table #projects {
+            tr { th { "Id" } th { "Name" } th { "Rollout" } }
+            @for p in &d.projects { tr { td { (p.id) } td { (p.name) } td { (rollout(p.rollout)) } } }
+        }
+    };
+    page(
+        status,
+        layout("Event triggers", Some(&m.0.user), Some(&m.0.org), body),
+    )
+}
+
+fn secret_page(app: &App, m: &OrgAdmin, t: &Trigger, secret: &str, renewed: bool) -> Response {
+    let url = triggers::trigger_url(&app.public_url, t.id);
+    let signing = triggers::signing_secret(&app.server_key, t);
+    let curl = format!(
+        "curl -X POST -H 'Authorization: Bearer {secret}' -H 'Content-Type: application/json' -d '{{\"example\": true}}' {url}"
+    );
+    let body = html! {
+        p { @if renewed { "The secret was renewed; the old one no longer works. " } "Copy the secret now: it is not shown again." }
+        dl #trigger-secret {
+            dt { "URL" } dd { code #trigger-url { (url) } }
+            dt { "Secret" } dd { code #secret { (secret) } }
+            dt { "Signing secret (Standard Webhooks / GitHub)" } dd { code { (signing) } }
+        }
+        p { "Fire it:" }
+        textarea #curl readonly rows="3" cols="80" { (curl) }
+        p { "Read a run: " code { "curl -H 'Authorization: Bearer " (secret) "' " (app.public_url) "/api/hooks/runs/<featureRequestId>" } }
+        p { a href=(base(m)) { "Back to triggers" } }
+    };
+    page(
+        StatusCode::OK,
+        layout(&t.name, Some(&m.0.user), Some(&m.0.org), body),
+    )
+}
+
+pub(super) async fn triggers_page(State(app): State<Arc<App>>, m: OrgAdmin) -> Response {
+    let (slug, id) = (m.0.org.slug.clone(), m.0.org.id);
+    match app.blocking(move |app| load(app, &slug, id)).await {
+        Ok(d) => list_page(&app, &m, &d, None, StatusCode::OK),
+        Err(_) => see_other("/portal"),
+    }
+}
+
+pub(super) async fn create(State(app): State<Arc<App>>, m: OrgAdmin, body: Bytes) -> Response {
+    let pairs = form_pairs(&body);
+    if !verify_csrf(&m.0.user.csrf, field(&pairs, "csrf_token")) {
+        return csrf_rejected();
+    }
+    let num = |n: &str| field(&pairs, n).and_then(|v| v.trim().parse::<u64>().ok());
+    let new = NewTrigger {
+        name: field(&pairs, "name").unwrap_or("").to_owned(),
+        agent_id: num("agent").unwrap_or(0),
+        project_id: num("project").unwrap_or(0),
+        instructions: field(&pairs, "instructions").unwrap_or("").to_owned(),
+        cooldown_secs: match field(&pairs, "cooldown").map(str::trim) {
+            None | Some("") => None,
+            Some(v) => match v.parse() {
+                Ok(n) => Some(n),
+                Err(_) => Some(u64::MAX),
+            },
+        },
+    };
+    let (slug, org_id) = (m.0.org.slug.clone(), m.0.org.id);
+    let result = app
+        .blocking(move |app| {
+            let r = triggers::add(&app.store, &slug, &new, app.clock.now());
+            (r, load(app, &slug, org_id))
+        })
+        .await;
+    match result {
+        (Ok(c), _) => secret_page(&app, &m, &c.trigger, &c.secret, false),
+        (Err(e), Ok(d)) => list_page(&app, &m, &d, Some(&e.to_string()), StatusCode::BAD_REQUEST),
+        (Err(_), Err(_)) => see_other("/portal"),
+    }
+}
+
+fn owned(app: &App, m: &OrgAdmin, id: &str) -> Option<Trigger> {
+    let id = uuid::Uuid::parse_str(id).ok()?;
+    triggers::get(&app.store, id)
+        .ok()
+        .filter(|t| t.org_id == m.0.org.id)
+}
+
+fn not_found(m: &OrgAdmin) -> Response {
+    page(
+        StatusCode::NOT_FOUND,
+        layout(
+            "Not found",
+            Some(&m.0.user),
+            Some(&m.0.org),
+            html! { p { "No such trigger." } },
+        ),
+    )
+}
+
+pub(super) async fn change(
+    State(app): State<Arc<App>>,
+    m: OrgAdmin,
+    Path((_slug, id, action)): Path<(String, String, String)>,
+    body: Bytes,
+) -> Response {
+    let pairs = form_pairs(&body);
+    if !verify_csrf(&m.0.user.csrf, field(&pairs, "csrf_token")) {
+        return csrf_rejected();
+    }
+    let what = match action.as_str() {
+        "pause" => Change::Pause,
+        "resume" => Change::Resume,
+        "renew-secret" => Change::RenewSecret,
+        "delete" => Change::Delete,
+        _ => return not_found(&m),
+    };
+    let m2 = m.clone();
+    let result = app
+        .blocking(move |app| {
+            let t = owned(app, &m2, &id)?;
+            Some(triggers::change(
+                &app.store,
+                &t.id.to_string(),
+                what,
+                app.clock.now(),
+            ))
+        })
+        .await;
+    match result {
+        None | Some(Err(_)) => not_found(&m),
+        Some(Ok((t, Some(secret)))) => secret_page(&app, &m, &t, &secret, true),
+        Some(Ok(_)) => see_other(&base(&m)),
+    }
+}
+
+fn runs_table(runs: &[crate::requests::Request]) -> Markup {
+    html! {
+        @if runs.is_empty() { p.muted { "No runs yet." } }
+        @else {
+            table #runs {
+                tr { th { "Run" } th { "Key" } th { "Status" } th { "Created" } th { "Updated" } th { "Result" } }
+                @for r in runs {
+                    tr {
+                        td { (r.id) }
+                        td { (r.event_key.as_deref().unwrap_or("—")) }
+                        td { (r.status.as_str()) }
+                        td { (r.created_at.strftime("%Y-%m-%d %H:%M:%S UTC")) }
+                        td { (r.updated_at.strftime("%Y-%m-%d %H:%M:%S UTC")) }
+                        td { (r.result.as_deref().map(|s| s.chars().take(500).collect::<String>()).unwrap_or_default()) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(super) async fn detail(
+    State(app): State<Arc<App>>,
+    m: OrgAdmin,
+    Path((_slug, id)): Path<(String, String)>,
+) -> Response {
+    let m2 = m.clone();
+    let found = app
+        .blocking(move |app| {
+            let t = owned(app, &m2, &id)?;
+            let runs = triggers::recent_runs(&app.store, t.id, 50).ok()?;
+            Some((t, runs))
+        })
+        .await;
+    let Some((t, runs)) = found else {
+        return not_found(&m);
+    };
+    let body = html! {
+        p { "URL: " code { (triggers::trigger_url(&app.public_url, t.id)) } }
+        p { "State: " @if t.paused { "paused" } @else { "active" } " · cooldown " (t.cooldown_secs) " s" }
+        h2 { "Instructions" }
+        pre { (t.instructions) }
+        h2 { "Recent runs" }
+        (runs_table(&runs))
+        p { a href=(base(&m)) { "Back to triggers" } }
+    };
+    page(
+        StatusCode::OK,
+        layout(&t.name, Some(&m.0.user), Some(&m.0.org), body),
+    )
+}
