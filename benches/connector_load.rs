@@ -91,7 +91,13 @@ fn seed(dir: &Path, public_url: &str, docs: &[(String, String)]) -> String {
     )
     .unwrap();
     let enrol = identity::reset_totp(store, email).unwrap();
-    identity::verify_totp(store, person.id, &identity::code_at(&enrol.secret, now), now).unwrap();
+    identity::verify_totp(
+        store,
+        person.id,
+        &identity::code_at(&enrol.secret, now),
+        now,
+    )
+    .unwrap();
     identity::accept_terms(store, person.id, &app.config.terms_version).unwrap();
     identity::add_member(store, &org.slug, email, Role::Admin, true, now).unwrap();
     for (path, text) in docs {
@@ -258,7 +264,9 @@ fn main() {
     });
     let rss = rss_kb(pid, "VmRSS:");
     let hwm = rss_kb(pid, "VmHWM:");
-    let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
     let _ = child.wait();
 
     let mut lat = lat;

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use kennis::kb::fold::fold_text;
 use kennis::kb::index::SearchIndex;
-use kennis::kb::search::{self, Budget, DEFAULT_LIMIT, OUTPUT_CAP_CHARS, SearchRequest, parse_query};
+use kennis::kb::search::{
+    self, Budget, DEFAULT_LIMIT, OUTPUT_CAP_CHARS, SearchRequest, parse_query,
+};
 use kennis::store::Store;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

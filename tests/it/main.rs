@@ -5,11 +5,12 @@ mod flow;
 
 mod backup;
 mod cli;
+mod conformance;
 mod connector;
 mod crash;
 mod kb;
-mod search_reference;
 mod oauth;
 mod outside;
 mod portal;
+mod search_reference;
 mod server;
