@@ -250,7 +250,10 @@ mod tests {
     fn only_connector_scopes_count() {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         assert!(connector_scopes(&s(&["profile", "offline_access"])).is_empty());
-        assert_eq!(connector_scopes(&s(&["profile", "kennisbank"])), s(&["kennisbank"]));
+        assert_eq!(
+            connector_scopes(&s(&["profile", "kennisbank"])),
+            s(&["kennisbank"])
+        );
     }
 
     #[test]
