@@ -5,6 +5,7 @@ mod flow;
 
 mod backup;
 mod cli;
+mod conformance;
 mod connector;
 mod crash;
 mod kb;

@@ -1,0 +1,185 @@
+//! The official MCP conformance suite (`@modelcontextprotocol/conformance`, Node 22) against
+//! the real connector, through a small proxy that adds a valid bearer token. The server's
+//! public URL is the proxy's, and the proxy passes the `Host` header through unchanged, so the
+//! DNS-rebinding scenario really tests the server's Host/Origin check. `#[ignore]`d: it needs
+//! Node and `npm ci` in tests/node; `.ci/run` provides both.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::Response;
+use kennis::config::Settings;
+
+use crate::fixture::{TestServer, http_client};
+
+/// The scenarios that apply to this server; the others need the suite's fixture tools,
+/// prompts and resources, which a knowledge-base connector does not offer.
+const SCENARIOS: &[&str] = &[
+    "server-initialize",
+    "ping",
+    "tools-list",
+    "dns-rebinding-protection",
+];
+
+#[derive(Clone)]
+struct Proxy {
+    upstream: String,
+    token: String,
+    client: reqwest::Client,
+}
+
+/// Forwards one request to the server with the bearer token added; Host and Origin unchanged.
+async fn forward(State(p): State<Proxy>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, 4 * 1024 * 1024)
+        .await
+        .unwrap_or_default();
+    let uri = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |pq| pq.as_str())
+        .to_owned();
+    let mut headers = parts.headers.clone();
+    headers.remove(header::CONNECTION);
+    headers.remove(header::CONTENT_LENGTH);
+    headers.insert(
+        header::AUTHORIZATION,
+        HeaderValue::from_str(&format!("Bearer {}", p.token)).unwrap(),
+    );
+    let sent = p
+        .client
+        .request(parts.method, format!("{}{uri}", p.upstream))
+        .headers(headers)
+        .body(body)
+        .send()
+        .await;
+    match sent {
+        Ok(r) => {
+            let mut out = Response::builder().status(r.status());
+            for (k, v) in r.headers() {
+                if k != header::TRANSFER_ENCODING && k != header::CONNECTION {
+                    out = out.header(k, v);
+                }
+            }
+            let bytes = r.bytes().await.unwrap_or_default();
+            out.body(Body::from(bytes)).unwrap()
+        }
+        Err(e) => Response::builder()
+            .status(StatusCode::BAD_GATEWAY)
+            .body(Body::from(e.to_string()))
+            .unwrap(),
+    }
+}
+
+fn node_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/node")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Node 22 and `npm ci` in tests/node; run by .ci/run"]
+async fn official_conformance_scenarios_pass() {
+    let cli = node_dir().join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    assert!(
+        cli.is_file(),
+        "the conformance package is missing: run `npm ci` in tests/node ({})",
+        cli.display()
+    );
+    let node = Command::new("node").arg("--version").output();
+    let version = match node {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_owned(),
+        _ => panic!("`node` is not on PATH; the conformance suite needs Node 22 or later"),
+    };
+    let major: u32 = version
+        .trim_start_matches('v')
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        major >= 22,
+        "the conformance suite needs Node 22 or later, found {version}"
+    );
+
+    // The proxy's address is the server's public URL, as behind a reverse proxy.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy_url = format!("http://{}", listener.local_addr().unwrap());
+    let t = TestServer::start_with(Settings {
+        public_url: Some(proxy_url.clone()),
+        ..Settings::default()
+    })
+    .await;
+    let s = t.seed("Acme", "conformance@example.org");
+    let token = t.grant(&s, &["kennisbank", "feature_requests"]);
+    let upstream = format!("http://{}", t.server.as_ref().expect("running").local_addr);
+    let proxy = Proxy {
+        upstream,
+        token,
+        client: http_client(),
+    };
+    let app = axum::Router::new().fallback(forward).with_state(proxy);
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let url = format!("{proxy_url}/mcp/kennisbank");
+    for scenario in SCENARIOS {
+        let out_dir = t.data_dir().join(format!("conformance-{scenario}"));
+        let mut cmd = Command::new("node");
+        cmd.arg(&cli)
+            .args(["server", "--url", &url, "--scenario", scenario, "-o"])
+            .arg(&out_dir)
+            .current_dir(node_dir())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let out = tokio::time::timeout(
+            Duration::from_secs(120),
+            tokio::task::spawn_blocking(move || cmd.output()),
+        )
+        .await
+        .expect("the conformance suite finished in time")
+        .unwrap()
+        .expect("node runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "conformance scenario {scenario} failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // A run that checked nothing must not count as a pass: read the saved checks.
+        let checks = saved_checks(&out_dir);
+        assert!(
+            !checks.is_empty(),
+            "scenario {scenario} saved no checks:\n{stdout}"
+        );
+        for c in &checks {
+            assert!(
+                c["status"] == "SUCCESS" || c["status"] == "INFO",
+                "scenario {scenario}: check {} is {}: {}",
+                c["id"],
+                c["status"],
+                c["errorMessage"]
+            );
+        }
+    }
+}
+
+/// Every check in the `checks.json` files the suite saved under `dir`.
+fn saved_checks(dir: &std::path::Path) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(saved_checks(&p));
+        } else if p.file_name().is_some_and(|n| n == "checks.json") {
+            let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+            out.extend(v.as_array().cloned().unwrap_or_default());
+        }
+    }
+    out
+}
