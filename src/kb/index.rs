@@ -278,13 +278,15 @@ impl SearchIndex {
     }
 
     /// Candidate documents of `org_id` (inside `folder`, if given) that contain every gram of
-    /// every term, best first, all of them.
+    /// every term: the best `max` of them, and how many there are in all. Only the ones a call
+    /// may verify are fetched, so a common term does not load the whole knowledge base.
     pub fn candidates(
         &self,
         org_id: u64,
         folder: Option<&str>,
         terms: &[String],
-    ) -> Result<Vec<Candidate>, KbError> {
+        max: usize,
+    ) -> Result<(Vec<Candidate>, usize), KbError> {
         let f = &self.fields;
         let mut clauses: Vec<(Occur, Box<dyn Query>)> = vec![(
             Occur::Must,
@@ -333,10 +335,13 @@ impl SearchIndex {
         let searcher = self.reader.searcher();
         let total = searcher.search(&query, &Count).map_err(index_err)?;
         if total == 0 {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), 0));
         }
         let top: Vec<(f32, DocAddress)> = searcher
-            .search(&query, &TopDocs::with_limit(total).order_by_score())
+            .search(
+                &query,
+                &TopDocs::with_limit(total.min(max)).order_by_score(),
+            )
             .map_err(index_err)?;
         let mut out = Vec::with_capacity(top.len());
         for (_, addr) in top {
@@ -359,7 +364,7 @@ impl SearchIndex {
                 size: num(f.size),
             });
         }
-        Ok(out)
+        Ok((out, total))
     }
 }
 

@@ -167,7 +167,12 @@ pub fn search(
     index: &SearchIndex,
     req: &SearchRequest<'_>,
 ) -> Result<SearchOutput, KbError> {
-    let candidates = index.candidates(req.org_id, req.folder, &req.query.terms)?;
+    let (candidates, total) = index.candidates(
+        req.org_id,
+        req.folder,
+        &req.query.terms,
+        req.budget.max_documents,
+    )?;
     let finders: Vec<Finder<'_>> = req
         .query
         .terms
@@ -178,15 +183,15 @@ pub fn search(
         let mut results = Vec::new();
         let mut verified = 0usize;
         let mut bytes = 0u64;
-        let mut skipped = 0usize;
         let mut reason = None;
-        for (i, c) in candidates.iter().enumerate() {
+        let mut enough = false;
+        for c in &candidates {
             if results.len() >= req.limit {
+                enough = true;
                 break;
             }
             let cost = c.size.min(super::MAX_SEARCHED_BYTES as u64);
             if verified >= req.budget.max_documents || bytes + cost > req.budget.max_bytes {
-                skipped = candidates.len() - i;
                 reason = Some(if verified >= req.budget.max_documents {
                     format!(
                         "one search verifies at most {} documents",
@@ -206,6 +211,14 @@ pub fn search(
                 results.push(hit);
             }
         }
+        // Only the budget's worth of candidates was fetched: more in all means the document cap.
+        if reason.is_none() && !enough && results.len() < req.limit && total > verified {
+            reason = Some(format!(
+                "one search verifies at most {} documents",
+                req.budget.max_documents
+            ));
+        }
+        let skipped = total.saturating_sub(verified);
         let (results, truncated) = cap_output(results, req.output_cap);
         Ok(SearchOutput {
             query: req.raw_query.to_owned(),

@@ -287,7 +287,7 @@ fn demo_prints_credentials_once_and_they_work() {
     drop(store);
     let index = kennis::kb::index::SearchIndex::open(&d.join("index")).unwrap();
     let hits = index
-        .candidates(orgs[0].0.id, None, &["kozijn".to_string()])
+        .candidates(orgs[0].0.id, None, &["kozijn".to_string()], 100)
         .unwrap();
-    assert!(hits.len() >= 3, "{hits:?}");
+    assert!(hits.0.len() >= 3 && hits.1 == hits.0.len(), "{hits:?}");
 }
