@@ -2,14 +2,23 @@
 //! one record type and one id sequence for the whole service, so a run's `featureRequestId` is
 //! a feature-request id.
 //!
-//! The record is meant to grow: fields that only feature requests need (app, title,
-//! conversation, questions, …) can be added with `#[serde(default)]` and old records still
-//! read, so no migration is needed. Only what runs need is here.
+//! Fields that only feature requests use (app, title, conversation, questions, …) carry
+//! `#[serde(default)]`, so run records written before them still read without a migration.
+//! [`apps`] holds the apps requests are filed for, [`feature`] the rules of a feature request's
+//! life (limits, answers, status transitions, agent events), [`attachments`] what the portal
+//! adds to a request, and [`service`] the operations the connector and the portal share.
+
+pub mod apps;
+pub mod attachments;
+pub mod feature;
+pub mod service;
+
+use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::store::{REQUESTS, StoreError, WriteTx, key};
+use crate::store::{FEATURE_REQUESTS, REQUESTS, StoreError, WriteTx, key};
 
 /// The one id sequence shared by runs and feature requests.
 pub const SEQUENCE: &str = "feature_request";
@@ -24,8 +33,8 @@ pub enum Kind {
     FeatureRequest,
 }
 
-/// Status of a request. The run statuses are the first six; issue 6 adds the feature-request
-/// statuses as further variants (old records keep reading).
+/// Status of a request. Runs use `queued` … `timed_out`; feature requests use `pending` …
+/// `completed` and share `cancelled` (see [`feature::FEATURE_STATUSES`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
@@ -35,6 +44,12 @@ pub enum Status {
     Failed,
     Cancelled,
     TimedOut,
+    Pending,
+    Clarifying,
+    Implementing,
+    AwaitingFeedback,
+    Review,
+    Completed,
 }
 
 impl Status {
@@ -42,7 +57,11 @@ impl Status {
     pub fn is_final(self) -> bool {
         matches!(
             self,
-            Status::Succeeded | Status::Failed | Status::Cancelled | Status::TimedOut
+            Status::Succeeded
+                | Status::Failed
+                | Status::Cancelled
+                | Status::TimedOut
+                | Status::Completed
         )
     }
 
@@ -54,8 +73,71 @@ impl Status {
             Status::Failed => "failed",
             Status::Cancelled => "cancelled",
             Status::TimedOut => "timed_out",
+            Status::Pending => "pending",
+            Status::Clarifying => "clarifying",
+            Status::Implementing => "implementing",
+            Status::AwaitingFeedback => "awaiting_feedback",
+            Status::Review => "review",
+            Status::Completed => "completed",
         }
     }
+}
+
+/// Who wrote a conversation message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Person,
+    Agent,
+}
+
+/// One message of a feature request's conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// The person's name (or email) or the agent's name, as it was when written.
+    pub author: String,
+    pub role: Role,
+    pub text: String,
+    pub at: Timestamp,
+}
+
+/// One option of a multiple-choice question.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuestionOption {
+    pub option_id: String,
+    pub label: String,
+}
+
+/// A multiple-choice question the agent asked; open until answered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Question {
+    /// 1, 2, … within the request.
+    pub question_id: u64,
+    pub text: String,
+    pub options: Vec<QuestionOption>,
+    pub allow_other: bool,
+    pub asked_at: Timestamp,
+    #[serde(default)]
+    pub answered: bool,
+}
+
+/// A person's answer to a question.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answer {
+    pub question_id: u64,
+    pub option_ids: Vec<String>,
+    #[serde(default)]
+    pub other: Option<String>,
+}
+
+/// Where the feature agent's work on a request stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Stored and waiting for a worker.
+    Queued,
+    /// A worker is executing the agent.
+    Running,
 }
 
 /// One stored request.
@@ -83,13 +165,53 @@ pub struct Request {
     /// How often a worker started executing it (recovery after a crash counts on this).
     #[serde(default)]
     pub attempts: u32,
+    /// The app a feature request is filed for.
+    #[serde(default)]
+    pub app_id: Option<u64>,
+    #[serde(default)]
+    pub title: String,
+    #[serde(default)]
+    pub description: String,
+    /// The person who filed a feature request.
+    #[serde(default)]
+    pub author_id: Option<u64>,
+    #[serde(default)]
+    pub conversation: Vec<Message>,
+    #[serde(default)]
+    pub questions: Vec<Question>,
+    /// Every answer given so far, oldest first (the agent receives them all).
+    #[serde(default)]
+    pub answers: Vec<Answer>,
+    /// The feature agent's pending or running job on this request, if any.
+    #[serde(default)]
+    pub job: Option<JobState>,
+    /// Something new arrived while the agent was running: run it again when it finishes.
+    #[serde(default)]
+    pub redispatch: bool,
+    /// Settings set in the portal (never shown through the connector).
+    #[serde(default)]
+    pub settings: BTreeMap<String, String>,
+}
+
+impl Request {
+    pub fn open_questions(&self) -> impl Iterator<Item = &Question> {
+        self.questions.iter().filter(|q| !q.answered)
+    }
 }
 
 /// Why a request operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RequestError {
-    #[error("no such request {0}")]
-    NotFound(u64),
+    /// Unknown, or not visible to the caller's organisation: the same answer either way.
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    InvalidInput(String),
+    /// The app is draft or archived.
+    #[error("{0}")]
+    AppClosed(String),
+    #[error("unknown organisation `{0}`")]
+    UnknownOrg(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -117,9 +239,40 @@ pub fn create_run(
         created_at: now,
         updated_at: now,
         attempts: 0,
+        ..Request::blank()
     };
     tx.put(REQUESTS, &key::id(run.id), &run)?;
     Ok(run)
+}
+
+impl Request {
+    /// A request with every optional field empty; callers fill in the rest.
+    fn blank() -> Request {
+        Request {
+            id: 0,
+            org_id: 0,
+            kind: Kind::FeatureRequest,
+            agent_id: 0,
+            trigger_id: None,
+            event_key: None,
+            instructions: String::new(),
+            status: Status::Pending,
+            result: None,
+            created_at: Timestamp::UNIX_EPOCH,
+            updated_at: Timestamp::UNIX_EPOCH,
+            attempts: 0,
+            app_id: None,
+            title: String::new(),
+            description: String::new(),
+            author_id: None,
+            conversation: Vec::new(),
+            questions: Vec::new(),
+            answers: Vec::new(),
+            job: None,
+            redispatch: false,
+            settings: BTreeMap::new(),
+        }
+    }
 }
 
 /// Reads one request.
@@ -132,8 +285,16 @@ pub fn get_for_update(tx: &WriteTx, id: u64) -> Result<Option<Request>, StoreErr
     tx.get(REQUESTS, &key::id(id))
 }
 
-/// Writes a changed request back.
+/// Writes a changed request back (and, for a feature request, its place in the
+/// organisation's list).
 pub fn put(tx: &mut WriteTx, request: &Request) -> Result<(), StoreError> {
+    if request.kind == Kind::FeatureRequest {
+        tx.put(
+            FEATURE_REQUESTS,
+            &key::pair(request.org_id, request.id),
+            &true,
+        )?;
+    }
     tx.put(REQUESTS, &key::id(request.id), request)
 }
 
@@ -150,6 +311,9 @@ mod tests {
             Status::Failed,
             Status::Cancelled,
             Status::TimedOut,
+            Status::Pending,
+            Status::AwaitingFeedback,
+            Status::Completed,
         ]
         .iter()
         .map(|s| (serde_json::to_value(s).unwrap(), s.is_final()))
@@ -163,6 +327,9 @@ mod tests {
                 (serde_json::json!("failed"), true),
                 (serde_json::json!("cancelled"), true),
                 (serde_json::json!("timed_out"), true),
+                (serde_json::json!("pending"), false),
+                (serde_json::json!("awaiting_feedback"), false),
+                (serde_json::json!("completed"), true),
             ]
         );
     }

@@ -73,8 +73,17 @@ pub const SESSIONS: Table = Table::new("sessions");
 
 /// Feature requests and runs by id (one sequence, `requests::SEQUENCE`).
 pub const REQUESTS: Table = Table::new("requests");
-/// Runs not yet final, by id: what recovery after a crash looks at.
+/// Runs not yet final and feature requests with an agent job pending, by id: what recovery
+/// after a crash looks at.
 pub const ACTIVE_RUNS: Table = Table::new("active_runs");
+/// Feature requests of an organisation by (org id, request id); values are `true`.
+pub const FEATURE_REQUESTS: Table = Table::new("feature_requests");
+/// Apps by (org id, app id), so every lookup is bound to an organisation.
+pub const APPS: Table = Table::new("apps");
+/// Attachment details by (request id, attachment id).
+pub const ATTACHMENTS: Table = Table::new("attachments");
+/// Attachment bytes by (request id, attachment id).
+pub const ATTACHMENT_CONTENT: Table = Table::new("attachment_content");
 /// Agents by id.
 pub const AGENTS: Table = Table::new("agents");
 /// Projects by id.
@@ -106,6 +115,10 @@ pub const ALL_TABLES: &[Table] = &[
     KB_CHANGES,
     REQUESTS,
     ACTIVE_RUNS,
+    FEATURE_REQUESTS,
+    APPS,
+    ATTACHMENTS,
+    ATTACHMENT_CONTENT,
     AGENTS,
     PROJECTS,
     TRIGGERS,

@@ -1,0 +1,72 @@
+//! Feature-request operations shared by the connector and the portal: they store the change
+//! and wake the agent workers when the organisation's feature agent has new work. Blocking
+//! (redb); call them from `App::blocking`.
+
+use super::feature::{self, Accepted, NewAnswer, NewRequest};
+use super::{Request, RequestError};
+use crate::agents::{self, AgentKind};
+use crate::app::App;
+use crate::store::{AGENTS, ReadTx, StoreError};
+
+/// The organisation's feature agent: its first (oldest) agent of kind `feature`.
+pub fn feature_agent(tx: &ReadTx, org_id: u64) -> Result<Option<agents::Agent>, StoreError> {
+    Ok(tx
+        .scan::<agents::Agent>(AGENTS, b"")?
+        .into_iter()
+        .map(|r| r.1)
+        .find(|a| a.org_id == org_id && a.kind == AgentKind::Feature))
+}
+
+/// How a person is named in a conversation: their name, or their email without one.
+pub fn person_label(tx: &ReadTx, person_id: u64) -> Result<String, StoreError> {
+    let person: Option<crate::identity::Person> =
+        tx.get(crate::store::PEOPLE, &crate::store::key::id(person_id))?;
+    Ok(match person {
+        Some(p) if !p.name.trim().is_empty() => p.name,
+        Some(p) => p.email,
+        None => format!("person {person_id}"),
+    })
+}
+
+/// Files a request as `person_id`; the feature agent is dispatched on it.
+pub fn create(
+    app: &App,
+    org_id: u64,
+    person_id: u64,
+    new: &NewRequest,
+) -> Result<Request, RequestError> {
+    let agent_id = app
+        .store
+        .read(|tx| feature_agent(tx, org_id))?
+        .map_or(0, |a| a.id);
+    let now = app.clock.now();
+    let (request, wake) = app
+        .store
+        .write(|tx| feature::create_in(tx, org_id, person_id, new, agent_id, now))?;
+    if wake {
+        app.metrics.run_queue.inc();
+        app.runs.wake(request.id);
+    }
+    Ok(request)
+}
+
+/// Adds `person_id`'s message and/or answers; the agent is dispatched again.
+pub fn reply(
+    app: &App,
+    org_id: u64,
+    person_id: u64,
+    id: u64,
+    message: Option<&str>,
+    answers: &[NewAnswer],
+) -> Result<(Request, Accepted), RequestError> {
+    let author = app.store.read(|tx| person_label(tx, person_id))?;
+    let now = app.clock.now();
+    let (request, accepted, wake) = app
+        .store
+        .write(|tx| feature::reply_in(tx, org_id, &author, id, message, answers, now))?;
+    if wake {
+        app.metrics.run_queue.inc();
+        app.runs.wake(request.id);
+    }
+    Ok((request, accepted))
+}
