@@ -62,6 +62,9 @@ pub enum Command {
     /// Agents of an organisation.
     #[command(subcommand)]
     Agent(AgentCommand),
+    /// Apps that feature requests are filed for.
+    #[command(subcommand)]
+    App(AppCommand),
     /// Projects of an organisation.
     #[command(subcommand)]
     Project(ProjectCommand),
@@ -222,6 +225,25 @@ pub enum AgentCommand {
         /// Seconds before the agent is stopped (default 60, at most 3600).
         #[arg(long, value_name = "SECONDS")]
         timeout: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AppCommand {
+    /// Add an app to organisation ORG; only `live` apps accept new feature requests.
+    Add {
+        org: String,
+        name: String,
+        #[arg(long, value_enum, default_value = "live")]
+        status: crate::requests::apps::AppStatus,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The apps of organisation ORG.
+    List {
+        org: String,
         #[arg(long)]
         json: bool,
     },

@@ -6,6 +6,8 @@ use serde_json::json;
 use crate::app::App;
 use crate::identity::{self, NewPerson, Role};
 use crate::kb;
+use crate::requests::RequestError;
+use crate::requests::apps::{self, AppStatus};
 use crate::store::{META, Store};
 use crate::{agents, triggers};
 
@@ -88,6 +90,7 @@ pub enum DemoSetup {
 /// yet, and brings the search index up to date.
 pub fn ensure(app: &App) -> Result<DemoSetup, identity::IdentityError> {
     let setup = create(&app.store, app.clock.now())?;
+    demo_feature_requests(&app.store, app.clock.now())?;
     app.kb_index.catch_up(&app.store).map_err(|e| {
         identity::IdentityError::InvalidInput(format!("indexing the demo documents: {e}"))
     })?;
@@ -183,6 +186,51 @@ fn demo_trigger(
     Ok((created.trigger.id, created.secret))
 }
 
+/// Marks that the demo apps and feature agent exist (kept apart from [`DEMO_MARKER`] so data
+/// directories made before feature requests existed get them too).
+const DEMO_APPS_MARKER: &[u8] = b"demo_apps_created";
+pub const DEMO_LIVE_APP: &str = "Planning";
+pub const DEMO_DRAFT_APP: &str = "Urenregistratie";
+
+/// A live app, a draft app and the built-in echo agent as the organisation's feature agent,
+/// so an assistant can file and follow a request at once (and see a draft app refuse one).
+fn demo_feature_requests(
+    store: &Store,
+    now: jiff::Timestamp,
+) -> Result<(), identity::IdentityError> {
+    if store.read(|tx| tx.get::<bool>(META, DEMO_APPS_MARKER))? == Some(true) {
+        return Ok(());
+    }
+    let refused = |e: String| identity::IdentityError::InvalidInput(e);
+    let org = identity::find_org(store, DEMO_SLUG)?;
+    for (name, status) in [
+        (DEMO_LIVE_APP, AppStatus::Live),
+        (DEMO_DRAFT_APP, AppStatus::Draft),
+    ] {
+        match apps::add(store, org.id, name, status, now) {
+            Ok(_) | Err(RequestError::InvalidInput(_)) => {}
+            Err(e) => return Err(refused(e.to_string())),
+        }
+    }
+    agents::add_agent(
+        store,
+        &org.slug,
+        &agents::NewAgent {
+            name: "Echo (feature requests)".into(),
+            kind: agents::AgentKind::Feature,
+            exec: "echo".into(),
+            program: None,
+            args: vec![],
+            url: None,
+            timeout_secs: None,
+        },
+        now,
+    )
+    .map_err(|e| refused(e.to_string()))?;
+    store.write(|tx| tx.put(META, DEMO_APPS_MARKER, &true))?;
+    Ok(())
+}
+
 fn random_password() -> String {
     use base64::Engine;
     let bytes: [u8; 15] = rand::random();
@@ -208,6 +256,7 @@ pub fn describe(setup: &DemoSetup, connector_url: &str, public_url: &str) -> Str
                  password:   {password}\n  \
                  second factor (add to an authenticator app):\n    {otpauth_uri}\n    secret: {totp_secret}\n\
                  Connector URL to paste into your assistant: {connector_url}\n\
+                 Feature requests: app \"{DEMO_LIVE_APP}\" is live, \"{DEMO_DRAFT_APP}\" is a draft; the echo agent answers every request.\n\
                  Demo event trigger (echo agent; secret shown only now):\n  \
                  fire it:   curl -i -X POST -H 'Authorization: Bearer {trigger_secret}' -H 'Content-Type: application/json' -d '{{\"melding\": \"test\"}}' {url}\n  \
                  read a run (use featureRequestId from the answer):\n             \

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use kennis::admin::AdminRequest;
 use kennis::cli::{
-    self, AgentCommand, AuditCommand, Cli, CliError, Command, KbCommand, MemberCommand, OrgCommand,
-    ProjectCommand, TriggerCommand, UserCommand,
+    self, AgentCommand, AppCommand, AuditCommand, Cli, CliError, Command, KbCommand, MemberCommand,
+    OrgCommand, ProjectCommand, TriggerCommand, UserCommand,
 };
 use kennis::config::Settings;
 use kennis::triggers::{Change, NewTrigger};
@@ -233,6 +233,28 @@ fn run(cli: Cli) -> Result<(), CliError> {
                     v["id"],
                     v["exec"].as_str().unwrap_or("")
                 )
+            });
+        }
+        Command::App(AppCommand::Add {
+            org,
+            name,
+            status,
+            json,
+        }) => {
+            let v = cli::run_admin(&config, AdminRequest::AppAdd { org, name, status })?;
+            cli::output(json, &serde_json::json!({"app_id": v["app_id"]}), |_| {
+                format!(
+                    "added app {} (app_id {}, {})",
+                    v["name"].as_str().unwrap_or(""),
+                    v["app_id"],
+                    v["status"].as_str().unwrap_or("")
+                )
+            });
+        }
+        Command::App(AppCommand::List { org, json }) => {
+            let v = cli::run_admin(&config, AdminRequest::AppList { org })?;
+            cli::output(json, &v, |v| {
+                cli::human_list(v, &["app_id", "name", "status", "accepts_requests"])
             });
         }
         Command::Project(ProjectCommand::Add {

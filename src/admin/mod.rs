@@ -17,6 +17,8 @@ use crate::clock::SharedClock;
 use crate::identity::{self, ConnectorAccess, IdentityError, NewPerson, Role};
 use crate::kb::KbError;
 use crate::kb::index::SearchIndex;
+use crate::requests::RequestError;
+use crate::requests::apps::{self, AppStatus};
 use crate::store::{self, Store, StoreError};
 use crate::triggers::{self, TriggerError};
 
@@ -82,6 +84,14 @@ pub enum AdminRequest {
         name: String,
         ready: bool,
     },
+    AppAdd {
+        org: String,
+        name: String,
+        status: AppStatus,
+    },
+    AppList {
+        org: String,
+    },
     TriggerAdd {
         org: String,
         trigger: triggers::NewTrigger,
@@ -121,6 +131,15 @@ impl From<AgentError> for AdminError {
     fn from(e: AgentError) -> Self {
         match e {
             AgentError::Store(s) => AdminError::Store(s),
+            other => AdminError::Refused(other.to_string()),
+        }
+    }
+}
+
+impl From<RequestError> for AdminError {
+    fn from(e: RequestError) -> Self {
+        match e {
+            RequestError::Store(s) => AdminError::Store(s),
             other => AdminError::Refused(other.to_string()),
         }
     }
@@ -293,6 +312,22 @@ pub fn execute(
             };
             let p = agents::add_project(store, &org, &name, rollout, now)?;
             json!({"id": p.id, "name": p.name, "rollout": p.rollout})
+        }
+        AdminRequest::AppAdd { org, name, status } => {
+            let a = apps::add_by_slug(store, &org, &name, status, now)?;
+            json!({"app_id": a.app_id, "name": a.name, "status": a.status})
+        }
+        AdminRequest::AppList { org } => {
+            let org = identity::find_org(store, &org)?;
+            let items: Vec<Value> = store
+                .read(|tx| apps::list(tx, org.id))?
+                .iter()
+                .map(|a| {
+                    json!({"app_id": a.app_id, "name": a.name, "status": a.status,
+                           "accepts_requests": a.accepts_requests()})
+                })
+                .collect();
+            json!({ "items": items })
         }
         AdminRequest::TriggerAdd { org, trigger } => {
             let c = triggers::add(store, &org, &trigger, now)?;

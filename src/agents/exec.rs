@@ -82,8 +82,13 @@ pub async fn dispatch(agent: &Agent, job: &Job, sink: &mut dyn EventSink) -> Out
     let limit = Duration::from_secs(agent.timeout_secs);
     match &agent.executor {
         Executor::Echo => {
-            sink.event(AgentEvent::Result {
-                text: echo_summary(job),
+            sink.event(match job.extra.get("feature_request") {
+                Some(request) => AgentEvent::Message {
+                    text: echo_feature(request),
+                },
+                None => AgentEvent::Result {
+                    text: echo_summary(job),
+                },
             });
             Outcome::Completed
         }
@@ -100,6 +105,24 @@ fn echo_summary(job: &Job) -> String {
     format!(
         "Echo agent (built in; it takes no action). Job {} ({}) for {} received {} characters of instructions: \"{}{}\"",
         job.job_id, job.kind, job.organisation, total, shown, more
+    )
+}
+
+/// The echo agent's reply on a feature request: it says what it received and, honestly, that
+/// nobody works on the request until a real feature agent is set up. It changes no status.
+fn echo_feature(request: &serde_json::Value) -> String {
+    let count = |field: &str| request[field].as_array().map_or(0, Vec::len);
+    let title = request["title"].as_str().unwrap_or("");
+    let described = request["description"]
+        .as_str()
+        .map_or(0, |d| d.chars().count());
+    format!(
+        "Echo agent (built in, for trying kennis out): I received request {} \"{}\" with {} characters of description, {} conversation message(s) and {} answer(s). I only repeat what I receive and do not work on requests; an administrator can connect a real feature agent with `kennis agent add ORG NAME --kind feature --exec command|http`.",
+        request["id"],
+        title,
+        described,
+        count("conversation"),
+        count("answers")
     )
 }
 

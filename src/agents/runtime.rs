@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, watch};
 use super::exec::{AgentEvent, EventSink, Job, JobAgent, Outcome, dispatch};
 use crate::app::App;
 use crate::identity;
-use crate::requests::{self, Kind, Request, Status};
+use crate::requests::{self, JobState, Kind, Message, Request, Role, Status, feature};
 use crate::store::{ACTIVE_RUNS, Store, StoreError, key};
 
 /// Wakes workers for runs that are stored and queued.
@@ -62,6 +62,12 @@ pub fn recover(store: &Store, now: jiff::Timestamp) -> Result<Vec<u64>, StoreErr
                 tx.delete(ACTIVE_RUNS, &key::id(id))?;
                 continue;
             };
+            if run.kind == Kind::FeatureRequest {
+                if recover_feature_job(tx, &mut run, now)? {
+                    queue.push(id);
+                }
+                continue;
+            }
             match run.status {
                 Status::Queued => queue.push(id),
                 Status::Running if run.attempts >= MAX_ATTEMPTS => {
@@ -87,6 +93,52 @@ pub fn recover(store: &Store, now: jiff::Timestamp) -> Result<Vec<u64>, StoreErr
         }
         Ok(queue)
     })
+}
+
+/// Recovery of a feature request's agent job: like a run's, but the request's own status is
+/// left alone (the job, not the request, was interrupted). Returns whether to queue it.
+fn recover_feature_job(
+    tx: &mut crate::store::WriteTx,
+    r: &mut Request,
+    now: jiff::Timestamp,
+) -> Result<bool, StoreError> {
+    match r.job {
+        Some(JobState::Queued) => Ok(true),
+        Some(JobState::Running) if r.attempts >= MAX_ATTEMPTS => {
+            r.job = None;
+            r.redispatch = false;
+            r.attempts = 0;
+            r.conversation.push(system_message(
+                format!(
+                    "The server stopped while the agent was working on this request, {MAX_ATTEMPTS} times; the agent is not started again until the next reply."
+                ),
+                now,
+            ));
+            r.updated_at = now;
+            requests::put(tx, r)?;
+            tx.delete(ACTIVE_RUNS, &key::id(r.id))?;
+            Ok(false)
+        }
+        Some(JobState::Running) => {
+            r.job = Some(JobState::Queued);
+            requests::put(tx, r)?;
+            Ok(true)
+        }
+        None => {
+            tx.delete(ACTIVE_RUNS, &key::id(r.id))?;
+            Ok(false)
+        }
+    }
+}
+
+/// A note from kennis itself in a request's conversation (agent failures, refused events).
+fn system_message(text: String, at: jiff::Timestamp) -> Message {
+    Message {
+        author: "kennis".into(),
+        role: Role::Agent,
+        text,
+        at,
+    }
 }
 
 /// Recovers left-over runs and starts `config.agent_workers` workers; they stop when `stop`
@@ -148,8 +200,21 @@ impl EventSink for RunSink {
     }
 }
 
+/// Collects a feature agent's events in order; they are applied together when it ends.
+#[derive(Default)]
+struct FeatureSink {
+    events: Vec<AgentEvent>,
+}
+
+impl EventSink for FeatureSink {
+    fn event(&mut self, event: AgentEvent) {
+        self.events.push(event);
+    }
+}
+
 enum Claim {
     Run(Box<(Request, Job, super::Agent)>),
+    Feature(Box<(Job, super::Agent)>),
     /// Already final or not a run: nothing to do.
     Skip,
     /// The agent or organisation vanished; the run was failed.
@@ -166,7 +231,10 @@ async fn execute_run(app: &Arc<App>, id: u64) {
             let Some(mut run) = requests::get_for_update(tx, id)? else {
                 return Ok(Claim::Skip);
             };
-            if run.kind != Kind::Run || run.status != Status::Queued {
+            if run.kind == Kind::FeatureRequest {
+                return claim_feature(tx, run, now);
+            }
+            if run.status != Status::Queued {
                 return Ok(Claim::Skip);
             }
             let agent: Option<super::Agent> =
@@ -200,6 +268,10 @@ async fn execute_run(app: &Arc<App>, id: u64) {
         .await;
     let (run, job, agent) = match claim {
         Ok(Claim::Run(b)) => *b,
+        Ok(Claim::Feature(b)) => {
+            let (job, agent) = *b;
+            return execute_feature(app, job, agent).await;
+        }
         Ok(Claim::Skip) => return,
         Ok(Claim::Failed) => {
             app.metrics.runs_finished(Status::Failed, 0.0);
@@ -261,6 +333,126 @@ async fn execute_run(app: &Arc<App>, id: u64) {
     }
 }
 
+/// Starts the feature agent's queued job on a request: marks it running and builds the job
+/// with the request, its conversation and every answer so far.
+fn claim_feature(
+    tx: &mut crate::store::WriteTx,
+    mut r: Request,
+    now: jiff::Timestamp,
+) -> Result<Claim, StoreError> {
+    if r.job != Some(JobState::Queued) {
+        return Ok(Claim::Skip);
+    }
+    let agent: Option<super::Agent> = tx.get(crate::store::AGENTS, &key::id(r.agent_id))?;
+    let org: Option<identity::Org> = tx.get(crate::store::ORGS, &key::id(r.org_id))?;
+    let (Some(agent), Some(org)) = (agent, org) else {
+        r.job = None;
+        r.conversation.push(system_message(
+            "The feature agent of this request no longer exists; nobody is working on it.".into(),
+            now,
+        ));
+        r.updated_at = now;
+        requests::put(tx, &r)?;
+        tx.delete(ACTIVE_RUNS, &key::id(r.id))?;
+        return Ok(Claim::Failed);
+    };
+    r.job = Some(JobState::Running);
+    r.redispatch = false;
+    r.attempts += 1;
+    requests::put(tx, &r)?;
+    let mut extra = serde_json::Map::new();
+    extra.insert(
+        "feature_request".into(),
+        serde_json::json!({
+            "id": r.id,
+            "app_id": r.app_id,
+            "title": r.title,
+            "description": r.description,
+            "status": r.status,
+            "conversation": r.conversation,
+            "answers": r.answers,
+        }),
+    );
+    let job = Job {
+        job_id: r.id,
+        kind: "feature_request",
+        organisation: org.slug,
+        agent: JobAgent {
+            id: agent.id,
+            name: agent.name.clone(),
+        },
+        instructions: format!(
+            "Work on feature request {}: \"{}\". Read its description, conversation and answers. Ask a multiple-choice `question` event when something is unclear, report with `message` events, and move it along with `status` events (pending, clarifying, implementing, awaiting_feedback, review, completed, cancelled).",
+            r.id, r.title
+        ),
+        extra,
+    };
+    Ok(Claim::Feature(Box::new((job, agent))))
+}
+
+/// Runs the feature agent on a request and applies what it said, in one transaction: its
+/// messages and questions join the conversation, valid status changes are made, and anything
+/// refused (or the agent failing) is noted in the conversation so people see it.
+async fn execute_feature(app: &Arc<App>, job: Job, agent: super::Agent) {
+    let mut sink = FeatureSink::default();
+    let outcome = dispatch(&agent, &job, &mut sink).await;
+    let id = job.job_id;
+    let now = app.clock.now();
+    let saved = app
+        .commits
+        .write(move |tx| {
+            let Some(mut r) = requests::get_for_update(tx, id)? else {
+                return Ok(false);
+            };
+            for event in &sink.events {
+                if let Err(why) = feature::apply_event(&mut r, &agent.name, event, now) {
+                    tracing::warn!(request = id, agent = agent.id, reason = %why, "agent event refused");
+                    r.conversation.push(system_message(
+                        format!("An event from agent {} was refused: {why}.", agent.name),
+                        now,
+                    ));
+                }
+            }
+            match outcome {
+                Outcome::Completed => {}
+                Outcome::Failed(reason) => r.conversation.push(system_message(
+                    format!("Agent {} failed: {reason}", agent.name),
+                    now,
+                )),
+                Outcome::TimedOut => r.conversation.push(system_message(
+                    format!(
+                        "Agent {} did not finish within {} seconds and was stopped.",
+                        agent.name, agent.timeout_secs
+                    ),
+                    now,
+                )),
+            }
+            r.attempts = 0;
+            r.updated_at = now;
+            let again = r.redispatch && !r.status.is_final();
+            r.redispatch = false;
+            if again {
+                r.job = Some(JobState::Queued);
+            } else {
+                r.job = None;
+                tx.delete(ACTIVE_RUNS, &key::id(id))?;
+            }
+            requests::put(tx, &r)?;
+            Ok::<bool, StoreError>(again)
+        })
+        .await;
+    match saved {
+        Ok(true) => {
+            app.metrics.run_queue.inc();
+            app.runs.wake(id);
+        }
+        Ok(false) => {}
+        Err(e) => {
+            tracing::error!(request = id, error = %e, "could not store a feature agent's events")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,5 +495,46 @@ mod tests {
         // The failed run left the active index; the others are still there.
         let active = store.read(|tx| tx.count(ACTIVE_RUNS)).unwrap();
         assert_eq!(active, 2);
+    }
+
+    #[test]
+    fn a_feature_job_is_recovered_but_the_request_keeps_its_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let now: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let app_id = requests::apps::add(&store, 1, "App", requests::apps::AppStatus::Live, now)
+            .unwrap()
+            .app_id;
+        let make = |job: JobState, attempts: u32| {
+            store
+                .write(|tx| {
+                    let new = feature::NewRequest {
+                        app_id,
+                        title: "t".into(),
+                        description: "d".into(),
+                    };
+                    let (mut r, wake) = feature::create_in(tx, 1, 1, &new, 5, now)?;
+                    assert!(wake, "a request with a feature agent queues a job");
+                    r.status = Status::Implementing;
+                    r.job = Some(job);
+                    r.attempts = attempts;
+                    requests::put(tx, &r)?;
+                    Ok::<_, requests::RequestError>(r.id)
+                })
+                .unwrap()
+        };
+        let queued = make(JobState::Queued, 0);
+        let once = make(JobState::Running, 1);
+        let twice = make(JobState::Running, 2);
+        assert_eq!(recover(&store, now).unwrap(), vec![queued, once]);
+        let get = |id| store.read(|tx| requests::get(tx, id)).unwrap().unwrap();
+        assert_eq!(get(once).job, Some(JobState::Queued));
+        let given_up = get(twice);
+        assert_eq!(
+            (given_up.job, given_up.status),
+            (None, Status::Implementing)
+        );
+        assert!(given_up.conversation[0].text.contains("server stopped"));
+        assert_eq!(store.read(|tx| tx.count(ACTIVE_RUNS)).unwrap(), 2);
     }
 }

@@ -13,11 +13,11 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::Value;
 
-use super::{Caller, TOOLS, kb_tools, tool_for};
+use super::{Caller, TOOLS, tool_for};
 use crate::app::App;
 
 /// What the assistant is told about this server.
-pub const INSTRUCTIONS: &str = "kennis gives you access to one organisation's knowledge base (and, with the feature_requests scope, its feature requests). The material is mostly written in Dutch: search with Dutch terms as they appear in the documents, and write new documents in the language of the material (usually Dutch). Start with kennisbank_list or kennisbank_search, then kennisbank_read the documents you need. New documents go in `aangeleverd/`.";
+pub const INSTRUCTIONS: &str = "kennis gives you access to one organisation's knowledge base and, with the feature_requests scope, its feature requests, acting as the person who connected you. The material is mostly written in Dutch: search with Dutch terms as they appear in the documents, and write new documents, feature requests and replies in the language of the material (usually Dutch). Knowledge base: start with kennisbank_list or kennisbank_search, then kennisbank_read the documents you need; new documents go in `aangeleverd/`. Feature requests: app_list shows the apps (only live apps accept requests); feature_request_create files one, an agent works on it and may ask multiple-choice questions; feature_request_read shows the conversation and open questions, feature_request_reply answers them or adds a message.";
 
 #[derive(Clone)]
 pub struct KennisMcp {
@@ -43,7 +43,7 @@ fn as_object(v: Value) -> Arc<serde_json::Map<String, Value>> {
 
 /// The tool definitions the caller's scopes unlock.
 pub fn visible_tools(caller: &Caller) -> Vec<Tool> {
-    kb_tools::definitions()
+    super::definitions()
         .into_iter()
         .filter(|(name, ..)| tool_for(caller, name).is_some())
         .map(|(name, description, input, output)| {

@@ -10,6 +10,7 @@ pub mod http;
 pub mod kb_tools;
 pub mod limits;
 pub mod mcp;
+pub mod request_tools;
 
 use std::time::Instant;
 
@@ -145,7 +146,55 @@ pub const TOOLS: &[ToolSpec] = &[
         scope: SCOPE_KB,
         run: kb_tools::write,
     },
+    ToolSpec {
+        name: "app_list",
+        scope: SCOPE_REQUESTS,
+        run: request_tools::app_list,
+    },
+    ToolSpec {
+        name: "feature_request_list",
+        scope: SCOPE_REQUESTS,
+        run: request_tools::list,
+    },
+    ToolSpec {
+        name: "feature_request_read",
+        scope: SCOPE_REQUESTS,
+        run: request_tools::read,
+    },
+    ToolSpec {
+        name: "feature_request_create",
+        scope: SCOPE_REQUESTS,
+        run: request_tools::create,
+    },
+    ToolSpec {
+        name: "feature_request_reply",
+        scope: SCOPE_REQUESTS,
+        run: request_tools::reply,
+    },
 ];
+
+/// Every tool's definition (name, description, input schema, output schema), in [`TOOLS`]
+/// order.
+pub fn definitions() -> Vec<(&'static str, &'static str, Value, Value)> {
+    let mut all = kb_tools::definitions();
+    all.extend(request_tools::definitions());
+    all
+}
+
+/// What a call was about when it failed before saying so: the path, request or app it named.
+fn target_of(args: &args::Args) -> Option<String> {
+    if let Ok(Some(path)) = args::opt_str(args, "path") {
+        return Some(path);
+    }
+    for (name, label) in [("id", "request"), ("app_id", "app")] {
+        if let Some(v) = args.get(name).filter(|v| v.is_number() || v.is_string()) {
+            let v = v.to_string();
+            let v: String = v.trim_matches('"').chars().take(40).collect();
+            return Some(format!("{label} {v}"));
+        }
+    }
+    None
+}
 
 /// The tool a caller may use under this name; `None` if unknown or outside its scopes (such
 /// tools do not exist for the grant).
@@ -181,11 +230,7 @@ pub fn call(
             if e.outcome() == Outcome::Error {
                 tracing::error!(tool = tool.name, error = %e, "tool failed");
             }
-            (
-                e.outcome(),
-                Some(e.to_string()),
-                args::opt_str(args, "path").ok().flatten(),
-            )
+            (e.outcome(), Some(e.to_string()), target_of(args))
         }
     };
     let record = AuditRecord {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use jiff::SignedDuration;
 use kennis::agents::{self, AgentKind, NewAgent, Rollout};
 use kennis::identity;
-use kennis::requests::{self, Status};
+use kennis::requests;
 use kennis::triggers::{self, Change, NewTrigger};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -345,28 +345,21 @@ async fn read_endpoint_table() {
     assert_eq!(r.status(), 404);
     // A feature request (not a run) with the same id sequence: 404.
     let app = t.app();
+    let now = app.clock.now();
+    let app_id = requests::apps::add(&app.store, 1, "App", requests::apps::AppStatus::Live, now)
+        .unwrap()
+        .app_id;
+    let new = requests::feature::NewRequest {
+        app_id,
+        title: "Verzoek".into(),
+        description: "Iets".into(),
+    };
     let fr = app
         .store
-        .write(|tx| {
-            let id = tx.next_id(requests::SEQUENCE)?;
-            let r = requests::Request {
-                id,
-                org_id: 1,
-                kind: requests::Kind::FeatureRequest,
-                agent_id: 1,
-                trigger_id: Some(a.id),
-                event_key: None,
-                instructions: String::new(),
-                status: Status::Queued,
-                result: None,
-                created_at: app.clock.now(),
-                updated_at: app.clock.now(),
-                attempts: 0,
-            };
-            requests::put(tx, &r)?;
-            Ok::<_, kennis::store::StoreError>(id)
-        })
-        .unwrap();
+        .write(|tx| requests::feature::create_in(tx, 1, 1, &new, 0, now))
+        .unwrap()
+        .0
+        .id;
     assert!(fr > id, "one sequence for runs and feature requests");
     assert_eq!(read(&t, fr, &a.secret).await.0, 404);
     // A run of a feature agent is not a generic run: 404.

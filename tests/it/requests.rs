@@ -1,0 +1,818 @@
+//! Feature requests through the connector: apps, the five tools and their limits, filters and
+//! pages, answers to questions, hourly limits on the injectable clock, isolation between
+//! organisations, and feature agents (a `command` agent that asks and completes; the echo
+//! agent of the demo).
+
+use std::path::Path;
+use std::time::Duration;
+
+use jiff::SignedDuration;
+use kennis::agents::{self, AgentKind, NewAgent};
+use kennis::requests::apps::{self, AppStatus};
+use kennis::requests::{self, feature};
+use serde_json::{Value, json};
+
+use crate::fixture::{McpClient, Seeded, TestServer, run, run_json, stderr};
+
+const SCOPE: &[&str] = &["feature_requests"];
+
+fn app(t: &TestServer, s: &Seeded, name: &str, status: AppStatus) -> u64 {
+    let a = t.app();
+    apps::add(&a.store, s.org.id, name, status, a.clock.now())
+        .unwrap()
+        .app_id
+}
+
+fn create_args(app_id: u64, title: &str, description: &str) -> Value {
+    json!({"app_id": app_id, "title": title, "description": description})
+}
+
+async fn create(mcp: &McpClient, app_id: u64, title: &str) -> u64 {
+    let out = mcp
+        .ok(
+            "feature_request_create",
+            create_args(app_id, title, "Graag een verbetering."),
+        )
+        .await;
+    assert_eq!(out["status"], "pending", "{out}");
+    out["id"].as_u64().unwrap()
+}
+
+async fn total(mcp: &McpClient, filter: Value) -> u64 {
+    mcp.ok("feature_request_list", filter).await["total"]
+        .as_u64()
+        .unwrap()
+}
+
+/// Puts a question on a request as an agent would.
+fn ask(t: &TestServer, id: u64, text: &str, options: &[(&str, &str)], allow_other: bool) {
+    let a = t.app();
+    let now = a.clock.now();
+    a.store
+        .write(|tx| {
+            let mut r = requests::get_for_update(tx, id)?.unwrap();
+            let event = agents::AgentEvent::Question {
+                text: text.into(),
+                options: options
+                    .iter()
+                    .map(|(id, label)| json!({"option_id": id, "label": label}))
+                    .collect(),
+                allow_other,
+            };
+            feature::apply_event(&mut r, "Tester", &event, now).unwrap();
+            requests::put(tx, &r)?;
+            Ok::<_, kennis::store::StoreError>(())
+        })
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apps_and_every_input_limit() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let live = app(&t, &s, "Planning", AppStatus::Live);
+    let draft = app(&t, &s, "Uren", AppStatus::Draft);
+    let archived = app(&t, &s, "Oud", AppStatus::Archived);
+    let mcp = t.mcp(&t.grant(&s, SCOPE));
+
+    let (_, body) = mcp.rpc("tools/list", json!({})).await;
+    let names: Vec<&str> = body["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "app_list",
+            "feature_request_list",
+            "feature_request_read",
+            "feature_request_create",
+            "feature_request_reply"
+        ]
+    );
+
+    let list = mcp.ok("app_list", json!({})).await;
+    assert_eq!(
+        list["apps"],
+        json!([
+            {"app_id": live, "name": "Planning", "accepts_requests": true},
+            {"app_id": draft, "name": "Uren", "accepts_requests": false},
+            {"app_id": archived, "name": "Oud", "accepts_requests": false},
+        ])
+    );
+
+    // Title: exactly 200 is fine, 201 is refused; description: 20000 and 20001.
+    let at = |n: usize| "é".repeat(n);
+    mcp.ok("feature_request_create", create_args(live, &at(200), "x"))
+        .await;
+    mcp.ok(
+        "feature_request_create",
+        create_args(live, "t", &at(20_000)),
+    )
+    .await;
+    for (args, code) in [
+        (create_args(live, &at(201), "x"), "invalid_input"),
+        (create_args(live, "t", &at(20_001)), "invalid_input"),
+        (create_args(live, "   ", "x"), "invalid_input"),
+        (create_args(live, "t", ""), "invalid_input"),
+        (create_args(live, "regel\nbreuk", "x"), "invalid_input"),
+        (json!({"title": "t", "description": "x"}), "invalid_input"),
+        (
+            json!({"app_id": "1", "title": "t", "description": "x"}),
+            "invalid_input",
+        ),
+        (create_args(draft, "t", "x"), "app_closed"),
+        (create_args(archived, "t", "x"), "app_closed"),
+        (create_args(999, "t", "x"), "not_found"),
+    ] {
+        let e = mcp.err("feature_request_create", args.clone()).await;
+        assert_eq!(e["code"], code, "{args}: {e}");
+    }
+    let e = mcp
+        .err("feature_request_create", create_args(draft, "t", "x"))
+        .await;
+    assert!(e["message"].as_str().unwrap().contains("draft"), "{e}");
+    // Refusals stored nothing.
+    assert_eq!(total(&mcp, json!({})).await, 2);
+
+    // Reply: message 20000 and 20001; neither message nor answers.
+    let id = create(&mcp, live, "Knop voor export").await;
+    let ok = mcp
+        .ok(
+            "feature_request_reply",
+            json!({"id": id, "message": at(20_000)}),
+        )
+        .await;
+    assert_eq!(
+        ok["accepted"],
+        json!({"message": true, "answers": []}),
+        "{ok}"
+    );
+    for args in [
+        json!({"id": id, "message": at(20_001)}),
+        json!({"id": id}),
+        json!({"id": id, "answers": []}),
+        json!({"id": id, "message": "  "}),
+        json!({"message": "hoi"}),
+        json!({"id": id, "answers": "ja"}),
+    ] {
+        let e = mcp.err("feature_request_reply", args.clone()).await;
+        assert_eq!(e["code"], "invalid_input", "{args}: {e}");
+    }
+    let read = mcp.ok("feature_request_read", json!({"id": id})).await;
+    assert_eq!(read["conversation"].as_array().unwrap().len(), 1, "{read}");
+
+    // List: search 200 / 201, page 1 / 1000 / 0 / 1001, status enum.
+    mcp.ok("feature_request_list", json!({"search": "a".repeat(200)}))
+        .await;
+    let page_1000 = mcp.ok("feature_request_list", json!({"page": 1000})).await;
+    assert_eq!(page_1000["requests"], json!([]));
+    assert_eq!(page_1000["total"], 3);
+    for args in [
+        json!({"search": "a".repeat(201)}),
+        json!({"page": 0}),
+        json!({"page": 1001}),
+        json!({"page": 1.5}),
+        json!({"status": "queued"}),
+        json!({"status": "klaar"}),
+        json!({"mine": "yes"}),
+    ] {
+        let e = mcp.err("feature_request_list", args.clone()).await;
+        assert_eq!(e["code"], "invalid_input", "{args}: {e}");
+    }
+    let e = mcp
+        .err("feature_request_list", json!({"app_id": 999}))
+        .await;
+    assert_eq!(e["code"], "not_found");
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_pages_search_and_mine() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let other = t.seed("Bouw BV", "bert@example.org");
+    let planning = app(&t, &s, "Planning", AppStatus::Live);
+    let uren = app(&t, &s, "Uren", AppStatus::Live);
+    let annie = t.mcp(&t.grant(&s, SCOPE));
+    let bert = t.mcp(&t.grant(&other, SCOPE));
+
+    let mut ids = Vec::new();
+    for i in 0..26 {
+        ids.push(create(&annie, planning, &format!("Verzoek {i}")).await);
+    }
+    let cafe = bert
+        .ok(
+            "feature_request_create",
+            create_args(uren, "Rooster voor het CAFÉ", "Overzicht per week"),
+        )
+        .await["id"]
+        .as_u64()
+        .unwrap();
+    ids.push(cafe);
+
+    // 25 per page, newest first, with the total; the last page is short; past it is empty.
+    let p1 = annie.ok("feature_request_list", json!({})).await;
+    assert_eq!(
+        (p1["page"].clone(), p1["per_page"].clone()),
+        (json!(1), json!(25))
+    );
+    assert_eq!(p1["total"], 27);
+    let got: Vec<u64> = p1["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_u64().unwrap())
+        .collect();
+    let newest: Vec<u64> = ids.iter().rev().take(25).copied().collect();
+    assert_eq!(got, newest);
+    let first = &p1["requests"][0];
+    for field in [
+        "id",
+        "app_id",
+        "title",
+        "status",
+        "created_at",
+        "updated_at",
+    ] {
+        assert!(first.get(field).is_some(), "{field} in {first}");
+    }
+    let p2 = annie.ok("feature_request_list", json!({"page": 2})).await;
+    let got: Vec<u64> = p2["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(got, vec![ids[1], ids[0]]);
+    let p3 = annie.ok("feature_request_list", json!({"page": 3})).await;
+    assert_eq!(
+        (p3["total"].clone(), p3["requests"].clone()),
+        (json!(27), json!([]))
+    );
+
+    // app_id, mine, status, search (case and accents ignored, all words).
+    assert_eq!(total(&annie, json!({"app_id": uren})).await, 1);
+    assert_eq!(total(&annie, json!({"app_id": planning})).await, 26);
+    assert_eq!(total(&annie, json!({"mine": true})).await, 26);
+    assert_eq!(total(&bert, json!({"mine": true})).await, 1);
+    assert_eq!(total(&bert, json!({"mine": false})).await, 27);
+    assert_eq!(total(&annie, json!({"status": "pending"})).await, 27);
+    assert_eq!(total(&annie, json!({"status": "review"})).await, 0);
+    let a = t.app();
+    a.store
+        .write(|tx| {
+            let mut r = requests::get_for_update(tx, ids[3])?.unwrap();
+            r.status = requests::Status::Review;
+            requests::put(tx, &r)
+        })
+        .unwrap();
+    let review = annie
+        .ok("feature_request_list", json!({"status": "review"}))
+        .await;
+    assert_eq!(review["total"], 1);
+    assert_eq!(review["requests"][0]["id"], ids[3]);
+    for (q, n) in [
+        ("cafe", 1),
+        ("Café rooster", 1),
+        ("WEEK", 1),
+        ("cafe maand", 0),
+        ("verzoek 2", 8),
+        ("Verzoek 25", 1),
+        ("   ", 27),
+    ] {
+        assert_eq!(total(&annie, json!({"search": q})).await, n, "search {q}");
+    }
+    assert_eq!(
+        total(&annie, json!({"search": "verzoek", "app_id": uren})).await,
+        0
+    );
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn questions_and_answers_are_checked() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let live = app(&t, &s, "Planning", AppStatus::Live);
+    let mcp = t.mcp(&t.grant(&s, SCOPE));
+    let id = create(&mcp, live, "Exportknop").await;
+    ask(
+        &t,
+        id,
+        "Welk formaat?",
+        &[("csv", "CSV"), ("xlsx", "Excel")],
+        false,
+    );
+    ask(&t, id, "Voor wie?", &[("team", "Het team")], true);
+
+    let read = mcp.ok("feature_request_read", json!({"id": id})).await;
+    assert_eq!(read["status"], "clarifying");
+    assert_eq!(
+        read["open_questions"],
+        json!([
+            {"question_id": 1, "text": "Welk formaat?", "options": [
+                {"option_id": "csv", "label": "CSV"}, {"option_id": "xlsx", "label": "Excel"}],
+             "allow_other": false},
+            {"question_id": 2, "text": "Voor wie?", "options": [
+                {"option_id": "team", "label": "Het team"}], "allow_other": true},
+        ])
+    );
+    let before = read.clone();
+
+    let answer = |a: Value| json!({"id": id, "answers": [a]});
+    for (args, why) in [
+        (
+            answer(json!({"question_id": 9, "option_ids": ["csv"]})),
+            "no question 9",
+        ),
+        (
+            answer(json!({"question_id": 1, "option_ids": ["pdf"]})),
+            "no option `pdf`",
+        ),
+        (
+            answer(json!({"question_id": 1, "option_ids": ["csv", "csv"]})),
+            "twice",
+        ),
+        (
+            answer(json!({"question_id": 1, "option_ids": []})),
+            "chooses no option",
+        ),
+        (
+            answer(json!({"question_id": 1, "other": "pdf"})),
+            "does not allow",
+        ),
+        (
+            answer(json!({"question_id": 2, "other": "x".repeat(1001)})),
+            "at most 1000",
+        ),
+        (answer(json!({"option_ids": ["csv"]})), "question_id"),
+        (
+            answer(json!({"question_id": 1, "option_ids": "csv"})),
+            "option_ids",
+        ),
+        (
+            json!({"id": id, "answers": [{"question_id": 1, "option_ids": ["csv"]}, {"question_id": 1, "option_ids": ["xlsx"]}]}),
+            "twice",
+        ),
+        // One good and one bad answer: nothing is applied.
+        (
+            json!({"id": id, "message": "hier", "answers": [{"question_id": 1, "option_ids": ["csv"]}, {"question_id": 2, "option_ids": ["niemand"]}]}),
+            "no option",
+        ),
+    ] {
+        let e = mcp.err("feature_request_reply", args.clone()).await;
+        assert_eq!(e["code"], "invalid_input", "{args}: {e}");
+        assert!(e["message"].as_str().unwrap().contains(why), "{why}: {e}");
+    }
+    let after = mcp.ok("feature_request_read", json!({"id": id})).await;
+    assert_eq!(after, before, "refused replies changed nothing");
+
+    // `other` of exactly 1000 characters, with an option; then question 1.
+    let out = mcp
+        .ok(
+            "feature_request_reply",
+            answer(json!({"question_id": "2", "option_ids": ["team"], "other": "o".repeat(1000)})),
+        )
+        .await;
+    assert_eq!(out["accepted"], json!({"message": false, "answers": [2]}));
+    let out = mcp
+        .ok(
+            "feature_request_reply",
+            json!({"id": id, "message": "Liefst snel.", "answers": [{"question_id": 1, "option_ids": ["xlsx", "csv"]}]}),
+        )
+        .await;
+    assert_eq!(out["accepted"], json!({"message": true, "answers": [1]}));
+    let read = mcp.ok("feature_request_read", json!({"id": id})).await;
+    assert_eq!(read["open_questions"], json!([]));
+    let texts: Vec<&str> = read["conversation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["text"].as_str().unwrap())
+        .collect();
+    assert!(texts.iter().any(|t| t.contains("Excel; CSV")), "{texts:?}");
+    assert!(texts.contains(&"Liefst snel."), "{texts:?}");
+    let e = mcp
+        .err(
+            "feature_request_reply",
+            answer(json!({"question_id": 1, "option_ids": ["csv"]})),
+        )
+        .await;
+    assert!(
+        e["message"].as_str().unwrap().contains("already answered"),
+        "{e}"
+    );
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_shortens_long_text_visibly() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let live = app(&t, &s, "Planning", AppStatus::Live);
+    let mcp = t.mcp(&t.grant(&s, SCOPE));
+    let long = "ab".repeat(10_000);
+    let id = mcp
+        .ok("feature_request_create", create_args(live, "Lang", &long))
+        .await["id"]
+        .as_u64()
+        .unwrap();
+    for i in 0..35 {
+        mcp.ok(
+            "feature_request_reply",
+            json!({"id": id, "message": if i == 34 { long.clone() } else { format!("bericht {i}") }}),
+        )
+        .await;
+    }
+    let r = mcp.call("feature_request_read", json!({"id": id})).await;
+    let out = &r["structuredContent"];
+    let d = out["description"].as_str().unwrap();
+    assert!(
+        d.ends_with("[shortened: 4000 of 20000 characters shown]"),
+        "{}",
+        &d[d.len() - 80..]
+    );
+    let conv = out["conversation"].as_array().unwrap();
+    assert_eq!(conv.len(), 30);
+    assert_eq!(out["conversation_total"], 35);
+    assert_eq!(conv[0]["text"], "bericht 5");
+    assert!(
+        conv[29]["text"]
+            .as_str()
+            .unwrap()
+            .ends_with("[shortened: 2000 of 20000 characters shown]")
+    );
+    let text = r["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("5 earlier message(s) left out"), "{text}");
+    assert!(text.len() < 20_000, "one read stays small: {}", text.len());
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hourly_limits_count_per_organisation() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let other = t.seed("Ander BV", "carla@example.org");
+    let live = app(&t, &s, "Planning", AppStatus::Live);
+    let other_app = app(&t, &other, "Planning", AppStatus::Live);
+    let mcp = t.mcp(&t.grant(&s, SCOPE));
+    let carla = t.mcp(&t.grant(&other, SCOPE));
+
+    // A refused create does not use up the budget.
+    mcp.err("feature_request_create", create_args(live, "", "x"))
+        .await;
+    let mut last = 0;
+    for i in 0..30 {
+        last = create(&mcp, live, &format!("Verzoek {i}")).await;
+        t.clock.advance(SignedDuration::from_secs(10));
+    }
+    let e = mcp
+        .err("feature_request_create", create_args(live, "31", "x"))
+        .await;
+    assert_eq!(e["code"], "rate_limited", "{e}");
+    // The first call was 300 s ago: it leaves the hour in 3300 s.
+    assert_eq!(e["retry_after_seconds"], 3300, "{e}");
+    assert_eq!(
+        total(&mcp, json!({})).await,
+        30,
+        "the refused call stored nothing"
+    );
+    create(&carla, other_app, "Andere organisatie").await;
+
+    for i in 0..60 {
+        mcp.ok(
+            "feature_request_reply",
+            json!({"id": last, "message": format!("bericht {i}")}),
+        )
+        .await;
+    }
+    let e = mcp
+        .err(
+            "feature_request_reply",
+            json!({"id": last, "message": "61"}),
+        )
+        .await;
+    assert_eq!(e["code"], "rate_limited", "{e}");
+    assert!(e["message"].as_str().unwrap().contains("retry in"), "{e}");
+
+    t.clock.advance(SignedDuration::from_secs(3600));
+    // Access tokens live an hour too: connect again.
+    let mcp = t.mcp(&t.grant(&s, SCOPE));
+    create(&mcp, live, "Na een uur").await;
+    mcp.ok(
+        "feature_request_reply",
+        json!({"id": last, "message": "weer"}),
+    )
+    .await;
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_organisation_cannot_see_or_touch_requests() {
+    let mut t = TestServer::start().await;
+    let a = t.seed("Bouw BV", "annie@example.org");
+    let b = t.seed("Ander BV", "bob@example.org");
+    let a_app = app(&t, &a, "Planning", AppStatus::Live);
+    let annie = t.mcp(&t.grant(&a, SCOPE));
+    let bob = t.mcp(&t.grant(&b, SCOPE));
+    let id = create(&annie, a_app, "Geheim plan").await;
+    ask(&t, id, "Welke?", &[("x", "X")], false);
+
+    assert_eq!(bob.ok("app_list", json!({})).await["apps"], json!([]));
+    assert_eq!(total(&bob, json!({})).await, 0);
+    assert_eq!(total(&bob, json!({"search": "geheim"})).await, 0);
+    let unknown = bob
+        .err("feature_request_read", json!({"id": 999_999}))
+        .await;
+    let e = bob.err("feature_request_read", json!({"id": id})).await;
+    assert_eq!(e["code"], "not_found");
+    assert_eq!(
+        e["message"].as_str().unwrap().replace(&id.to_string(), "N"),
+        unknown["message"].as_str().unwrap().replace("999999", "N"),
+        "a guessed id answers exactly like an unknown one"
+    );
+    for (tool, args) in [
+        (
+            "feature_request_reply",
+            json!({"id": id, "message": "hallo"}),
+        ),
+        (
+            "feature_request_reply",
+            json!({"id": id, "answers": [{"question_id": 1, "option_ids": ["x"]}]}),
+        ),
+        ("feature_request_create", create_args(a_app, "Inbraak", "x")),
+        ("feature_request_list", json!({"app_id": a_app})),
+    ] {
+        let e = bob.err(tool, args.clone()).await;
+        assert_eq!(e["code"], "not_found", "{tool} {args}: {e}");
+    }
+    // Annie's request is unchanged.
+    let read = annie.ok("feature_request_read", json!({"id": id})).await;
+    assert_eq!(read["conversation"].as_array().unwrap().len(), 1, "{read}");
+    assert_eq!(read["open_questions"].as_array().unwrap().len(), 1);
+    assert_eq!(total(&annie, json!({})).await, 1);
+
+    // A trigger run shares the id sequence but is not a feature request.
+    let now = t.app().clock.now();
+    let run = t
+        .app()
+        .store
+        .write(|tx| {
+            requests::create_run(tx, a.org.id, 1, uuid::Uuid::new_v4(), None, "x".into(), now)
+        })
+        .unwrap();
+    let e = annie
+        .err("feature_request_read", json!({"id": run.id}))
+        .await;
+    assert_eq!(e["code"], "not_found");
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feature_tool_calls_are_audited() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let live = app(&t, &s, "Planning", AppStatus::Live);
+    let mcp = t.mcp(&t.grant(&s, SCOPE));
+    let id = create(&mcp, live, "Audit").await;
+    mcp.ok("feature_request_read", json!({"id": id})).await;
+    mcp.err("feature_request_reply", json!({"id": id})).await;
+    t.app().batch.flush();
+    let records = t
+        .app()
+        .store
+        .read(|tx| kennis::connector::audit::records(tx, s.org.id, None))
+        .unwrap();
+    let seen: Vec<(String, Option<String>, String)> = records
+        .iter()
+        .map(|r| {
+            (
+                r.tool.clone(),
+                r.target.clone(),
+                serde_json::to_value(r.outcome)
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            )
+        })
+        .collect();
+    let target = Some(format!("request {id}"));
+    assert_eq!(
+        seen,
+        vec![
+            ("feature_request_create".into(), target.clone(), "ok".into()),
+            ("feature_request_read".into(), target.clone(), "ok".into()),
+            ("feature_request_reply".into(), target, "refused".into()),
+        ]
+    );
+    t.stop().await;
+}
+
+/// An executable shell script in `dir`.
+fn script(dir: &Path, body: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("feature-agent.sh");
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// Reads the request until `done` holds (the agent works in the background).
+async fn read_until(mcp: &McpClient, id: u64, done: impl Fn(&Value) -> bool) -> Value {
+    for _ in 0..200 {
+        let r = mcp.ok("feature_request_read", json!({"id": id})).await;
+        if done(&r) {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "request {id} never got there: {}",
+        mcp.ok("feature_request_read", json!({"id": id})).await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_agent_asks_a_question_and_completes_the_request() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let live = app(&t, &s, "Planning", AppStatus::Live);
+    let dir = tempfile::tempdir().unwrap();
+    // First job (no answers yet): ask, and try a transition that makes no sense. Second job
+    // (with the answer): implement, report and complete.
+    let program = script(
+        dir.path(),
+        r#"input=$(cat)
+case "$input" in
+  *'"kind":"feature_request"'*) ;;
+  *) echo "not a feature job" >&2; exit 3 ;;
+esac
+case "$input" in
+  *'"answers":[]'*)
+    echo '{"type":"message","text":"Ik heb een vraag."}'
+    echo '{"type":"question","text":"Hoe snel?","options":[{"option_id":"snel","label":"Deze week"},{"option_id":"later","label":"Volgende maand"}],"allow_other":false}'
+    echo '{"type":"status","status":"completed"}'
+    ;;
+  *'"option_ids":["snel"]'*)
+    echo '{"type":"status","status":"implementing"}'
+    echo '{"type":"message","text":"Gebouwd met spoed."}'
+    echo '{"type":"status","status":"review"}'
+    echo '{"type":"status","status":"completed"}'
+    ;;
+  *) echo '{"type":"message","text":"Onverwacht antwoord."}' ;;
+esac"#,
+    );
+    let a = t.app();
+    agents::add_agent(
+        &a.store,
+        &s.org.slug,
+        &NewAgent {
+            name: "Bouwer".into(),
+            kind: AgentKind::Feature,
+            exec: "command".into(),
+            program: Some(program.to_str().unwrap().into()),
+            args: vec![],
+            url: None,
+            timeout_secs: Some(30),
+        },
+        a.clock.now(),
+    )
+    .unwrap();
+    let mcp = t.mcp(&t.grant(&s, SCOPE));
+    let id = create(&mcp, live, "Exportknop").await;
+
+    let r = read_until(&mcp, id, |r| {
+        r["open_questions"].as_array().unwrap().len() == 1
+    })
+    .await;
+    assert_eq!(r["status"], "clarifying", "{r}");
+    let conv = r["conversation"].as_array().unwrap();
+    assert_eq!(conv[0]["author"], "Bouwer");
+    assert_eq!(conv[0]["role"], "agent");
+    assert_eq!(conv[0]["text"], "Ik heb een vraag.");
+    assert!(
+        conv.iter().any(|m| m["author"] == "kennis"
+            && m["text"]
+                .as_str()
+                .unwrap()
+                .contains("`completed` cannot follow `clarifying`")),
+        "the senseless transition was refused visibly: {r}"
+    );
+    let q = &r["open_questions"][0];
+    assert_eq!(q["text"], "Hoe snel?");
+
+    mcp.ok(
+        "feature_request_reply",
+        json!({"id": id, "answers": [{"question_id": q["question_id"], "option_ids": ["snel"]}]}),
+    )
+    .await;
+    let done = read_until(&mcp, id, |r| r["status"] == "completed").await;
+    let texts: Vec<&str> = done["conversation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["text"].as_str().unwrap())
+        .collect();
+    assert!(texts.contains(&"Gebouwd met spoed."), "{texts:?}");
+    assert!(texts.iter().any(|t| t.contains("Deze week")), "{texts:?}");
+    assert_eq!(done["open_questions"], json!([]));
+    // A completed request takes no more replies.
+    let e = mcp
+        .err(
+            "feature_request_reply",
+            json!({"id": id, "message": "nog iets"}),
+        )
+        .await;
+    assert!(e["message"].as_str().unwrap().contains("completed"), "{e}");
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_apps_and_the_echo_feature_agent() {
+    let mut t = TestServer::start().await;
+    kennis::demo::ensure(t.app()).unwrap();
+    // A second start adds nothing twice.
+    kennis::demo::ensure(t.app()).unwrap();
+    let a = t.app();
+    let org = kennis::identity::find_org(&a.store, kennis::demo::DEMO_SLUG).unwrap();
+    let list = a.store.read(|tx| apps::list(tx, org.id)).unwrap();
+    let shown: Vec<(&str, AppStatus)> = list.iter().map(|a| (a.name.as_str(), a.status)).collect();
+    assert_eq!(
+        shown,
+        vec![
+            (kennis::demo::DEMO_LIVE_APP, AppStatus::Live),
+            (kennis::demo::DEMO_DRAFT_APP, AppStatus::Draft)
+        ]
+    );
+    let feature_agents: Vec<_> = agents::list_agents(&a.store, org.id)
+        .unwrap()
+        .into_iter()
+        .filter(|a| a.kind == AgentKind::Feature)
+        .collect();
+    assert_eq!(feature_agents.len(), 1);
+
+    // The echo agent answers a request honestly and changes nothing else.
+    let s = t.seed(kennis::demo::DEMO_ORG, "tester@example.org");
+    let mcp = t.mcp(&t.grant(&s, SCOPE));
+    let id = create(&mcp, list[0].app_id, "Vakantieplanning").await;
+    let r = read_until(&mcp, id, |r| {
+        !r["conversation"].as_array().unwrap().is_empty()
+    })
+    .await;
+    let text = r["conversation"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("Echo agent") && text.contains("Vakantieplanning"),
+        "{text}"
+    );
+    assert_eq!(r["status"], "pending");
+    let e = mcp
+        .err(
+            "feature_request_create",
+            create_args(list[1].app_id, "Nog niet", "x"),
+        )
+        .await;
+    assert_eq!(e["code"], "app_closed");
+    t.stop().await;
+}
+
+#[test]
+fn app_add_on_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    run_json(d, &["org", "create", "Acme", "--json"], None);
+    let live = run_json(d, &["app", "add", "acme", "Planner", "--json"], None);
+    let draft = run_json(
+        d,
+        &["app", "add", "acme", "Uren", "--status", "draft", "--json"],
+        None,
+    );
+    assert!(live["app_id"].as_u64().is_some(), "{live}");
+    assert_eq!(live.as_object().unwrap().len(), 1, "{live}");
+    let list = run_json(d, &["app", "list", "acme", "--json"], None);
+    assert_eq!(list["items"][0]["status"], "live");
+    assert_eq!(list["items"][1]["app_id"], draft["app_id"]);
+    assert_eq!(list["items"][1]["accepts_requests"], false);
+
+    let out = run(d, &["app", "add", "acme", "X", "--status", "closed"], None);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let out = run(d, &["app", "add", "nobody", "X"], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("unknown organisation"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(d, &["app", "add", "acme", "planner"], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("already has an app"),
+        "{}",
+        stderr(&out)
+    );
+    let list = run_json(d, &["app", "list", "acme", "--json"], None);
+    assert_eq!(list["items"].as_array().unwrap().len(), 2, "nothing stored");
+}
