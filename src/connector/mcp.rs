@@ -11,7 +11,7 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::{Caller, TOOLS, tool_for};
 use crate::app::App;
@@ -41,13 +41,39 @@ fn as_object(v: Value) -> Arc<serde_json::Map<String, Value>> {
     }
 }
 
+/// A tool's output schema widened to also describe its error results
+/// (`{"error": {"code", "message", …}}`, DESIGN.md "Tool results"): clients such as the
+/// official TypeScript SDK validate `structuredContent` of error results too, and would
+/// otherwise turn a helpful refusal into a schema failure.
+pub fn with_error_shape(mut output: Value) -> Value {
+    let Value::Object(schema) = &mut output else {
+        return output;
+    };
+    let required = schema.remove("required").unwrap_or_else(|| json!([]));
+    if let Some(Value::Object(props)) = schema.get_mut("properties") {
+        props.insert(
+            "error".into(),
+            json!({"type": "object", "properties": {
+                "code": {"type": "string"}, "message": {"type": "string"},
+                "retry_after_seconds": {"type": "integer"}, "current_version": {"type": "integer"}},
+                "required": ["code", "message"]}),
+        );
+    }
+    schema.insert(
+        "anyOf".into(),
+        json!([{"required": required}, {"required": ["error"]}]),
+    );
+    output
+}
+
 /// The tool definitions the caller's scopes unlock.
 pub fn visible_tools(caller: &Caller) -> Vec<Tool> {
     super::definitions()
         .into_iter()
         .filter(|(name, ..)| tool_for(caller, name).is_some())
         .map(|(name, description, input, output)| {
-            Tool::new(name, description, as_object(input)).with_raw_output_schema(as_object(output))
+            Tool::new(name, description, as_object(input))
+                .with_raw_output_schema(as_object(with_error_shape(output)))
         })
         .collect()
 }
@@ -102,5 +128,26 @@ impl ServerHandler for KennisMcp {
         };
         out.meta = None;
         Ok(out.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_output_schema_also_admits_the_error_shape() {
+        for (name, _, _, output) in super::super::definitions() {
+            let required = output["required"].clone();
+            let wide = with_error_shape(output);
+            assert!(wide.get("required").is_none(), "{name}");
+            assert_eq!(wide["anyOf"][0]["required"], required, "{name}");
+            assert_eq!(wide["anyOf"][1]["required"], json!(["error"]), "{name}");
+            assert_eq!(
+                wide["properties"]["error"]["required"],
+                json!(["code", "message"])
+            );
+            assert_eq!(wide["type"], "object", "{name}");
+        }
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use jiff::SignedDuration;
 use kennis::oauth;
+use kennis::requests::apps::{self, AppStatus};
 
 use crate::fixture::{Seeded, TestServer};
 
@@ -86,7 +87,34 @@ async fn headless_chromium_logs_in_consents_and_gets_a_code() {
 async fn official_mcp_sdk_oauth_client_completes_the_flow() {
     let t = TestServer::start().await;
     let s = t.seed("Acme", "sdk@example.org");
+    let now = t.app().clock.now();
+    for (name, status) in [("Planning", AppStatus::Live), ("Uren", AppStatus::Draft)] {
+        apps::add(&t.app().store, s.org.id, name, status, now).unwrap();
+    }
     let got = run_node(&t, &s, "sdk-client.mjs").await;
+    // The SDK's client used the token on the connector; it checked every structured result
+    // against the tool's output schema.
+    assert_eq!(
+        got["tools"].as_array().unwrap().len(),
+        9,
+        "{}",
+        got["tools"]
+    );
+    let id = got["created"]["id"].clone();
+    assert_eq!(got["created"]["status"], "pending");
+    assert_eq!(got["replied"]["accepted"]["message"], true);
+    assert_eq!(got["read"]["id"], id);
+    assert_eq!(got["read"]["conversation"][0]["text"], "Liefst als CSV.");
+    assert_eq!(got["list"]["total"], 1);
+    assert_eq!(got["closed"]["isError"], true);
+    assert_eq!(
+        got["closed"]["structuredContent"]["error"]["code"],
+        "app_closed"
+    );
+    assert_eq!(
+        got["missing"]["structuredContent"]["error"]["code"],
+        "not_found"
+    );
     let first = got["tokens"]["access_token"].as_str().unwrap();
     let second = got["refreshed"]["access_token"].as_str().unwrap();
     assert_eq!(got["tokens"]["token_type"], "Bearer");

@@ -1,6 +1,8 @@
 // The official MCP TypeScript SDK's OAuth client against kennis: metadata discovery, dynamic
 // registration, authorization URL with PKCE, code exchange and refresh. The person's part
 // (login, second factor, consent) is scripted with plain HTTP; the SDK does the client's part.
+// Then the SDK's MCP client uses the token: it lists the tools and calls the feature-request
+// tools, checking each structured result against the tool's output schema as it does.
 import {
   discoverOAuthProtectedResourceMetadata,
   discoverAuthorizationServerMetadata,
@@ -9,6 +11,8 @@ import {
   exchangeAuthorization,
   refreshAuthorization,
 } from '@modelcontextprotocol/sdk/client/auth.js';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { env, deadline } from './common.mjs';
 
 deadline(60_000);
@@ -106,4 +110,35 @@ const refreshed = await refreshAuthorization(asUrl, {
   refreshToken: tokens.refresh_token,
   resource: new URL(connector),
 });
-console.log(JSON.stringify({ client_id: clientInformation.client_id, tokens, refreshed }));
+const client = new Client({ name: 'kennis-sdk-check', version: '1.0.0' });
+await client.connect(
+  new StreamableHTTPClientTransport(new URL(connector), {
+    requestInit: { headers: { Authorization: `Bearer ${refreshed.access_token}` } },
+  }),
+);
+const tools = (await client.listTools()).tools.map((t) => t.name);
+const call = async (name, args) => {
+  const r = await client.callTool({ name, arguments: args });
+  if (r.isError) throw new Error(`${name} failed: ${JSON.stringify(r)}`);
+  return r.structuredContent;
+};
+const apps = await call('app_list', {});
+const live = apps.apps.find((a) => a.accepts_requests);
+if (!live) throw new Error(`no live app: ${JSON.stringify(apps)}`);
+const created = await call('feature_request_create', {
+  app_id: live.app_id,
+  title: 'Exportknop',
+  description: 'Graag een knop om de planning te exporteren.',
+});
+const replied = await call('feature_request_reply', { id: created.id, message: 'Liefst als CSV.' });
+const read = await call('feature_request_read', { id: created.id });
+const list = await call('feature_request_list', { mine: true });
+const closed = await client.callTool({
+  name: 'feature_request_create',
+  arguments: { app_id: apps.apps.find((a) => !a.accepts_requests).app_id, title: 't', description: 'd' },
+});
+const missing = await client.callTool({ name: 'kennisbank_read', arguments: { path: 'nergens.md' } });
+await client.close();
+console.log(
+  JSON.stringify({ client_id: clientInformation.client_id, tokens, refreshed, tools, created, replied, read, list, closed, missing }),
+);
