@@ -816,3 +816,179 @@ fn app_add_on_the_command_line() {
     let list = run_json(d, &["app", "list", "acme", "--json"], None);
     assert_eq!(list["items"].as_array().unwrap().len(), 2, "nothing stored");
 }
+
+/// An `http` feature agent: a small web server that records every job and answers with events.
+async fn http_agent(
+    answer: fn(&Value) -> Value,
+) -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+    use axum::{Json, Router, extract::State, routing::post};
+    type Jobs = std::sync::Arc<std::sync::Mutex<Vec<Value>>>;
+    let jobs: Jobs = Default::default();
+    let app = Router::new()
+        .route(
+            "/agent",
+            post(
+                move |State(jobs): State<Jobs>, Json(job): Json<Value>| async move {
+                    let reply = answer(&job);
+                    jobs.lock().unwrap().push(job);
+                    Json(reply)
+                },
+            ),
+        )
+        .with_state(jobs.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/agent", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, jobs)
+}
+
+fn feature_agent(t: &TestServer, s: &Seeded, exec: &str, target: &str) {
+    let a = t.app();
+    let (program, url) = match exec {
+        "http" => (None, Some(target.to_owned())),
+        _ => (Some(target.to_owned()), None),
+    };
+    agents::add_agent(
+        &a.store,
+        &s.org.slug,
+        &NewAgent {
+            name: "Bouwer".into(),
+            kind: AgentKind::Feature,
+            exec: exec.into(),
+            program,
+            args: vec![],
+            url,
+            timeout_secs: Some(30),
+        },
+        a.clock.now(),
+    )
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_agent_receives_the_request_conversation_and_answers() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let live = app(&t, &s, "Planning", AppStatus::Live);
+    let (url, jobs) = http_agent(|job| {
+        if job["feature_request"]["answers"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+        {
+            json!({"events": [
+                {"type": "question", "text": "Welke kleur?", "allow_other": true,
+                 "options": [{"option_id": "rood", "label": "Rood"}]}]})
+        } else {
+            json!({"events": [
+                {"type": "status", "status": "implementing"},
+                {"type": "status", "status": "awaiting_feedback"},
+                {"type": "message", "text": "Klaar om te proberen."}]})
+        }
+    })
+    .await;
+    feature_agent(&t, &s, "http", &url);
+    let mcp = t.mcp(&t.grant(&s, SCOPE));
+    let id = create(&mcp, live, "Kleur van de knop").await;
+    read_until(&mcp, id, |r| r["status"] == "clarifying").await;
+    mcp.ok(
+        "feature_request_reply",
+        json!({"id": id, "message": "Zie hieronder.", "answers": [{"question_id": 1, "option_ids": [], "other": "Groen"}]}),
+    )
+    .await;
+    let r = read_until(&mcp, id, |r| r["status"] == "awaiting_feedback").await;
+    assert_eq!(
+        r["conversation"].as_array().unwrap().last().unwrap()["text"],
+        "Klaar om te proberen."
+    );
+
+    let jobs = jobs.lock().unwrap().clone();
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    let first = &jobs[0];
+    assert_eq!(first["kind"], "feature_request");
+    assert_eq!(first["organisation"], s.org.slug);
+    assert_eq!(first["agent"]["name"], "Bouwer");
+    assert_eq!(first["feature_request"]["id"], id);
+    assert_eq!(first["feature_request"]["app_id"], live);
+    assert_eq!(first["feature_request"]["title"], "Kleur van de knop");
+    assert_eq!(first["feature_request"]["status"], "pending");
+    let second = &jobs[1]["feature_request"];
+    assert_eq!(second["status"], "clarifying");
+    assert_eq!(
+        second["answers"],
+        json!([{"question_id": 1, "option_ids": [], "other": "Groen"}])
+    );
+    let said: Vec<(&str, &str)> = second["conversation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["role"].as_str().unwrap(), m["text"].as_str().unwrap()))
+        .collect();
+    assert_eq!(said[1], ("person", "Zie hieronder."));
+    assert!(said[2].1.contains("other: Groen"), "{said:?}");
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_while_the_agent_runs_makes_it_run_again() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let live = app(&t, &s, "Planning", AppStatus::Live);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    // Each job is logged; the first waits until the test lets it go.
+    let program = script(
+        dir.path(),
+        &format!(
+            r#"cat > /dev/null
+echo job >> {d}/jobs
+if [ "$(wc -l < {d}/jobs)" -eq 1 ]; then
+  while [ ! -f {d}/go ]; do sleep 0.02; done
+fi
+echo '{{"type":"message","text":"gezien"}}'"#
+        ),
+    );
+    feature_agent(&t, &s, "command", program.to_str().unwrap());
+    let mcp = t.mcp(&t.grant(&s, SCOPE));
+    let id = create(&mcp, live, "Twee keer").await;
+    let jobs = dir.path().join("jobs");
+    for _ in 0..200 {
+        if jobs.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let running = t
+        .app()
+        .store
+        .read(|tx| requests::get(tx, id))
+        .unwrap()
+        .unwrap();
+    assert_eq!(running.job, Some(requests::JobState::Running));
+    mcp.ok(
+        "feature_request_reply",
+        json!({"id": id, "message": "Nog een detail."}),
+    )
+    .await;
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let r = read_until(&mcp, id, |r| {
+        r["conversation"].as_array().unwrap().len() == 3
+    })
+    .await;
+    let texts: Vec<&str> = r["conversation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["Nog een detail.", "gezien", "gezien"]);
+    assert_eq!(std::fs::read_to_string(&jobs).unwrap().lines().count(), 2);
+    let done = t
+        .app()
+        .store
+        .read(|tx| requests::get(tx, id))
+        .unwrap()
+        .unwrap();
+    assert_eq!((done.job, done.redispatch), (None, false));
+    t.stop().await;
+}
