@@ -107,27 +107,14 @@ async fn not_allowed() -> Response {
         .into_response()
 }
 
-fn www_authenticate(app: &App, error: Option<(&str, &str)>) -> HeaderValue {
-    let mut v = String::from("Bearer ");
-    if let Some((code, description)) = error {
-        v.push_str(&format!(
-            "error=\"{code}\", error_description=\"{description}\", "
-        ));
-    }
-    v.push_str(&format!(
-        "scope=\"{SCOPE_KB} {SCOPE_REQUESTS}\", resource_metadata=\"{}/.well-known/oauth-protected-resource{PATH}\"",
-        app.public_url
-    ));
-    HeaderValue::from_str(&v).expect("header value is ASCII")
-}
-
 fn auth_error(app: &App, status: StatusCode, code: &str, description: &str) -> Response {
     let challenge_code = (code != "unauthorized").then_some((code, description));
     (
         status,
         [(
             header::WWW_AUTHENTICATE,
-            www_authenticate(app, challenge_code),
+            HeaderValue::from_str(&crate::oauth::www_authenticate(app, challenge_code))
+                .expect("header value is ASCII"),
         )],
         axum::Json(json!({"error": code, "error_description": description})),
     )

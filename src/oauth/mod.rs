@@ -153,18 +153,18 @@ pub fn check_resource(connector_url: &str, resource: Option<&str>) -> Result<Str
     }
 }
 
-/// The `WWW-Authenticate` value of a connector 401: names the scopes and the protected
-/// resource metadata, and, when a token was presented, why it was refused (RFC 6750 §3).
-pub fn www_authenticate(app: &crate::app::App, error: Option<&BearerError>) -> String {
+/// The `WWW-Authenticate` value of a connector 401/403: names the scopes and the protected
+/// resource metadata, and, when a token was presented, the error code and why it was refused
+/// (RFC 6750 §3).
+pub fn www_authenticate(app: &crate::app::App, error: Option<(&str, &str)>) -> String {
     let metadata = format!(
         "{}/.well-known/oauth-protected-resource/mcp/kennisbank",
         app.public_url
     );
     let scope = SCOPES.join(" ");
     match error {
-        Some(e) => format!(
-            "Bearer error=\"invalid_token\", error_description=\"{}\", scope=\"{scope}\", resource_metadata=\"{metadata}\"",
-            e.reason()
+        Some((code, description)) => format!(
+            "Bearer error=\"{code}\", error_description=\"{description}\", scope=\"{scope}\", resource_metadata=\"{metadata}\""
         ),
         None => format!("Bearer scope=\"{scope}\", resource_metadata=\"{metadata}\""),
     }

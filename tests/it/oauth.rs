@@ -988,7 +988,8 @@ async fn discovery_documents_and_cors() {
     assert_eq!(r["resource"], t.app().connector_url());
     assert_eq!(r["authorization_servers"], serde_json::json!([t.base]));
     assert_eq!(r["bearer_methods_supported"], serde_json::json!(["header"]));
-    let h = oauth::www_authenticate(t.app(), Some(&BearerError::Expired));
+    let expired = BearerError::Expired.reason();
+    let h = oauth::www_authenticate(t.app(), Some(("invalid_token", &expired)));
     assert_eq!(
         h,
         format!(
