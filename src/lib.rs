@@ -12,6 +12,7 @@ pub mod clock;
 pub mod config;
 pub mod connector;
 pub mod demo;
+pub mod housekeeping;
 pub mod http;
 pub mod identity;
 pub mod kb;

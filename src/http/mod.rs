@@ -179,7 +179,8 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
             .expect("open task")?
     };
     let (stop, stop_rx) = watch::channel(false);
-    let workers = crate::agents::start_workers(&app, stop_rx.clone())?;
+    let mut workers = crate::agents::start_workers(&app, stop_rx.clone())?;
+    workers.push(crate::housekeeping::start(&app, stop_rx.clone()));
     let wait_stop = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };

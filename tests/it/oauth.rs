@@ -1057,3 +1057,45 @@ async fn bearer_check_is_fast_enough_for_the_connector() {
         "{per_call:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_codes_tokens_and_sessions_are_purged_a_day_after_expiry() {
+    use kennis::housekeeping::{Purged, purge_expired};
+    use kennis::store::{OAUTH_TOKENS, SESSIONS};
+    let mut t = TestServer::start().await;
+    let s = t.seed("Acme", "annie@example.org");
+    let app = t.app().clone();
+    let count = |table| app.store.read(|tx| tx.count(table)).unwrap();
+    let old_token = t.grant(&s, &["kennisbank"]);
+    kennis::portal::create_session(&app, s.person.id).unwrap();
+    assert_eq!((count(OAUTH_TOKENS), count(SESSIONS)), (2, 1));
+
+    // Nothing is removed while it may still be used, nor within the day after expiry.
+    let purge = || purge_expired(&app.store, app.clock.now()).unwrap();
+    assert_eq!(purge(), Purged::default());
+    t.clock.advance(SignedDuration::from_hours(24));
+    assert_eq!(
+        purge(),
+        Purged::default(),
+        "the access token expired 23 hours ago"
+    );
+
+    // A day and a bit after: the access token (1 h) and the session (12 h) go; the refresh
+    // token (30 days) and a new grant's tokens stay.
+    t.clock.advance(SignedDuration::from_hours(13));
+    let new_token = t.grant(&s, &["kennisbank"]);
+    let p = purge();
+    assert_eq!((p.tokens, p.sessions, p.codes), (1, 1, 0));
+    assert_eq!((count(OAUTH_TOKENS), count(SESSIONS)), (3, 0));
+    let status = |token: String| {
+        let mcp = t.mcp(&token);
+        async move { mcp.rpc("tools/list", serde_json::json!({})).await.0 }
+    };
+    assert_eq!(status(new_token).await, 200);
+    assert_eq!(status(old_token).await, 401);
+
+    t.clock.advance(SignedDuration::from_hours(32 * 24));
+    assert_eq!(purge().tokens, 3, "every token is now long expired");
+    assert_eq!(count(OAUTH_TOKENS), 0);
+    t.stop().await;
+}
