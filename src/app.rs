@@ -66,6 +66,7 @@ impl App {
         if caught_up > 0 {
             tracing::info!(changes = caught_up, "search index caught up with the store");
         }
+        let tool_limits = ToolLimits::restore(&store, clock.now())?;
         let batch = BatchWriter::start(store.clone());
         let commits = GroupCommit::start(store.clone());
         let oauth = crate::oauth::OAuthState::new(clock.clone());
@@ -80,7 +81,7 @@ impl App {
             metrics: Metrics::new(),
             server_key,
             kb_index,
-            tool_limits: ToolLimits::default(),
+            tool_limits,
             commits,
             runs: RunQueue::new(),
         }))

@@ -41,6 +41,18 @@ pub fn record_key(org_id: u64, at: Timestamp) -> Vec<u8> {
     k
 }
 
+/// An organisation's records from `since` on, read from the key range (not the whole
+/// organisation's history): what the tool limits need after a restart.
+pub fn recent(tx: &ReadTx, org_id: u64, since: Timestamp) -> Result<Vec<AuditRecord>, StoreError> {
+    let mut from = key::id(org_id).to_vec();
+    from.extend_from_slice(&(since.as_nanosecond().max(0) as u64).to_be_bytes());
+    Ok(tx
+        .scan_from::<AuditRecord>(AUDIT, &key::id(org_id), &from)?
+        .into_iter()
+        .map(|r| r.1)
+        .collect())
+}
+
 /// An organisation's records from `since` on, oldest first.
 pub fn records(
     tx: &ReadTx,

@@ -18,6 +18,13 @@ pub fn hourly_limit(tool: &str) -> Option<usize> {
     }
 }
 
+/// The tools that have an hourly limit.
+const LIMITED: [&str; 3] = [
+    "kennisbank_write",
+    "feature_request_create",
+    "feature_request_reply",
+];
+
 /// Successful calls of the last hour per (organisation, tool).
 #[derive(Default)]
 pub struct ToolLimits {
@@ -41,6 +48,29 @@ impl ToolLimits {
             return Err(wait as u64);
         }
         Ok(())
+    }
+
+    /// Rebuilds the last hour's counts from the audit log, so a restart does not hand every
+    /// organisation a fresh hour. Every successful call is audited, which makes the audit log
+    /// the durable record of what the limits count.
+    pub fn restore(
+        store: &crate::store::Store,
+        now: Timestamp,
+    ) -> Result<ToolLimits, crate::store::StoreError> {
+        let limits = ToolLimits::default();
+        let orgs = store.read(|tx| tx.scan_keys(crate::store::ORGS, b"", usize::MAX))?;
+        for org_id in orgs.iter().filter_map(|k| crate::store::key::id_at(k, 0)) {
+            let records = store.read(|tx| super::audit::recent(tx, org_id, now - HOUR))?;
+            for r in records {
+                if r.outcome != super::audit::Outcome::Ok {
+                    continue;
+                }
+                if let Some(tool) = LIMITED.iter().find(|t| **t == r.tool) {
+                    limits.record(org_id, tool, r.at);
+                }
+            }
+        }
+        Ok(limits)
     }
 
     /// Counts one successful call.
@@ -79,5 +109,8 @@ mod tests {
             "per organisation"
         );
         assert!(l.check(1, "feature_request_create", t0 + HOUR).is_ok());
+        for tool in LIMITED {
+            assert!(hourly_limit(tool).is_some(), "{tool}");
+        }
     }
 }

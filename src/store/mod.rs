@@ -405,6 +405,26 @@ impl ReadTx {
     ) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
         range_in(&self.txn.open_table(table)?, &table, from, limit)
     }
+
+    /// Records whose key starts with `prefix` and is at least `from` (which should start with
+    /// `prefix`), in key order: e.g. one organisation's records since a time.
+    pub fn scan_from<R: DeserializeOwned>(
+        &self,
+        table: Table,
+        prefix: &[u8],
+        from: &[u8],
+    ) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
+        let t = self.txn.open_table(table)?;
+        let mut out = Vec::new();
+        for entry in t.range::<&[u8]>(from..)? {
+            let (k, v) = entry?;
+            if !k.value().starts_with(prefix) {
+                break;
+            }
+            out.push((k.value().to_vec(), decode(&table, v.value())?));
+        }
+        Ok(out)
+    }
 }
 
 /// A write transaction.

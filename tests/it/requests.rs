@@ -992,3 +992,39 @@ echo '{{"type":"message","text":"gezien"}}'"#
     assert_eq!((done.job, done.redispatch), (None, false));
     t.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hourly_limits_survive_a_restart() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let live = app(&t, &s, "Planning", AppStatus::Live);
+    let mcp = t.mcp(&t.grant(&s, SCOPE));
+    for i in 0..30 {
+        create(&mcp, live, &format!("Verzoek {i}")).await;
+    }
+    mcp.err("feature_request_reply", json!({"id": 1})).await;
+    t.stop().await;
+
+    // The same data directory, a new server: the hour's 30 creates still count.
+    t.clock.advance(SignedDuration::from_secs(600));
+    let config = crate::fixture::test_config(t.data_dir(), Default::default());
+    let server = kennis::http::start(config, t.clock.clone()).await.unwrap();
+    t.base = server.public_url().to_owned();
+    t.server = Some(server);
+    let mcp = t.mcp(&t.grant(&s, SCOPE));
+    let e = mcp
+        .err("feature_request_create", create_args(live, "31", "x"))
+        .await;
+    assert_eq!(e["code"], "rate_limited", "{e}");
+    assert_eq!(e["retry_after_seconds"], 3000, "{e}");
+    // Refused calls were not counted: replies are still allowed.
+    mcp.ok(
+        "feature_request_reply",
+        json!({"id": 1, "message": "hallo"}),
+    )
+    .await;
+    t.clock.advance(SignedDuration::from_secs(3000));
+    let mcp = t.mcp(&t.grant(&s, SCOPE));
+    create(&mcp, live, "Na het uur").await;
+    t.stop().await;
+}
