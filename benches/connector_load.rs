@@ -4,8 +4,10 @@
 //! always on. Reports requests/s, p50, p99 and the server's RSS. `cargo bench --bench
 //! connector_load`; `KENNIS_LOAD_REQUESTS` / `KENNIS_LOAD_SECS` bound the run.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,36 +16,6 @@ use kennis::config::Settings;
 use kennis::identity::{self, NewPerson, Role};
 
 const CLIENTS: usize = 32;
-
-fn corpus_dir() -> PathBuf {
-    std::env::var_os("KENNIS_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus"))
-}
-
-fn read_corpus(dir: &Path) -> Vec<(String, String)> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                walk(root, &p, out);
-            } else if p.extension().is_some_and(|x| x == "md")
-                && p.file_name().is_some_and(|n| n != "README.md")
-                && let Ok(text) = std::fs::read_to_string(&p)
-            {
-                let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
-                out.push((rel, text));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(dir, dir, &mut out);
-    out.sort();
-    out
-}
 
 fn made_up_docs() -> Vec<(String, String)> {
     (0..2465)
@@ -140,8 +112,8 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(30);
-    let dir = corpus_dir();
-    let mut docs = read_corpus(&dir);
+    let dir = common::corpus_dir();
+    let mut docs = common::read_corpus(&dir);
     if docs.is_empty() {
         println!(
             "corpus not found at {} (set KENNIS_CORPUS): using made-up text instead",

@@ -2,7 +2,8 @@
 //! (`../shared/corpus`, or `KENNIS_CORPUS`) and on a 10,000-document / ~100 MB corpus generated
 //! deterministically from its lines. `cargo bench --bench search`.
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::time::{Duration, Instant};
 
 use kennis::kb::fold::fold_text;
@@ -35,36 +36,6 @@ const QUERIES: &[&str] = &[
     "maat akkoord",
     "formule som",
 ];
-
-fn corpus_dir() -> PathBuf {
-    std::env::var_os("KENNIS_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus"))
-}
-
-fn read_corpus(dir: &Path) -> Vec<(String, String)> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                walk(root, &p, out);
-            } else if p.extension().is_some_and(|x| x == "md")
-                && p.file_name().is_some_and(|n| n != "README.md")
-                && let Ok(text) = std::fs::read_to_string(&p)
-            {
-                let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
-                out.push((rel, text));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(dir, dir, &mut out);
-    out.sort();
-    out
-}
 
 /// Text made up here when the corpus is absent: pseudo-words from a seeded generator.
 fn made_up_docs(n: usize, rng: &mut StdRng) -> Vec<(String, String)> {
@@ -238,8 +209,8 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(50);
     let mut rng = StdRng::seed_from_u64(0x6b656e6e6973);
-    let dir = corpus_dir();
-    let corpus = read_corpus(&dir);
+    let dir = common::corpus_dir();
+    let corpus = common::read_corpus(&dir);
     let source = if corpus.is_empty() {
         println!(
             "corpus not found at {} (set KENNIS_CORPUS): using made-up text instead",

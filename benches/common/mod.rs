@@ -1,0 +1,35 @@
+//! What several benchmarks share: where the real corpus is and how it is read.
+
+use std::path::{Path, PathBuf};
+
+/// `KENNIS_CORPUS`, or `../shared/corpus` beside the checkout.
+pub fn corpus_dir() -> PathBuf {
+    std::env::var_os("KENNIS_CORPUS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus"))
+}
+
+/// Every Markdown document under `dir` (but its README) as (relative path, text), sorted.
+pub fn read_corpus(dir: &Path) -> Vec<(String, String)> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else if p.extension().is_some_and(|x| x == "md")
+                && p.file_name().is_some_and(|n| n != "README.md")
+                && let Ok(text) = std::fs::read_to_string(&p)
+            {
+                let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+                out.push((rel, text));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
