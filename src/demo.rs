@@ -153,21 +153,7 @@ fn demo_trigger(
     now: jiff::Timestamp,
 ) -> Result<(uuid::Uuid, String), identity::IdentityError> {
     let refused = |e: String| identity::IdentityError::InvalidInput(e);
-    let agent = agents::add_agent(
-        store,
-        org,
-        &agents::NewAgent {
-            name: "Echo".into(),
-            kind: agents::AgentKind::Generic,
-            exec: "echo".into(),
-            program: None,
-            args: vec![],
-            url: None,
-            timeout_secs: None,
-        },
-        now,
-    )
-    .map_err(|e| refused(e.to_string()))?;
+    let agent = echo_agent(store, org, "Echo", agents::AgentKind::Generic, now)?;
     let project = agents::add_project(store, org, "Demo project", agents::Rollout::Ready, now)
         .map_err(|e| refused(e.to_string()))?;
     let created = triggers::add(
@@ -212,12 +198,31 @@ fn demo_feature_requests(
             Err(e) => return Err(refused(e.to_string())),
         }
     }
-    agents::add_agent(
+    echo_agent(
         store,
         &org.slug,
+        "Echo (feature requests)",
+        agents::AgentKind::Feature,
+        now,
+    )?;
+    store.write(|tx| tx.put(META, DEMO_APPS_MARKER, &true))?;
+    Ok(())
+}
+
+/// Adds a built-in echo agent of `kind` to the organisation with slug `org`.
+fn echo_agent(
+    store: &Store,
+    org: &str,
+    name: &str,
+    kind: agents::AgentKind,
+    now: jiff::Timestamp,
+) -> Result<agents::Agent, identity::IdentityError> {
+    agents::add_agent(
+        store,
+        org,
         &agents::NewAgent {
-            name: "Echo (feature requests)".into(),
-            kind: agents::AgentKind::Feature,
+            name: name.into(),
+            kind,
             exec: "echo".into(),
             program: None,
             args: vec![],
@@ -226,9 +231,7 @@ fn demo_feature_requests(
         },
         now,
     )
-    .map_err(|e| refused(e.to_string()))?;
-    store.write(|tx| tx.put(META, DEMO_APPS_MARKER, &true))?;
-    Ok(())
+    .map_err(|e| identity::IdentityError::InvalidInput(e.to_string()))
 }
 
 fn random_password() -> String {

@@ -335,6 +335,18 @@ impl McpClient {
         )
     }
 
+    /// The names `tools/list` offers, in order.
+    pub async fn tool_names(&self) -> Vec<String> {
+        let (status, body) = self.rpc("tools/list", serde_json::json!({})).await;
+        assert_eq!(status, 200, "{body}");
+        body["result"]["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no tools: {body}"))
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
     /// `tools/call`; returns the result object (panics on a JSON-RPC error).
     pub async fn call(&self, tool: &str, args: serde_json::Value) -> serde_json::Value {
         let (status, body) = self

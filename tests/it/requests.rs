@@ -15,12 +15,29 @@ use serde_json::{Value, json};
 use crate::fixture::{McpClient, Seeded, TestServer, run, run_json, stderr};
 
 const SCOPE: &[&str] = &["feature_requests"];
+pub const FEATURE_TOOLS: [&str; 5] = [
+    "app_list",
+    "feature_request_list",
+    "feature_request_read",
+    "feature_request_create",
+    "feature_request_reply",
+];
 
 fn app(t: &TestServer, s: &Seeded, name: &str, status: AppStatus) -> u64 {
     let a = t.app();
     apps::add(&a.store, s.org.id, name, status, a.clock.now())
         .unwrap()
         .app_id
+}
+
+/// A server with one organisation (Annie, admin), its live app "Planning" and Annie's
+/// connector client with the `feature_requests` scope.
+async fn start() -> (TestServer, Seeded, u64, McpClient) {
+    let t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let live = app(&t, &s, "Planning", AppStatus::Live);
+    let mcp = t.mcp(&t.grant(&s, SCOPE));
+    (t, s, live, mcp)
 }
 
 fn create_args(app_id: u64, title: &str, description: &str) -> Value {
@@ -75,23 +92,7 @@ async fn apps_and_every_input_limit() {
     let archived = app(&t, &s, "Oud", AppStatus::Archived);
     let mcp = t.mcp(&t.grant(&s, SCOPE));
 
-    let (_, body) = mcp.rpc("tools/list", json!({})).await;
-    let names: Vec<&str> = body["result"]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        names,
-        [
-            "app_list",
-            "feature_request_list",
-            "feature_request_read",
-            "feature_request_create",
-            "feature_request_reply"
-        ]
-    );
+    assert_eq!(mcp.tool_names().await, FEATURE_TOOLS);
 
     let list = mcp.ok("app_list", json!({})).await;
     assert_eq!(
@@ -294,10 +295,7 @@ async fn filters_pages_search_and_mine() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn questions_and_answers_are_checked() {
-    let mut t = TestServer::start().await;
-    let s = t.seed("Bouw BV", "annie@example.org");
-    let live = app(&t, &s, "Planning", AppStatus::Live);
-    let mcp = t.mcp(&t.grant(&s, SCOPE));
+    let (mut t, _, live, mcp) = start().await;
     let id = create(&mcp, live, "Exportknop").await;
     ask(
         &t,
@@ -410,10 +408,7 @@ async fn questions_and_answers_are_checked() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_shortens_long_text_visibly() {
-    let mut t = TestServer::start().await;
-    let s = t.seed("Bouw BV", "annie@example.org");
-    let live = app(&t, &s, "Planning", AppStatus::Live);
-    let mcp = t.mcp(&t.grant(&s, SCOPE));
+    let (mut t, _, live, mcp) = start().await;
     let long = "ab".repeat(10_000);
     let id = mcp
         .ok("feature_request_create", create_args(live, "Lang", &long))
@@ -573,10 +568,7 @@ async fn another_organisation_cannot_see_or_touch_requests() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn feature_tool_calls_are_audited() {
-    let mut t = TestServer::start().await;
-    let s = t.seed("Bouw BV", "annie@example.org");
-    let live = app(&t, &s, "Planning", AppStatus::Live);
-    let mcp = t.mcp(&t.grant(&s, SCOPE));
+    let (mut t, s, live, mcp) = start().await;
     let id = create(&mcp, live, "Audit").await;
     mcp.ok("feature_request_read", json!({"id": id})).await;
     mcp.err("feature_request_reply", json!({"id": id})).await;
@@ -995,10 +987,7 @@ echo '{{"type":"message","text":"gezien"}}'"#
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hourly_limits_survive_a_restart() {
-    let mut t = TestServer::start().await;
-    let s = t.seed("Bouw BV", "annie@example.org");
-    let live = app(&t, &s, "Planning", AppStatus::Live);
-    let mcp = t.mcp(&t.grant(&s, SCOPE));
+    let (mut t, s, live, mcp) = start().await;
     for i in 0..30 {
         create(&mcp, live, &format!("Verzoek {i}")).await;
     }
