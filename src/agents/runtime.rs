@@ -200,15 +200,23 @@ impl EventSink for RunSink {
     }
 }
 
+/// Most events one feature job may add: a runaway agent cannot grow a request without bound.
+const MAX_FEATURE_EVENTS: usize = 100;
+
 /// Collects a feature agent's events in order; they are applied together when it ends.
 #[derive(Default)]
 struct FeatureSink {
     events: Vec<AgentEvent>,
+    dropped: usize,
 }
 
 impl EventSink for FeatureSink {
     fn event(&mut self, event: AgentEvent) {
-        self.events.push(event);
+        if self.events.len() < MAX_FEATURE_EVENTS {
+            self.events.push(event);
+        } else {
+            self.dropped += 1;
+        }
     }
 }
 
@@ -412,6 +420,15 @@ async fn execute_feature(app: &Arc<App>, job: Job, agent: super::Agent) {
                         now,
                     ));
                 }
+            }
+            if sink.dropped > 0 {
+                r.conversation.push(system_message(
+                    format!(
+                        "Agent {} sent {} more events than the {MAX_FEATURE_EVENTS} one job may add; they were left out.",
+                        agent.name, sink.dropped
+                    ),
+                    now,
+                ));
             }
             match outcome {
                 Outcome::Completed => {}

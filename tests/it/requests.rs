@@ -1017,3 +1017,34 @@ async fn hourly_limits_survive_a_restart() {
     create(&mcp, live, "Na het uur").await;
     t.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runaway_or_failing_agent_is_bounded_and_reported() {
+    let (mut t, s, live, mcp) = start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let program = script(
+        dir.path(),
+        r#"cat > /dev/null
+for i in $(seq 1 150); do echo "{\"type\":\"message\",\"text\":\"bericht $i\"}"; done
+echo "kapot" >&2
+exit 4"#,
+    );
+    feature_agent(&t, &s, "command", program.to_str().unwrap());
+    let id = create(&mcp, live, "Veel praat").await;
+    let r = read_until(&mcp, id, |r| r["conversation_total"] == 102).await;
+    let notes: Vec<&str> = r["conversation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["author"] == "kennis")
+        .map(|m| m["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(notes[0].contains("50 more events"), "{notes:?}");
+    assert!(
+        notes[1].contains("failed") && notes[1].contains("kapot"),
+        "{notes:?}"
+    );
+    assert_eq!(r["status"], "pending", "a failing agent changes no status");
+    t.stop().await;
+}
