@@ -26,6 +26,8 @@ pub const QUESTION_TEXT_MAX: usize = 2000;
 pub const OPTIONS_MAX: usize = 20;
 pub const OPTION_ID_MAX: usize = 100;
 pub const OPTION_LABEL_MAX: usize = 500;
+/// Most open questions at a time, so one read of a request stays small.
+pub const OPEN_QUESTIONS_MAX: usize = 10;
 
 /// The statuses a feature request can have, in the order of its life.
 pub const FEATURE_STATUSES: [Status; 7] = [
@@ -551,6 +553,11 @@ pub fn apply_event(
                     r.status.as_str()
                 ));
             }
+            if r.open_questions().count() >= OPEN_QUESTIONS_MAX {
+                return Err(format!(
+                    "a request has at most {OPEN_QUESTIONS_MAX} open questions; wait for answers"
+                ));
+            }
             let (text, options) = question_of(text, options, *allow_other)?;
             let question_id = r.questions.iter().map(|q| q.question_id).max().unwrap_or(0) + 1;
             let labels: Vec<&str> = options.iter().map(|o| o.label.as_str()).collect();
@@ -683,6 +690,16 @@ mod tests {
         };
         assert!(apply_event(&mut r, "bot", &dup, now).is_err());
         assert_eq!(r.questions.len(), 1);
+        let more = AgentEvent::Question {
+            text: "Nog een?".into(),
+            options: vec![serde_json::json!({"option_id": "j", "label": "Ja"})],
+            allow_other: false,
+        };
+        for _ in 1..OPEN_QUESTIONS_MAX {
+            apply_event(&mut r, "bot", &more, now).unwrap();
+        }
+        assert!(apply_event(&mut r, "bot", &more, now).is_err());
+        assert_eq!(r.open_questions().count(), OPEN_QUESTIONS_MAX);
     }
 
     #[test]
