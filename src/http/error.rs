@@ -95,3 +95,27 @@ pub fn too_many_requests(wait: std::time::Duration) -> Response {
     )
         .into_response()
 }
+
+/// The status of a refused feature-request operation (portal pages). A store failure is
+/// logged here and never shown.
+pub fn request_error_status(e: &crate::requests::RequestError) -> StatusCode {
+    use crate::requests::RequestError as R;
+    match e {
+        R::NotFound(_) | R::UnknownOrg(_) => StatusCode::NOT_FOUND,
+        R::InvalidInput(_) => StatusCode::BAD_REQUEST,
+        R::AppClosed(_) => StatusCode::CONFLICT,
+        R::Store(s) => {
+            tracing::error!(error = %s, "store error");
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+    }
+}
+
+/// What a person may read about a refused feature-request operation: the domain's own words,
+/// except for store failures.
+pub fn request_error_message(e: &crate::requests::RequestError) -> String {
+    match e {
+        crate::requests::RequestError::Store(_) => "internal error".to_owned(),
+        other => other.to_string(),
+    }
+}

@@ -19,10 +19,12 @@
 //! only. Cookies are HttpOnly, SameSite=Lax, and Secure when the public URL is https.
 
 mod account;
+mod apps;
 mod connections;
 mod consent;
 mod kb;
 mod login;
+mod requests;
 mod triggers;
 
 use std::sync::Arc;
@@ -55,6 +57,8 @@ pub const SESSION_LIFETIME_SECS: i64 = 12 * 60 * 60;
 /// areas add their pages here.
 pub const NAV: &[(&str, &str)] = &[
     ("Knowledge base", "/kb"),
+    ("Feature requests", "/requests"),
+    ("Apps", "/apps"),
     ("Connections", "/connections"),
     ("Triggers", "/triggers"),
     ("Audit log", "/audit"),
@@ -115,6 +119,8 @@ pub fn router() -> Router<Arc<App>> {
         )
         .layer(tower_http::limit::RequestBodyLimitLayer::new(64 * 1024))
         .merge(kb::router())
+        .merge(apps::router())
+        .merge(requests::router())
 }
 
 /// An HTML response with the headers every portal page carries.

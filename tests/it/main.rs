@@ -13,6 +13,7 @@ mod oauth;
 mod outside;
 mod portal;
 mod portal_kb;
+mod portal_requests;
 mod requests;
 mod search_reference;
 mod server;

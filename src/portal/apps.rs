@@ -1,0 +1,178 @@
+//! The apps of an organisation, which feature requests are filed for. Every member sees them
+//! (and so knows where a request can go); only admins add apps or change their status.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::{get, post};
+use maud::html;
+
+use super::{
+    OrgAdmin, OrgMember, csrf_field, csrf_rejected, field, form_pairs, layout, page, see_other,
+    verify_csrf,
+};
+use crate::app::App;
+use crate::http::error::{request_error_message, request_error_status};
+use crate::requests::RequestError;
+use crate::requests::apps::{self, App as RequestApp, AppStatus};
+
+pub fn router() -> Router<Arc<App>> {
+    Router::new()
+        .route("/portal/o/{slug}/apps", get(apps_list).post(add))
+        .route("/portal/o/{slug}/apps/{app_id}/status", post(set_status))
+        .layer(axum::extract::DefaultBodyLimit::max(16 * 1024))
+}
+
+const STATUSES: [AppStatus; 3] = [AppStatus::Live, AppStatus::Draft, AppStatus::Archived];
+
+fn base(m: &OrgMember) -> String {
+    format!("/portal/o/{}/apps", m.org.slug)
+}
+
+fn apps_page(
+    m: &OrgMember,
+    list: &[RequestApp],
+    error: Option<&str>,
+    status: StatusCode,
+) -> Response {
+    let csrf = &m.user.csrf;
+    let base = base(m);
+    let admin = m.is_admin();
+    let body = html! {
+        @if let Some(e) = error { p.error #error { (e) } }
+        p.muted { "Feature requests are filed for an app. Only live apps accept new requests." }
+        @if list.is_empty() { p.muted { "No apps yet." } }
+        @else {
+            table #apps {
+                tr { th { "Name" } th { "App id" } th { "Status" } th { "Accepts requests" } @if admin { th { "Change status" } } }
+                @for a in list {
+                    tr {
+                        td { (a.name) }
+                        td { (a.app_id) }
+                        td.app-status { (a.status.as_str()) }
+                        td { @if a.accepts_requests() { "yes" } @else { "no" } }
+                        @if admin {
+                            td {
+                                form.inline method="post" action={ (base) "/" (a.app_id) "/status" } {
+                                    (csrf_field(csrf))
+                                    select name="status" {
+                                        @for s in STATUSES {
+                                            option value=(s.as_str()) selected[s == a.status] { (s.as_str()) }
+                                        }
+                                    }
+                                    button type="submit" { "Save" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if admin {
+            h2 { "New app" }
+            form #app-form method="post" action=(base) {
+                (csrf_field(csrf))
+                label { "Name " input type="text" name="name" required maxlength=(apps::NAME_MAX); }
+                label { "Status " select name="status" {
+                    @for s in STATUSES { option value=(s.as_str()) { (s.as_str()) } }
+                } }
+                button type="submit" { "Add app" }
+            }
+        }
+    };
+    page(status, layout("Apps", Some(&m.user), Some(&m.org), body))
+}
+
+fn load(app: &App, org_id: u64) -> Result<Vec<RequestApp>, RequestError> {
+    Ok(app.store.read(|tx| apps::list(tx, org_id))?)
+}
+
+/// The list again, with why the last change was refused.
+async fn refused(app: &Arc<App>, m: &OrgMember, e: &RequestError) -> Response {
+    let org_id = m.org.id;
+    let list = app
+        .blocking(move |app| load(app, org_id))
+        .await
+        .unwrap_or_default();
+    apps_page(
+        m,
+        &list,
+        Some(&request_error_message(e)),
+        request_error_status(e),
+    )
+}
+
+async fn apps_list(State(app): State<Arc<App>>, m: OrgMember) -> Response {
+    let org_id = m.org.id;
+    match app.blocking(move |app| load(app, org_id)).await {
+        Ok(list) => apps_page(&m, &list, None, StatusCode::OK),
+        Err(e) => apps_page(
+            &m,
+            &[],
+            Some(&request_error_message(&e)),
+            request_error_status(&e),
+        ),
+    }
+}
+
+fn parse_status(pairs: &[(String, String)]) -> Result<AppStatus, RequestError> {
+    let s = field(pairs, "status").unwrap_or("").trim();
+    AppStatus::parse(s).ok_or_else(|| {
+        RequestError::InvalidInput(format!(
+            "`{s}` is not an app status; use live, draft or archived"
+        ))
+    })
+}
+
+async fn add(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin, body: Bytes) -> Response {
+    let pairs = form_pairs(&body);
+    if !verify_csrf(&m.user.csrf, field(&pairs, "csrf_token")) {
+        return csrf_rejected();
+    }
+    let status = match parse_status(&pairs) {
+        Ok(s) => s,
+        Err(e) => return refused(&app, &m, &e).await,
+    };
+    let name = field(&pairs, "name").unwrap_or("").to_owned();
+    let org_id = m.org.id;
+    let added = app
+        .blocking(move |app| apps::add(&app.store, org_id, &name, status, app.clock.now()))
+        .await;
+    match added {
+        Ok(_) => see_other(&base(&m)),
+        Err(e) => refused(&app, &m, &e).await,
+    }
+}
+
+async fn set_status(
+    State(app): State<Arc<App>>,
+    OrgAdmin(m): OrgAdmin,
+    Path((_slug, app_id)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let pairs = form_pairs(&body);
+    if !verify_csrf(&m.user.csrf, field(&pairs, "csrf_token")) {
+        return csrf_rejected();
+    }
+    let status = match parse_status(&pairs) {
+        Ok(s) => s,
+        Err(e) => return refused(&app, &m, &e).await,
+    };
+    let no_app = || RequestError::NotFound("No such app.".into());
+    let Ok(app_id) = app_id.parse::<u64>() else {
+        return refused(&app, &m, &no_app()).await;
+    };
+    let org_id = m.org.id;
+    let changed = app
+        .blocking(move |app| apps::set_status(&app.store, org_id, app_id, status))
+        .await;
+    match changed {
+        Ok(_) => see_other(&base(&m)),
+        Err(RequestError::NotFound(_)) => refused(&app, &m, &no_app()).await,
+        Err(e) => refused(&app, &m, &e).await,
+    }
+}
