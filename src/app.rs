@@ -98,6 +98,13 @@ impl App {
             .expect("blocking task panicked")
     }
 
+    /// Hands a stored, queued agent job (a feature request's) to the workers and counts it
+    /// in the queue gauge; the worker counts it out when it picks it up.
+    pub fn queue_agent_job(&self, id: u64) {
+        self.metrics.run_queue.inc();
+        self.runs.wake(id);
+    }
+
     /// The connector's URL: the OAuth audience and what people paste into an assistant.
     pub fn connector_url(&self) -> String {
         format!("{}/mcp/kennisbank", self.public_url)

@@ -410,6 +410,7 @@ pub fn run_admin(config: &Config, req: AdminRequest) -> Result<Value, CliError> 
         clock: clock::system(),
         kb_index: std::sync::Arc::new(kb_index),
         public_url: offline_public_url(config),
+        wake_jobs: None,
     };
     Ok(admin::execute(&ctx, req, &mut progress)?)
 }

@@ -226,12 +226,18 @@ fn run(cli: Cli) -> Result<(), CliError> {
             };
             let v = cli::run_admin(&config, AdminRequest::AgentAdd { org, agent })?;
             cli::output(json, &serde_json::json!({"id": v["id"]}), |_| {
+                let waiting = v["waiting_requests"].as_u64().unwrap_or(0);
                 format!(
-                    "added {} agent {} (id {}, executor {})",
+                    "added {} agent {} (id {}, executor {}){}",
                     v["kind"].as_str().unwrap_or(""),
                     v["name"].as_str().unwrap_or(""),
                     v["id"],
-                    v["exec"].as_str().unwrap_or("")
+                    v["exec"].as_str().unwrap_or(""),
+                    if waiting > 0 {
+                        format!("; it takes up {waiting} waiting feature request(s)")
+                    } else {
+                        String::new()
+                    }
                 )
             });
         }

@@ -12,13 +12,13 @@ use serde_json::{Value, json};
 
 use std::sync::Arc;
 
-use crate::agents::{self, AgentError, Rollout};
+use crate::agents::{self, AgentError, AgentKind, Rollout};
 use crate::clock::SharedClock;
 use crate::identity::{self, ConnectorAccess, IdentityError, NewPerson, Role};
 use crate::kb::KbError;
 use crate::kb::index::SearchIndex;
-use crate::requests::RequestError;
 use crate::requests::apps::{self, AppStatus};
+use crate::requests::{self, RequestError};
 use crate::store::{self, Store, StoreError};
 use crate::triggers::{self, TriggerError};
 
@@ -155,8 +155,12 @@ impl From<TriggerError> for AdminError {
     }
 }
 
+/// Wakes a running server's agent workers for a job an admin request queued.
+pub type JobWaker = Arc<dyn Fn(u64) + Send + Sync>;
+
 /// What an admin request needs: the store, the data directory, the clock, the search index,
-/// and the base URL that trigger URLs are built on.
+/// the base URL that trigger URLs are built on, and (in a running server) the agent workers'
+/// waker. Without a server the waker is `None`: queued jobs are recovered at the next start.
 #[derive(Clone)]
 pub struct AdminContext {
     pub store: Store,
@@ -164,6 +168,7 @@ pub struct AdminContext {
     pub clock: SharedClock,
     pub kb_index: Arc<SearchIndex>,
     pub public_url: String,
+    pub wake_jobs: Option<JobWaker>,
 }
 
 impl From<KbError> for AdminError {
@@ -302,7 +307,16 @@ pub fn execute(
         }
         AdminRequest::AgentAdd { org, agent } => {
             let a = agents::add_agent(store, &org, &agent, now)?;
-            json!({"id": a.id, "name": a.name, "kind": a.kind, "exec": a.executor.name()})
+            // Requests filed while the organisation had no feature agent go to this one.
+            let adopted = match a.kind {
+                AgentKind::Feature => requests::service::adopt_waiting(store, a.org_id)?,
+                AgentKind::Generic => Vec::new(),
+            };
+            if let Some(wake) = &ctx.wake_jobs {
+                adopted.iter().for_each(|id| wake(*id));
+            }
+            json!({"id": a.id, "name": a.name, "kind": a.kind, "exec": a.executor.name(),
+                   "waiting_requests": adopted.len()})
         }
         AdminRequest::ProjectAdd { org, name, ready } => {
             let rollout = if ready {

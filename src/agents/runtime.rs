@@ -459,10 +459,7 @@ async fn execute_feature(app: &Arc<App>, job: Job, agent: super::Agent) {
         })
         .await;
     match saved {
-        Ok(true) => {
-            app.metrics.run_queue.inc();
-            app.runs.wake(id);
-        }
+        Ok(true) => app.queue_agent_job(id),
         Ok(false) => {}
         Err(e) => {
             tracing::error!(request = id, error = %e, "could not store a feature agent's events")

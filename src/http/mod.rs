@@ -190,6 +190,15 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
         clock,
         kb_index: app.kb_index.clone(),
         public_url: app.public_url.clone(),
+        // Weak: the admin task must not keep the store open past shutdown.
+        wake_jobs: Some({
+            let app = Arc::downgrade(&app);
+            Arc::new(move |id| {
+                if let Some(app) = app.upgrade() {
+                    app.queue_agent_job(id);
+                }
+            })
+        }),
     };
     let admin_shutdown = wait_stop(stop_rx.clone());
     let admin_listener = admin::bind_socket(&admin_ctx.data_dir)?;

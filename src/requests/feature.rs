@@ -154,11 +154,7 @@ pub fn list(tx: &ReadTx, org_id: u64, filter: &Filter) -> Result<Page, RequestEr
         }
         None => Vec::new(),
     };
-    let ids: Vec<u64> = tx
-        .scan_keys(FEATURE_REQUESTS, &key::id(org_id), usize::MAX)?
-        .iter()
-        .filter_map(|k| key::id_at(k, 8))
-        .collect();
+    let ids = org_request_ids(tx.scan_keys(FEATURE_REQUESTS, &key::id(org_id), usize::MAX)?);
     let skip = (filter.page as usize - 1) * PER_PAGE;
     let mut total = 0;
     let mut requests = Vec::new();
@@ -188,6 +184,11 @@ pub fn list(tx: &ReadTx, org_id: u64, filter: &Filter) -> Result<Page, RequestEr
         total += 1;
     }
     Ok(Page { total, requests })
+}
+
+/// The request ids of an organisation's `FEATURE_REQUESTS` keys, oldest first.
+fn org_request_ids(keys: Vec<Vec<u8>>) -> Vec<u64> {
+    keys.iter().filter_map(|k| key::id_at(k, 8)).collect()
 }
 
 fn not_found(id: u64) -> RequestError {
@@ -395,6 +396,9 @@ pub struct Accepted {
 
 /// Adds a person's message and/or answers. Returns the request, what was accepted and whether
 /// to wake a worker (the agent is dispatched again with the new conversation).
+/// `agent_id` is the organisation's feature agent now (0 for none): a request filed before it
+/// had one is handed to it here.
+#[allow(clippy::too_many_arguments)]
 pub fn reply_in(
     tx: &mut WriteTx,
     org_id: u64,
@@ -402,6 +406,7 @@ pub fn reply_in(
     id: u64,
     message: Option<&str>,
     answers: &[NewAnswer],
+    agent_id: u64,
     now: Timestamp,
 ) -> Result<(Request, Accepted, bool), RequestError> {
     if message.is_none() && answers.is_empty() {
@@ -445,6 +450,9 @@ pub fn reply_in(
         r.answers.push(a.clone());
     }
     r.updated_at = now;
+    if r.agent_id == 0 {
+        r.agent_id = agent_id;
+    }
     let wake = queue_job(tx, &mut r)?;
     super::put(tx, &r)?;
     let accepted = Accepted {
@@ -452,6 +460,34 @@ pub fn reply_in(
         answers: checked.iter().map(|a| a.question_id).collect(),
     };
     Ok((r, accepted, wake))
+}
+
+/// Hands the organisation's open requests that have no agent (filed before it had a feature
+/// agent) to `agent_id` and queues its job on each, so "the request waits until one is set up"
+/// holds. Returns their ids, oldest first: the workers must be woken for each.
+pub fn adopt_waiting(
+    tx: &mut WriteTx,
+    org_id: u64,
+    agent_id: u64,
+) -> Result<Vec<u64>, RequestError> {
+    let mut adopted = Vec::new();
+    if agent_id == 0 {
+        return Ok(adopted);
+    }
+    for id in org_request_ids(tx.scan_keys(FEATURE_REQUESTS, &key::id(org_id), usize::MAX)?) {
+        let Ok(mut r) = get_for_update(tx, org_id, id) else {
+            continue;
+        };
+        if r.agent_id != 0 || r.status.is_final() {
+            continue;
+        }
+        r.agent_id = agent_id;
+        if queue_job(tx, &mut r)? {
+            adopted.push(id);
+        }
+        super::put(tx, &r)?;
+    }
+    Ok(adopted)
 }
 
 /// Shortens an agent's text to `max` characters, saying so.

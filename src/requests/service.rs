@@ -6,7 +6,7 @@ use super::feature::{self, Accepted, NewAnswer, NewRequest};
 use super::{Request, RequestError};
 use crate::agents::{self, AgentKind};
 use crate::app::App;
-use crate::store::{AGENTS, ReadTx, StoreError};
+use crate::store::{AGENTS, ReadTx, Store, StoreError};
 
 /// The organisation's feature agent: its first (oldest) agent of kind `feature`.
 pub fn feature_agent(tx: &ReadTx, org_id: u64) -> Result<Option<agents::Agent>, StoreError> {
@@ -44,8 +44,7 @@ pub fn create(
         .store
         .write(|tx| feature::create_in(tx, org_id, person_id, new, agent_id, now))?;
     if wake {
-        app.metrics.run_queue.inc();
-        app.runs.wake(request.id);
+        app.queue_agent_job(request.id);
     }
     Ok(request)
 }
@@ -59,14 +58,27 @@ pub fn reply(
     message: Option<&str>,
     answers: &[NewAnswer],
 ) -> Result<(Request, Accepted), RequestError> {
-    let author = app.store.read(|tx| person_label(tx, person_id))?;
+    let (author, agent) = app.store.read(|tx| {
+        Ok::<_, StoreError>((person_label(tx, person_id)?, feature_agent(tx, org_id)?))
+    })?;
+    let agent_id = agent.map_or(0, |a| a.id);
     let now = app.clock.now();
     let (request, accepted, wake) = app
         .store
-        .write(|tx| feature::reply_in(tx, org_id, &author, id, message, answers, now))?;
+        .write(|tx| feature::reply_in(tx, org_id, &author, id, message, answers, agent_id, now))?;
     if wake {
-        app.metrics.run_queue.inc();
-        app.runs.wake(request.id);
+        app.queue_agent_job(request.id);
     }
     Ok((request, accepted))
+}
+
+/// Hands the organisation's requests that wait for a feature agent to the one it has now
+/// (called when a feature agent is added). Works on the store alone, so the command line can
+/// call it with no server running: the queued jobs are then picked up at the next start.
+/// Returns the ids whose jobs were queued; a running server must wake its workers for them.
+pub fn adopt_waiting(store: &Store, org_id: u64) -> Result<Vec<u64>, RequestError> {
+    let Some(agent) = store.read(|tx| feature_agent(tx, org_id))? else {
+        return Ok(Vec::new());
+    };
+    store.write(|tx| feature::adopt_waiting(tx, org_id, agent.id))
 }

@@ -74,6 +74,17 @@ impl TestServer {
             s.shutdown().await;
         }
     }
+
+    /// Starts a new server on the same data directory and clock (after [`Self::stop`]).
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        let config = test_config(self.data_dir(), Settings::default());
+        let server = kennis::http::start(config, self.clock.clone())
+            .await
+            .expect("server restarts");
+        self.base = server.public_url().to_owned();
+        self.server = Some(server);
+    }
 }
 
 pub fn test_config(data_dir: &Path, over: Settings) -> Config {

@@ -996,10 +996,7 @@ async fn hourly_limits_survive_a_restart() {
 
     // The same data directory, a new server: the hour's 30 creates still count.
     t.clock.advance(SignedDuration::from_secs(600));
-    let config = crate::fixture::test_config(t.data_dir(), Default::default());
-    let server = kennis::http::start(config, t.clock.clone()).await.unwrap();
-    t.base = server.public_url().to_owned();
-    t.server = Some(server);
+    t.restart().await;
     let mcp = t.mcp(&t.grant(&s, SCOPE));
     let e = mcp
         .err("feature_request_create", create_args(live, "31", "x"))
@@ -1046,5 +1043,127 @@ exit 4"#,
         "{notes:?}"
     );
     assert_eq!(r["status"], "pending", "a failing agent changes no status");
+    t.stop().await;
+}
+
+/// `kennis agent add` for a `command` feature agent named Bouwer.
+fn agent_add_args<'a>(slug: &'a str, program: &'a str) -> Vec<&'a str> {
+    vec![
+        "agent",
+        "add",
+        slug,
+        "Bouwer",
+        "--kind",
+        "feature",
+        "--exec",
+        "command",
+        "--program",
+        program,
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_filed_without_a_feature_agent_go_to_the_one_added_later() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let live = app(&t, &s, "Planning", AppStatus::Live);
+    let other = t.seed("Ander BV", "bob@example.org");
+    let other_live = app(&t, &other, "Planning", AppStatus::Live);
+    let dir = tempfile::tempdir().unwrap();
+    let program = script(
+        dir.path(),
+        r#"cat > /dev/null
+echo '{"type":"message","text":"Ik pak het op."}'"#,
+    );
+    let program = program.to_str().unwrap();
+    let mcp = t.mcp(&t.grant(&s, SCOPE));
+
+    let r = mcp
+        .call(
+            "feature_request_create",
+            create_args(live, "Zonder agent", "Wacht even."),
+        )
+        .await;
+    let text = r["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("no feature agent yet"), "{text}");
+    let waiting = r["structuredContent"]["id"].as_u64().unwrap();
+    let cancelled = create(&mcp, live, "Laat maar").await;
+    t.app()
+        .store
+        .write(|tx| {
+            let mut r = requests::get_for_update(tx, cancelled)?.unwrap();
+            r.status = requests::Status::Cancelled;
+            requests::put(tx, &r)
+        })
+        .unwrap();
+    // Another organisation's waiting request is not this agent's business.
+    let bob = t.mcp(&t.grant(&other, SCOPE));
+    let elsewhere = create(&bob, other_live, "Elders").await;
+
+    // Added through the running server's admin socket: the workers start at once.
+    let mut args = agent_add_args(&s.org.slug, program);
+    args.push("--json");
+    run_json(t.data_dir(), &args, None);
+    let r = read_until(&mcp, waiting, |r| r["conversation_total"] == 1).await;
+    assert_eq!(r["conversation"][0]["text"], "Ik pak het op.");
+    assert_eq!(r["conversation"][0]["author"], "Bouwer");
+    let stored = |id| {
+        t.app()
+            .store
+            .read(|tx| requests::get(tx, id))
+            .unwrap()
+            .unwrap()
+    };
+    let c = stored(cancelled);
+    assert_eq!((c.agent_id, c.job, c.conversation.len()), (0, None, 0));
+    let e = stored(elsewhere);
+    assert_eq!(
+        (e.agent_id, e.job),
+        (0, None),
+        "the other organisation waits"
+    );
+
+    // Without a server the agent is added to the data directory; the next start runs it.
+    t.stop().await;
+    let out = run(
+        t.data_dir(),
+        &agent_add_args(&other.org.slug, program),
+        None,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("takes up 1 waiting feature request"),
+        "{said}"
+    );
+    t.restart().await;
+    let bob = t.mcp(&t.grant(&other, SCOPE));
+    let r = read_until(&bob, elsewhere, |r| r["conversation_total"] == 1).await;
+    assert_eq!(r["conversation"][0]["text"], "Ik pak het op.");
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_hands_a_waiting_request_to_the_feature_agent() {
+    let (mut t, s, live, mcp) = start().await;
+    let id = create(&mcp, live, "Nog zonder agent").await;
+    // An agent stored without the admin command (as by an older version): the next reply
+    // still finds it.
+    let dir = tempfile::tempdir().unwrap();
+    let program = script(
+        dir.path(),
+        r#"cat > /dev/null
+echo '{"type":"message","text":"Gelezen."}'"#,
+    );
+    feature_agent(&t, &s, "command", program.to_str().unwrap());
+    let out = mcp
+        .ok(
+            "feature_request_reply",
+            json!({"id": id, "message": "Is er al iemand?"}),
+        )
+        .await;
+    assert_eq!(out["accepted"]["message"], true);
+    let r = read_until(&mcp, id, |r| r["conversation_total"] == 2).await;
+    assert_eq!(r["conversation"][1]["text"], "Gelezen.");
     t.stop().await;
 }
