@@ -475,10 +475,14 @@ pub fn adopt_waiting(
         return Ok(adopted);
     }
     for id in org_request_ids(tx.scan_keys(FEATURE_REQUESTS, &key::id(org_id), usize::MAX)?) {
-        let Ok(mut r) = get_for_update(tx, org_id, id) else {
+        let Some(mut r) = super::get_for_update(tx, id)? else {
             continue;
         };
-        if r.agent_id != 0 || r.status.is_final() {
+        if r.org_id != org_id
+            || r.kind != Kind::FeatureRequest
+            || r.agent_id != 0
+            || r.status.is_final()
+        {
             continue;
         }
         r.agent_id = agent_id;
