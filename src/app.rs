@@ -1,22 +1,25 @@
-//! The running service's shared state, and its start and stop.
+//! The running service's shared domain services, and how they are opened.
 
 use std::path::Path;
 use std::sync::Arc;
 
+use dashmap::DashMap;
+use jiff::Timestamp;
+
 use crate::agents::RunQueue;
+use crate::audit::limits::ToolLimits;
 use crate::clock::SharedClock;
 use crate::config::Config;
-use crate::connector::limits::ToolLimits;
-use crate::http::metrics::Metrics;
 use crate::kb::KbError;
 use crate::kb::index::SearchIndex;
-use crate::ratelimit::{FailureLimiter, WINDOW};
+use crate::metrics::Metrics;
 use crate::store::{BatchWriter, GroupCommit, Store, StoreError};
+
+/// Where the MCP connector is served: the one spelling of its path.
+pub const CONNECTOR_PATH: &str = "/mcp/kennisbank";
 
 /// Directory of the search index inside the data directory.
 pub const INDEX_DIR: &str = "index";
-/// Failed token checks one address may make per window before it gets 429.
-pub const TOKEN_FAILURES_PER_WINDOW: u32 = 300;
 
 /// Why the service could not open its data directory.
 #[derive(Debug, thiserror::Error)]
@@ -30,7 +33,9 @@ pub enum OpenError {
 /// File in the data directory holding the server key (HMAC for signed links, …).
 pub const SECRET_KEY_FILE: &str = "secret.key";
 
-/// Everything request handlers share.
+/// The domain services every area shares: store, index, clock, run queue, tool limits,
+/// configuration and the metrics handle. No HTTP state lives here (rate limiters of the
+/// endpoints belong to the routes that use them).
 pub struct App {
     pub config: Config,
     /// Base URL without trailing slash: the OAuth issuer and base of every URL handed out.
@@ -42,13 +47,12 @@ pub struct App {
     pub server_key: [u8; 32],
     pub kb_index: Arc<SearchIndex>,
     pub tool_limits: ToolLimits,
-    pub token_failures: FailureLimiter,
     /// Shared commits for webhook deliveries: durable before the 202, many per fsync.
     pub commits: GroupCommit,
     /// Wakes the agent workers for stored, queued runs.
     pub runs: RunQueue,
-    /// Rate limits and throttles of the authorization server and portal.
-    pub oauth: Arc<crate::oauth::OAuthState>,
+    /// When each grant's last use was last queued for writing (throttles the batch writer).
+    pub grant_use_stamped: DashMap<u64, Timestamp>,
 }
 
 impl App {
@@ -69,10 +73,8 @@ impl App {
         let tool_limits = ToolLimits::restore(&store, clock.now())?;
         let batch = BatchWriter::start(store.clone());
         let commits = GroupCommit::start(store.clone());
-        let oauth = crate::oauth::OAuthState::new(clock.clone());
         Ok(Arc::new(App {
-            token_failures: FailureLimiter::new(TOKEN_FAILURES_PER_WINDOW, WINDOW, clock.clone()),
-            oauth,
+            grant_use_stamped: DashMap::new(),
             config,
             public_url,
             store,
@@ -107,7 +109,7 @@ impl App {
 
     /// The connector's URL: the OAuth audience and what people paste into an assistant.
     pub fn connector_url(&self) -> String {
-        format!("{}/mcp/kennisbank", self.public_url)
+        format!("{}{}", self.public_url, CONNECTOR_PATH)
     }
 }
 

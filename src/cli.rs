@@ -416,7 +416,7 @@ pub fn run_admin(config: &Config, req: AdminRequest) -> Result<Value, CliError> 
 }
 
 /// The base URL a server on this configuration would announce: its `public_url`, else the
-/// listen address (the same rule as `http::start`, minus the port chosen at bind time).
+/// listen address (the same rule as `server::start`, minus the port chosen at bind time).
 pub fn offline_public_url(config: &Config) -> String {
     config.public_url.clone().unwrap_or_else(|| {
         let scheme = if config.tls.is_some() {
@@ -522,7 +522,7 @@ pub fn serve(config: Config, demo: bool) -> Result<(), CliError> {
         .build()
         .map_err(|e| CliError::Failed(format!("starting the runtime: {e}")))?;
     runtime.block_on(async move {
-        let server = crate::http::start(config, clock::system())
+        let server = crate::server::start(config, clock::system())
             .await
             .map_err(|e| CliError::Failed(e.to_string()))?;
         let app = server.app.clone();
@@ -536,7 +536,7 @@ pub fn serve(config: Config, demo: bool) -> Result<(), CliError> {
                 crate::demo::describe(&setup, &app.connector_url(), &app.public_url)
             );
         }
-        let signal = crate::http::shutdown_signal();
+        let signal = crate::server::shutdown_signal();
         println!("kennis listening on {}", app.public_url);
         let _ = std::io::stdout().flush();
         let mut server = server;

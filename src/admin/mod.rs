@@ -302,7 +302,7 @@ pub fn execute(
                 Some(s) => Some(parse_time(&s)?),
                 None => None,
             };
-            let items = store.read(|tx| crate::connector::audit::records(tx, org.id, since))?;
+            let items = store.read(|tx| crate::audit::records(tx, org.id, since))?;
             json!({ "items": items })
         }
         AdminRequest::AgentAdd { org, agent } => {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -18,11 +18,13 @@ use tower::ServiceExt;
 use super::mcp::KennisMcp;
 use super::{Caller, SCOPE_KB, SCOPE_REQUESTS};
 use crate::app::App;
-use crate::http::{PeerAddr, client_ip};
+use crate::http::client_ip::CallerIp;
 use crate::oauth::{self, BearerError};
-use crate::ratelimit::retry_after_secs;
+use crate::ratelimit::{FailureLimiter, WINDOW, retry_after_secs};
 
-pub const PATH: &str = "/mcp/kennisbank";
+pub const PATH: &str = crate::app::CONNECTOR_PATH;
+/// Failed token checks one address may make per window before it gets 429.
+pub const TOKEN_FAILURES_PER_WINDOW: u32 = 300;
 pub const MAX_BODY: usize = 1024 * 1024;
 
 type Mcp = StreamableHttpService<KennisMcp, NeverSessionManager>;
@@ -64,6 +66,13 @@ fn origin_allowed(origin: &str, public_url: &str, hosts: &[String]) -> bool {
         || hosts.iter().any(|h| origin == format!("{scheme}://{h}"))
 }
 
+/// What the connector checks before a call reaches the MCP service: the host names it answers
+/// to, and failed token checks per client address.
+struct Guard {
+    hosts: Vec<String>,
+    token_failures: FailureLimiter<IpAddr>,
+}
+
 pub fn routes(app: Arc<App>) -> Router<Arc<App>> {
     let hosts = allowed_hosts(&app.public_url);
     let config = StreamableHttpServerConfig::default()
@@ -81,16 +90,17 @@ pub fn routes(app: Arc<App>) -> Router<Arc<App>> {
         Arc::new(NeverSessionManager::default()),
         config,
     );
-    let hosts = Arc::new(hosts);
+    let guard = Arc::new(Guard {
+        hosts,
+        token_failures: FailureLimiter::new(TOKEN_FAILURES_PER_WINDOW, WINDOW, app.clock.clone()),
+    });
     Router::new().route(
         PATH,
         post(
-            move |State(app): State<Arc<App>>,
-                  ConnectInfo(peer): ConnectInfo<PeerAddr>,
-                  req: Request| {
+            move |State(app): State<Arc<App>>, CallerIp(ip): CallerIp, req: Request| {
                 let service = service.clone();
-                let hosts = hosts.clone();
-                async move { handle(app, peer, &hosts, service, req).await }
+                let guard = guard.clone();
+                async move { handle(app, ip, &guard, service, req).await }
             },
         )
         .get(not_allowed)
@@ -113,8 +123,11 @@ fn auth_error(app: &App, status: StatusCode, code: &str, description: &str) -> R
         status,
         [(
             header::WWW_AUTHENTICATE,
-            HeaderValue::from_str(&crate::oauth::www_authenticate(app, challenge_code))
-                .expect("header value is ASCII"),
+            HeaderValue::from_str(&crate::oauth::www_authenticate(
+                &app.public_url,
+                challenge_code,
+            ))
+            .expect("header value is ASCII"),
         )],
         axum::Json(json!({"error": code, "error_description": description})),
     )
@@ -142,11 +155,12 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 
 async fn handle(
     app: Arc<App>,
-    peer: PeerAddr,
-    hosts: &[String],
+    ip: IpAddr,
+    guard: &Guard,
     service: Mcp,
     mut req: Request,
 ) -> Response {
+    let hosts = &guard.hosts;
     let headers = req.headers();
     let host = headers
         .get(header::HOST)
@@ -172,8 +186,7 @@ async fn handle(
     if length.is_some_and(|n| n > MAX_BODY as u64) {
         return (StatusCode::PAYLOAD_TOO_LARGE, axum::Json(json!({"error": "payload_too_large", "error_description": "request body is larger than 1 MB"}))).into_response();
     }
-    let ip: IpAddr = client_ip(peer.0.ip(), headers, &app.config.trusted_proxies);
-    if let Some(wait) = app.token_failures.blocked(&ip) {
+    if let Some(wait) = guard.token_failures.blocked(&ip) {
         return too_many(wait);
     }
     let Some(token) = bearer(headers) else {
@@ -189,7 +202,7 @@ async fn handle(
         Err(e) => {
             // Only a presented token that fails counts against the address.
             if !matches!(e, BearerError::Denied(_))
-                && let Some(wait) = app.token_failures.record_failure(&ip)
+                && let Some(wait) = guard.token_failures.record_failure(&ip)
             {
                 return too_many(wait);
             }

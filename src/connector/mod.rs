@@ -5,10 +5,8 @@
 //! limited per organisation per hour.
 
 pub mod args;
-pub mod audit;
 pub mod http;
 pub mod kb_tools;
-pub mod limits;
 pub mod mcp;
 pub mod request_tools;
 
@@ -17,9 +15,9 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use crate::app::App;
+use crate::audit::{self, AuditRecord, Outcome, limits};
 use crate::kb::KbError;
 use crate::store::StoreError;
-use audit::{AuditRecord, Outcome};
 
 /// The scope that unlocks the knowledge-base tools.
 pub const SCOPE_KB: &str = "kennisbank";

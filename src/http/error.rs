@@ -85,6 +85,14 @@ pub fn oauth_error(e: &crate::oauth::OAuthError) -> Response {
         .into_response()
 }
 
+/// Counts a request of `key` against `limiter`; the 429 response when over.
+pub fn rate_limited<K: std::hash::Hash + Eq + Clone>(
+    limiter: &crate::ratelimit::Limiter<K>,
+    key: K,
+) -> Option<Response> {
+    limiter.check(&key).err().map(too_many_requests)
+}
+
 /// 429 with `Retry-After` in whole seconds.
 pub fn too_many_requests(wait: std::time::Duration) -> Response {
     let secs = crate::ratelimit::retry_after_secs(wait);

@@ -9,7 +9,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 
 use crate::app::App;
-use crate::http::metrics::{RequestLabels, RouteLabels};
+use crate::metrics::{RequestLabels, RouteLabels};
 
 /// Query parameters whose values never reach a log.
 const SECRET_PARAMS: &[&str] = &[
@@ -42,7 +42,7 @@ pub fn redact_query(query: &str) -> String {
         .join("&")
 }
 
-pub(super) async fn observe(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+pub async fn observe(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
     let start = Instant::now();
     let method = req.method().as_str().to_owned();
     let route = req

@@ -197,12 +197,12 @@ pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError
 }
 
 fn stamp_last_use(app: &App, grant_id: u64, now: Timestamp) {
-    let due = match app.oauth.last_use_stamped.get(&grant_id) {
+    let due = match app.grant_use_stamped.get(&grant_id) {
         Some(t) => now.duration_since(*t) >= LAST_USE_EVERY,
         None => true,
     };
     if due {
-        app.oauth.last_use_stamped.insert(grant_id, now);
+        app.grant_use_stamped.insert(grant_id, now);
         app.batch
             .put(OAUTH_LAST_USED, key::id(grant_id).to_vec(), &now);
     }

@@ -12,20 +12,16 @@
 //! Every code, token and client secret is random 256-bit base64url with a readable prefix and
 //! is stored only as its SHA-256.
 
+pub mod authorize;
 mod clients;
 mod grants;
 pub mod redirect;
 pub mod routes;
 
-use std::sync::Arc;
-
-use dashmap::DashMap;
-use jiff::Timestamp;
 use sha2::{Digest, Sha256};
 
-use crate::clock::SharedClock;
+use crate::app::CONNECTOR_PATH;
 use crate::identity::AccessDenied;
-use crate::ratelimit::{FailureLimiter, Limiter, WINDOW};
 use crate::store::StoreError;
 
 pub use clients::{
@@ -153,48 +149,23 @@ pub fn check_resource(connector_url: &str, resource: Option<&str>) -> Result<Str
     }
 }
 
+/// The path of the connector's protected resource metadata (RFC 9728 §3.1: the well-known
+/// prefix in front of the resource's path).
+pub fn resource_metadata_path() -> String {
+    format!("/.well-known/oauth-protected-resource{CONNECTOR_PATH}")
+}
+
 /// The `WWW-Authenticate` value of a connector 401/403: names the scopes and the protected
 /// resource metadata, and, when a token was presented, the error code and why it was refused
 /// (RFC 6750 §3).
-pub fn www_authenticate(app: &crate::app::App, error: Option<(&str, &str)>) -> String {
-    let metadata = format!(
-        "{}/.well-known/oauth-protected-resource/mcp/kennisbank",
-        app.public_url
-    );
+pub fn www_authenticate(public_url: &str, error: Option<(&str, &str)>) -> String {
+    let metadata = format!("{public_url}{}", resource_metadata_path());
     let scope = SCOPES.join(" ");
     match error {
         Some((code, description)) => format!(
             "Bearer error=\"{code}\", error_description=\"{description}\", scope=\"{scope}\", resource_metadata=\"{metadata}\""
         ),
         None => format!("Bearer scope=\"{scope}\", resource_metadata=\"{metadata}\""),
-    }
-}
-
-/// In-memory state of the authorization server: rate limits and the last-use throttle.
-pub struct OAuthState {
-    pub register_limit: Limiter<std::net::IpAddr>,
-    pub authorize_limit: Limiter<std::net::IpAddr>,
-    pub token_limit: Limiter<std::net::IpAddr>,
-    pub revoke_limit: Limiter<std::net::IpAddr>,
-    /// Failed password and second-factor attempts per account (normalised email).
-    pub login_failures: FailureLimiter<String>,
-    /// When each grant's last use was last queued for writing (throttles the batch writer).
-    pub(crate) last_use_stamped: DashMap<u64, Timestamp>,
-}
-
-/// Failed password or second-factor attempts allowed per account per 15 minutes.
-pub const LOGIN_FAILURES_PER_WINDOW: u32 = 10;
-
-impl OAuthState {
-    pub fn new(clock: SharedClock) -> Arc<OAuthState> {
-        Arc::new(OAuthState {
-            register_limit: Limiter::new(20, WINDOW, clock.clone()),
-            authorize_limit: Limiter::new(100, WINDOW, clock.clone()),
-            token_limit: Limiter::new(300, WINDOW, clock.clone()),
-            revoke_limit: Limiter::new(100, WINDOW, clock.clone()),
-            login_failures: FailureLimiter::new(LOGIN_FAILURES_PER_WINDOW, WINDOW, clock),
-            last_use_stamped: DashMap::new(),
-        })
     }
 }
 

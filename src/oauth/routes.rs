@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::extract::State;
+use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -15,21 +15,40 @@ use serde_json::json;
 use tower_http::cors::{Any, CorsLayer};
 
 use super::{
-    Client, ClientMetadata, CodeExchange, OAuthError, SCOPES, TokenPair, authenticate_client,
-    check_resource, exchange_code, get_client, known_scopes, redirect::matches_registered, refresh,
-    register_client, revoke_token,
+    ClientMetadata, CodeExchange, OAuthError, SCOPES, TokenPair, authenticate_client,
+    exchange_code, refresh, register_client, resource_metadata_path, revoke_token,
 };
 use crate::app::App;
-use crate::http::PeerAddr;
-use crate::http::error::{oauth_error, too_many_requests};
-use crate::ratelimit::Limiter;
+use crate::clock::SharedClock;
+use crate::http::client_ip::CallerIp;
+use crate::http::error::{oauth_error, rate_limited};
+use crate::ratelimit::{Limiter, WINDOW};
 
 /// Largest form or JSON body these endpoints read.
 const MAX_BODY: usize = 64 * 1024;
 
+/// Requests per client address per window of the endpoints below (README "Security notes").
+pub struct EndpointLimits {
+    register: Limiter<IpAddr>,
+    token: Limiter<IpAddr>,
+    revoke: Limiter<IpAddr>,
+}
+
+impl EndpointLimits {
+    fn new(clock: SharedClock) -> EndpointLimits {
+        EndpointLimits {
+            register: Limiter::new(20, WINDOW, clock.clone()),
+            token: Limiter::new(300, WINDOW, clock.clone()),
+            revoke: Limiter::new(100, WINDOW, clock),
+        }
+    }
+}
+
+type Limits = axum::Extension<Arc<EndpointLimits>>;
+
 /// The routes of the authorization server (without `/authorize`, which the portal serves),
 /// with CORS so browser-based clients can use them.
-pub fn router() -> Router<Arc<App>> {
+pub fn routes(clock: SharedClock) -> Router<Arc<App>> {
     let cors = CorsLayer::new()
         .allow_origin(Any)
         .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
@@ -44,10 +63,7 @@ pub fn router() -> Router<Arc<App>> {
             "/.well-known/oauth-authorization-server",
             get(authorization_server_metadata),
         )
-        .route(
-            "/.well-known/oauth-protected-resource/mcp/kennisbank",
-            get(protected_resource_metadata),
-        )
+        .route(&resource_metadata_path(), get(protected_resource_metadata))
         .route(
             "/.well-known/oauth-protected-resource",
             get(protected_resource_metadata),
@@ -57,16 +73,7 @@ pub fn router() -> Router<Arc<App>> {
         .route("/revoke", post(revoke))
         .layer(cors)
         .layer(tower_http::limit::RequestBodyLimitLayer::new(MAX_BODY))
-}
-
-/// The caller's address for rate limits, honouring trusted proxies.
-pub fn caller_ip(app: &App, peer: &PeerAddr, headers: &HeaderMap) -> IpAddr {
-    crate::http::client_ip(peer.0.ip(), headers, &app.config.trusted_proxies)
-}
-
-/// Counts a request against `limiter`; the 429 response when over.
-pub fn rate_limited(limiter: &Limiter<IpAddr>, ip: IpAddr) -> Option<Response> {
-    limiter.check(&ip).err().map(too_many_requests)
+        .layer(axum::Extension(Arc::new(EndpointLimits::new(clock))))
 }
 
 async fn authorization_server_metadata(State(app): State<Arc<App>>) -> Response {
@@ -102,11 +109,11 @@ async fn protected_resource_metadata(State(app): State<Arc<App>>) -> Response {
 
 async fn register(
     State(app): State<Arc<App>>,
-    ConnectInfo(peer): ConnectInfo<PeerAddr>,
-    headers: HeaderMap,
+    axum::Extension(limits): Limits,
+    CallerIp(ip): CallerIp,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Some(r) = rate_limited(&app.oauth.register_limit, caller_ip(&app, &peer, &headers)) {
+    if let Some(r) = rate_limited(&limits.register, ip) {
         return r;
     }
     let meta: ClientMetadata = match serde_json::from_slice(&body) {
@@ -175,11 +182,11 @@ fn token_response(pair: TokenPair) -> Response {
 
 async fn token(
     State(app): State<Arc<App>>,
-    ConnectInfo(peer): ConnectInfo<PeerAddr>,
-    headers: HeaderMap,
+    axum::Extension(limits): Limits,
+    CallerIp(ip): CallerIp,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Some(r) = rate_limited(&app.oauth.token_limit, caller_ip(&app, &peer, &headers)) {
+    if let Some(r) = rate_limited(&limits.token, ip) {
         return r;
     }
     let form = parse_form(&body);
@@ -227,11 +234,11 @@ fn token_request(app: &App, form: &HashMap<String, String>) -> Result<TokenPair,
 
 async fn revoke(
     State(app): State<Arc<App>>,
-    ConnectInfo(peer): ConnectInfo<PeerAddr>,
-    headers: HeaderMap,
+    axum::Extension(limits): Limits,
+    CallerIp(ip): CallerIp,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Some(r) = rate_limited(&app.oauth.revoke_limit, caller_ip(&app, &peer, &headers)) {
+    if let Some(r) = rate_limited(&limits.revoke, ip) {
         return r;
     }
     let form = parse_form(&body);
@@ -244,139 +251,4 @@ async fn revoke(
         Ok(()) => (StatusCode::OK, [(header::CACHE_CONTROL, "no-store")]).into_response(),
         Err(e) => oauth_error(&e),
     }
-}
-
-/// A checked authorization request.
-#[derive(Debug, Clone)]
-pub struct AuthRequest {
-    pub client: Client,
-    pub redirect_uri: String,
-    pub state: Option<String>,
-    pub code_challenge: String,
-    pub scopes: Vec<String>,
-    pub resource: String,
-}
-
-/// Why an authorization request was refused.
-#[derive(Debug)]
-pub enum AuthorizeProblem {
-    /// Client or redirect URI cannot be trusted: show an error page, never redirect.
-    Page(String),
-    /// Tell the client, through its (checked) redirect URI.
-    Redirect {
-        redirect_uri: String,
-        state: Option<String>,
-        error: OAuthError,
-    },
-}
-
-/// The parameters of `/authorize`, checked in the order RFC 6749 §4.1.2.1 asks: client and
-/// redirect URI first (errors shown to the person), then the rest (errors sent to the client).
-pub fn validate_authorize(
-    app: &App,
-    params: &HashMap<String, String>,
-) -> Result<AuthRequest, AuthorizeProblem> {
-    let get = |k: &str| params.get(k).map(String::as_str).filter(|v| !v.is_empty());
-    let client_id = get("client_id")
-        .ok_or_else(|| AuthorizeProblem::Page("the request names no client (client_id)".into()))?;
-    let client = get_client(app, client_id)
-        .map_err(|_| AuthorizeProblem::Page("internal error".into()))?
-        .ok_or_else(|| AuthorizeProblem::Page("unknown client; register it again".into()))?;
-    let redirect_uri = match get("redirect_uri") {
-        Some(u) if matches_registered(&client.redirect_uris, u) => u.to_owned(),
-        Some(_) => {
-            return Err(AuthorizeProblem::Page(
-                "the redirect URI is not one this client registered".into(),
-            ));
-        }
-        None if client.redirect_uris.len() == 1 => client.redirect_uris[0].clone(),
-        None => {
-            return Err(AuthorizeProblem::Page(
-                "the request names no redirect URI (redirect_uri)".into(),
-            ));
-        }
-    };
-    let state = get("state").map(str::to_owned);
-    let fail = |error: OAuthError| AuthorizeProblem::Redirect {
-        redirect_uri: redirect_uri.clone(),
-        state: state.clone(),
-        error,
-    };
-    if state.as_ref().is_some_and(|s| s.len() > 1000) {
-        return Err(fail(OAuthError::InvalidRequest("state is too long".into())));
-    }
-    if get("response_type") != Some("code") {
-        return Err(fail(OAuthError::UnsupportedResponseType(
-            "response_type must be `code`".into(),
-        )));
-    }
-    let challenge = get("code_challenge").ok_or_else(|| {
-        fail(OAuthError::InvalidRequest(
-            "PKCE is required: send code_challenge with code_challenge_method=S256".into(),
-        ))
-    })?;
-    if get("code_challenge_method") != Some("S256") {
-        return Err(fail(OAuthError::InvalidRequest(
-            "code_challenge_method must be S256".into(),
-        )));
-    }
-    if challenge.len() != 43
-        || !challenge
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    {
-        return Err(fail(OAuthError::InvalidRequest(
-            "code_challenge is not a base64url SHA-256".into(),
-        )));
-    }
-    let scopes = match get("scope") {
-        None => SCOPES.iter().map(|s| (*s).to_owned()).collect(),
-        Some(s) => known_scopes(s),
-    };
-    if scopes.is_empty() {
-        return Err(fail(OAuthError::InvalidScope(format!(
-            "none of the requested scopes is supported; supported: {}",
-            SCOPES.join(" ")
-        ))));
-    }
-    let resource = check_resource(&app.connector_url(), get("resource")).map_err(fail)?;
-    Ok(AuthRequest {
-        client,
-        redirect_uri,
-        state,
-        code_challenge: challenge.to_owned(),
-        scopes,
-        resource,
-    })
-}
-
-/// `redirect_uri` with `params` appended to its query.
-pub fn redirect_with(redirect_uri: &str, params: &[(&str, &str)]) -> String {
-    let mut ser = form_urlencoded::Serializer::new(String::new());
-    for (k, v) in params {
-        ser.append_pair(k, v);
-    }
-    let sep = if redirect_uri.contains('?') { '&' } else { '?' };
-    format!("{redirect_uri}{sep}{}", ser.finish())
-}
-
-/// The redirect that carries an authorization error back to the client (RFC 6749, RFC 9207).
-pub fn error_redirect(
-    app: &App,
-    redirect_uri: &str,
-    state: Option<&str>,
-    e: &OAuthError,
-) -> String {
-    let description = e.to_string();
-    let mut params = vec![("error", e.code()), ("error_description", &description)];
-    if let Some(s) = state {
-        params.push(("state", s));
-    }
-    params.push(("iss", &app.public_url));
-    redirect_with(redirect_uri, &params)
-}
-
-/// A `Location` header value; redirect URIs were checked, so they are valid header text.
-pub fn location(uri: &str) -> HeaderValue {
-    HeaderValue::from_str(uri).unwrap_or_else(|_| HeaderValue::from_static("/"))
 }

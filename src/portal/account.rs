@@ -83,6 +83,7 @@ pub(super) async fn account_page(State(app): State<Arc<App>>, user: PortalUser) 
 
 pub(super) async fn change_password(
     State(app): State<Arc<App>>,
+    axum::Extension(limits): super::Limits,
     user: PortalUser,
     body: Bytes,
 ) -> Response {
@@ -90,7 +91,7 @@ pub(super) async fn change_password(
     if !verify_csrf(&user.csrf, field(&form, "csrf_token")) {
         return csrf_rejected();
     }
-    if let Some(wait) = app.oauth.login_failures.blocked(&user.person.email) {
+    if let Some(wait) = limits.login_failures.blocked(&user.person.email) {
         return crate::http::error::too_many_requests(wait);
     }
     let current = field(&form, "current_password")
@@ -107,7 +108,7 @@ pub(super) async fn change_password(
     let (status, msg) = match &r {
         Ok(()) => (StatusCode::OK, ("Password changed.".to_owned(), false)),
         Err(IdentityError::BadCredentials) => {
-            if let Some(wait) = app.oauth.login_failures.record_failure(&user.person.email) {
+            if let Some(wait) = limits.login_failures.record_failure(&user.person.email) {
                 return crate::http::error::too_many_requests(wait);
             }
             (

@@ -6,18 +6,18 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, FromRequestParts, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{FromRequestParts, Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
 
 use super::{PortalUser, csrf_field, csrf_rejected, field, form_pairs, layout, page, verify_csrf};
 use crate::app::App;
-use crate::http::PeerAddr;
+use crate::http::client_ip::CallerIp;
+use crate::http::error::rate_limited;
 use crate::identity::{self, Org};
-use crate::oauth::routes::{
-    AuthRequest, AuthorizeProblem, caller_ip, error_redirect, location, rate_limited,
-    redirect_with, validate_authorize,
+use crate::oauth::authorize::{
+    AuthRequest, AuthorizeProblem, error_redirect, redirect_with, validate_authorize,
 };
 use crate::oauth::{NewCode, OAuthError, create_code};
 
@@ -40,6 +40,11 @@ fn carried_name(param: &str) -> &str {
     } else {
         param
     }
+}
+
+/// A `Location` header value; redirect URIs were checked, so they are valid header text.
+fn location(uri: &str) -> HeaderValue {
+    HeaderValue::from_str(uri).unwrap_or_else(|_| HeaderValue::from_static("/"))
 }
 
 fn found(to: &str) -> Response {
@@ -65,7 +70,7 @@ fn problem_response(app: &App, p: AuthorizeProblem) -> Response {
             state,
             error,
         } => found(&error_redirect(
-            app,
+            &app.public_url,
             &redirect_uri,
             state.as_deref(),
             &error,
@@ -146,14 +151,12 @@ fn consent_markup(
 
 pub(super) async fn authorize_page(
     State(app): State<Arc<App>>,
-    ConnectInfo(peer): ConnectInfo<PeerAddr>,
+    axum::Extension(limits): super::Limits,
+    CallerIp(ip): CallerIp,
     Query(params): Query<HashMap<String, String>>,
     req: axum::extract::Request,
 ) -> Response {
-    if let Some(r) = rate_limited(
-        &app.oauth.authorize_limit,
-        caller_ip(&app, &peer, req.headers()),
-    ) {
+    if let Some(r) = rate_limited(&limits.authorize, ip) {
         return r;
     }
     let checked = {
@@ -187,12 +190,12 @@ pub(super) async fn authorize_page(
 
 pub(super) async fn authorize_submit(
     State(app): State<Arc<App>>,
-    ConnectInfo(peer): ConnectInfo<PeerAddr>,
-    headers: HeaderMap,
+    axum::Extension(limits): super::Limits,
+    CallerIp(ip): CallerIp,
     user: PortalUser,
     body: Bytes,
 ) -> Response {
-    if let Some(r) = rate_limited(&app.oauth.authorize_limit, caller_ip(&app, &peer, &headers)) {
+    if let Some(r) = rate_limited(&limits.authorize, ip) {
         return r;
     }
     let form = form_pairs(&body);

@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::{OrgAdmin, OrgMember, csrf_field, csrf_rejected, layout, page, see_other, verify_csrf};
 use crate::app::App;
-use crate::connector::audit;
+use crate::audit;
 use crate::kb::{self, DocKind, Entry, KbError, Version, link, path};
 use crate::store::StoreError;
 

@@ -67,6 +67,7 @@ pub(super) async fn login_page(
 
 pub(super) async fn login_submit(
     State(app): State<Arc<App>>,
+    axum::Extension(limits): super::Limits,
     Query(q): Params,
     headers: HeaderMap,
     body: Bytes,
@@ -83,7 +84,7 @@ pub(super) async fn login_submit(
     let email = field(&form, "email").unwrap_or_default().to_owned();
     let password = field(&form, "password").unwrap_or_default().to_owned();
     let account = identity::normalize_email(&email).unwrap_or_else(|_| email.to_lowercase());
-    if let Some(wait) = app.oauth.login_failures.blocked(&account) {
+    if let Some(wait) = limits.login_failures.blocked(&account) {
         return too_many_requests(wait);
     }
     let result = app
@@ -104,7 +105,7 @@ pub(super) async fn login_submit(
             resp
         }
         Err(IdentityError::BadCredentials) => {
-            if let Some(wait) = app.oauth.login_failures.record_failure(&account) {
+            if let Some(wait) = limits.login_failures.record_failure(&account) {
                 return too_many_requests(wait);
             }
             let shown = field(&form, "email").unwrap_or_default();
@@ -206,6 +207,7 @@ pub(super) async fn totp_page(
 
 pub(super) async fn totp_submit(
     State(app): State<Arc<App>>,
+    axum::Extension(limits): super::Limits,
     Query(q): Params,
     headers: HeaderMap,
     body: Bytes,
@@ -219,7 +221,7 @@ pub(super) async fn totp_submit(
         return csrf_rejected();
     }
     let account = s.person.email.clone();
-    if let Some(wait) = app.oauth.login_failures.blocked(&account) {
+    if let Some(wait) = limits.login_failures.blocked(&account) {
         return too_many_requests(wait);
     }
     let code = field(&form, "code").unwrap_or_default().trim().to_owned();
@@ -240,7 +242,7 @@ pub(super) async fn totp_submit(
             see_other(&login_step(&app, Some(&s), &next).unwrap_or(next))
         }
         Err(IdentityError::BadSecondFactor) => {
-            if let Some(wait) = app.oauth.login_failures.record_failure(&s.person.email) {
+            if let Some(wait) = limits.login_failures.record_failure(&s.person.email) {
                 return too_many_requests(wait);
             }
             page(

@@ -42,8 +42,10 @@ use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
 use crate::app::App;
+use crate::clock::SharedClock;
 use crate::identity::{self, Membership, Org, Person, Role};
 use crate::oauth::{hash_secret, new_secret};
+use crate::ratelimit::{FailureLimiter, Limiter, WINDOW};
 use crate::store::{PEOPLE, SESSIONS, StoreError, key};
 
 /// Name of the session cookie.
@@ -74,8 +76,31 @@ pub struct Session {
     pub second_factor: bool,
 }
 
+/// Limits the portal's own endpoints keep (in memory, per window; README "Security notes").
+pub struct PortalLimits {
+    /// `/authorize` requests per client address.
+    pub authorize: Limiter<std::net::IpAddr>,
+    /// Failed password and second-factor attempts per account (normalised email).
+    pub login_failures: FailureLimiter<String>,
+}
+
+/// Failed password or second-factor attempts allowed per account per 15 minutes.
+pub const LOGIN_FAILURES_PER_WINDOW: u32 = 10;
+
+impl PortalLimits {
+    fn new(clock: SharedClock) -> PortalLimits {
+        PortalLimits {
+            authorize: Limiter::new(100, WINDOW, clock.clone()),
+            login_failures: FailureLimiter::new(LOGIN_FAILURES_PER_WINDOW, WINDOW, clock),
+        }
+    }
+}
+
+/// The extractor of the portal's limits.
+pub type Limits = axum::Extension<Arc<PortalLimits>>;
+
 /// The portal's routes.
-pub fn router() -> Router<Arc<App>> {
+pub fn routes(clock: SharedClock) -> Router<Arc<App>> {
     Router::new()
         .route("/login", get(login::login_page).post(login::login_submit))
         .route(
@@ -121,6 +146,7 @@ pub fn router() -> Router<Arc<App>> {
         .merge(kb::router())
         .merge(apps::router())
         .merge(requests::router())
+        .layer(axum::Extension(Arc::new(PortalLimits::new(clock))))
 }
 
 /// An HTML response with the headers every portal page carries.

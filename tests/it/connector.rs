@@ -298,21 +298,18 @@ async fn every_tool_call_is_audited() {
     let app = t.app().clone();
     let records = app
         .store
-        .read(|tx| kennis::connector::audit::records(tx, s.org.id, None))
+        .read(|tx| kennis::audit::records(tx, s.org.id, None))
         .unwrap();
     assert_eq!(records.len(), 3, "{records:?}");
     let r0 = &records[0];
     assert_eq!(
         (r0.tool.as_str(), r0.outcome),
-        ("kennisbank_write", kennis::connector::audit::Outcome::Ok)
+        ("kennisbank_write", kennis::audit::Outcome::Ok)
     );
     assert_eq!(r0.target.as_deref(), Some("aangeleverd/a.md"));
     assert_eq!((r0.org_id, r0.person_id), (s.org.id, s.person.id));
     assert!(r0.duration_ms >= 0.0);
-    assert_eq!(
-        records[1].outcome,
-        kennis::connector::audit::Outcome::Refused
-    );
+    assert_eq!(records[1].outcome, kennis::audit::Outcome::Refused);
     assert!(
         records[1].error.as_deref().unwrap().contains("outside"),
         "{:?}",

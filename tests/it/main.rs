@@ -1,7 +1,6 @@
 //! Integration tests: one binary, a module per area, sharing one real-server fixture.
 
 mod fixture;
-mod flow;
 
 mod backup;
 mod cli;
@@ -9,6 +8,7 @@ mod conformance;
 mod connector;
 mod crash;
 mod kb;
+mod layering;
 mod oauth;
 mod outside;
 mod portal;

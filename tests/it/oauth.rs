@@ -7,18 +7,7 @@ use kennis::oauth::{self, BearerError, NewGrant};
 use crate::fixture::{Seeded, TestServer};
 
 fn mint(t: &TestServer, s: &Seeded, scopes: &[&str]) -> oauth::TokenPair {
-    let app = t.app();
-    oauth::issue_grant(
-        app,
-        NewGrant {
-            org_id: s.org.id,
-            person_id: s.person.id,
-            client_id: "test-client".into(),
-            scopes: scopes.iter().map(|s| (*s).to_owned()).collect(),
-            resource: app.connector_url(),
-        },
-    )
-    .unwrap()
+    t.grant_pair(s.org.id, s.person.id, scopes)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,7 +180,7 @@ async fn issue_grant_refuses_bad_scopes_and_foreign_resources_and_stores_nothing
     assert!(oauth::check_bearer(&app, &ok.access_token).is_ok());
 }
 
-use crate::flow::{
+use crate::fixture::{
     Browser, REDIRECT, approve, authorize_path, code_for, exchange, pkce, query_of,
     register_public, token,
 };
@@ -552,7 +541,7 @@ async fn authorize_refuses_bad_requests_the_right_way() {
     assert_eq!(p.status, 400, "{}", p.body);
     assert!(p.location.is_none());
     // Other problems go back to the client.
-    let expect_redirect = |p: crate::flow::Page, error: &str| {
+    let expect_redirect = |p: crate::fixture::Page, error: &str| {
         assert_eq!(p.status, 302, "{}", p.body);
         let q = query_of(p.location.as_deref().unwrap());
         assert_eq!(q["error"], error);
@@ -607,7 +596,7 @@ async fn authorize_refuses_bad_requests_the_right_way() {
             .contains("frame-ancestors 'none'")
     );
     // Deny → access_denied.
-    let mut form = crate::flow::hidden_fields(&consent.body);
+    let mut form = crate::fixture::hidden_fields(&consent.body);
     form.push(("decision".into(), "deny".into()));
     let pairs: Vec<(&str, &str)> = form.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let p = b.post("/authorize", &pairs).await;
@@ -616,7 +605,7 @@ async fn authorize_refuses_bad_requests_the_right_way() {
     assert!(loc.starts_with("http://127.0.0.1:50123/callback?"), "{loc}");
     assert_eq!(query_of(&loc)["error"], "access_denied");
     // Without a CSRF token, nothing is approved.
-    let mut form = crate::flow::hidden_fields(&consent.body);
+    let mut form = crate::fixture::hidden_fields(&consent.body);
     form.retain(|(k, _)| k != "csrf_token");
     form.push(("org".into(), s.org.slug.clone()));
     form.push(("scope".into(), "kennisbank".into()));
@@ -992,7 +981,7 @@ async fn discovery_documents_and_cors() {
     assert_eq!(r["authorization_servers"], serde_json::json!([t.base]));
     assert_eq!(r["bearer_methods_supported"], serde_json::json!(["header"]));
     let expired = BearerError::Expired.reason();
-    let h = oauth::www_authenticate(t.app(), Some(("invalid_token", &expired)));
+    let h = oauth::www_authenticate(&t.app().public_url, Some(("invalid_token", &expired)));
     assert_eq!(
         h,
         format!(

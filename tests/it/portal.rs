@@ -2,24 +2,13 @@
 
 use jiff::SignedDuration;
 use kennis::identity::{self, NewPerson, Role};
-use kennis::oauth::{self, BearerError, NewGrant};
+use kennis::oauth::{self, BearerError};
 
+use crate::fixture::Browser;
 use crate::fixture::{SEED_PASSWORD, TestServer};
-use crate::flow::Browser;
 
 fn grant_for(t: &TestServer, org_id: u64, person_id: u64) -> oauth::TokenPair {
-    let app = t.app();
-    oauth::issue_grant(
-        app,
-        NewGrant {
-            org_id,
-            person_id,
-            client_id: "portal-test".into(),
-            scopes: vec!["kennisbank".into()],
-            resource: app.connector_url(),
-        },
-    )
-    .unwrap()
+    t.grant_pair(org_id, person_id, &["kennisbank"])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,9 +2,9 @@
 //! history, downloads, and who may see what.
 
 use crate::fixture::TestServer;
-use crate::flow::{Browser, Page};
+use crate::fixture::{Browser, Page};
 
-/// A multipart upload made by hand (the fields a browser sends).
+/// A knowledge-base upload as the portal's form sends it.
 async fn upload(
     b: &mut Browser<'_>,
     slug: &str,
@@ -13,46 +13,12 @@ async fn upload(
     name: &str,
     bytes: &[u8],
 ) -> Page {
-    let boundary = "----kennisTestBoundary7MA4YWxk";
-    let mut body = Vec::new();
-    for (k, v) in [("csrf_token", csrf), ("folder", folder)] {
-        body.extend_from_slice(
-            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n")
-                .as_bytes(),
-        );
-    }
-    body.extend_from_slice(
-        format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n").as_bytes(),
-    );
-    body.extend_from_slice(bytes);
-    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    let cookie = b
-        .cookies
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join("; ");
-    let resp =
-        b.t.client
-            .post(b.t.url(&format!("/portal/o/{slug}/kb/upload")))
-            .header("cookie", cookie)
-            .header(
-                "content-type",
-                format!("multipart/form-data; boundary={boundary}"),
-            )
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-    Page {
-        status: resp.status().as_u16(),
-        location: resp
-            .headers()
-            .get("location")
-            .map(|l| l.to_str().unwrap().to_owned()),
-        headers: resp.headers().clone(),
-        body: resp.text().await.unwrap(),
-    }
+    b.multipart(
+        &format!("/portal/o/{slug}/kb/upload"),
+        &[("csrf_token", csrf), ("folder", folder)],
+        &[(name, "application/octet-stream", bytes)],
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,10 +7,8 @@ use kennis::requests::apps::{self, AppStatus};
 use kennis::requests::feature::{self, Filter, NewRequest};
 use kennis::requests::{self as requests, Request, RequestError, Role};
 
+use crate::fixture::{Browser, Page};
 use crate::fixture::{Seeded, TestServer};
-use crate::flow::{Browser, Page};
-
-const BOUNDARY: &str = "----kennisRequestBoundary3f9a";
 
 /// A multipart POST as a browser sends it: text fields, then at most one file.
 async fn multipart(
@@ -19,68 +17,13 @@ async fn multipart(
     fields: &[(&str, &str)],
     file: Option<(&str, &str, &[u8])>,
 ) -> Page {
-    let mut body = Vec::new();
-    for (k, v) in fields {
-        body.extend_from_slice(
-            format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n")
-                .as_bytes(),
-        );
-    }
-    if let Some((name, content_type, bytes)) = file {
-        body.extend_from_slice(
-            format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: {content_type}\r\n\r\n").as_bytes(),
-        );
-        body.extend_from_slice(bytes);
-        body.extend_from_slice(b"\r\n");
-    }
-    body.extend_from_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
-    let cookie = b
-        .cookies
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join("; ");
-    let resp =
-        b.t.client
-            .post(b.t.url(path))
-            .header("cookie", cookie)
-            .header(
-                "content-type",
-                format!("multipart/form-data; boundary={BOUNDARY}"),
-            )
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-    Page {
-        status: resp.status().as_u16(),
-        location: resp
-            .headers()
-            .get("location")
-            .map(|l| l.to_str().unwrap().to_owned()),
-        headers: resp.headers().clone(),
-        body: resp.text().await.unwrap(),
-    }
+    let files: Vec<(&str, &str, &[u8])> = file.into_iter().collect();
+    b.multipart(path, fields, &files).await
 }
 
 /// A GET returning the raw bytes (downloads).
 async fn get_bytes(b: &Browser<'_>, path: &str) -> (u16, reqwest::header::HeaderMap, Vec<u8>) {
-    let cookie = b
-        .cookies
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join("; ");
-    let resp =
-        b.t.client
-            .get(b.t.url(path))
-            .header("cookie", cookie)
-            .send()
-            .await
-            .unwrap();
-    let status = resp.status().as_u16();
-    let headers = resp.headers().clone();
-    (status, headers, resp.bytes().await.unwrap().to_vec())
+    b.get_bytes(path).await
 }
 
 fn add_plain_member(t: &TestServer, org: &Seeded, who: &Seeded) {

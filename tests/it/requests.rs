@@ -576,7 +576,7 @@ async fn feature_tool_calls_are_audited() {
     let records = t
         .app()
         .store
-        .read(|tx| kennis::connector::audit::records(tx, s.org.id, None))
+        .read(|tx| kennis::audit::records(tx, s.org.id, None))
         .unwrap();
     let seen: Vec<(String, Option<String>, String)> = records
         .iter()

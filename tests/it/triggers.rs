@@ -1043,7 +1043,7 @@ async fn signed_deliveries_and_duplicate_delivery_ids() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn portal_trigger_pages_for_admins() {
-    use crate::flow::Browser;
+    use crate::fixture::Browser;
     let mut t = TestServer::start().await;
     let admin = t.seed("Acme", "ada@example.org");
     let member = t.seed("Acme", "mo@example.org");

@@ -60,9 +60,9 @@ impl ToolLimits {
         let limits = ToolLimits::default();
         let orgs = store.read(|tx| tx.scan_keys(crate::store::ORGS, b"", usize::MAX))?;
         for org_id in orgs.iter().filter_map(|k| crate::store::key::id_at(k, 0)) {
-            let records = store.read(|tx| super::audit::recent(tx, org_id, now - HOUR))?;
+            let records = store.read(|tx| super::recent(tx, org_id, now - HOUR))?;
             for r in records {
-                if r.outcome != super::audit::Outcome::Ok {
+                if r.outcome != super::Outcome::Ok {
                     continue;
                 }
                 if let Some(tool) = LIMITED.iter().find(|t| **t == r.tool) {

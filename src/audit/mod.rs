@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::store::{AUDIT, ReadTx, StoreError, key};
 
+pub mod limits;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {

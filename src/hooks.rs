@@ -1,17 +1,27 @@
-//! The two public hook endpoints. Thin: credentials, key and body are taken from the request
+//! The two public hook endpoints, `POST /api/hooks/events/{uuid}` and
+//! `GET /api/hooks/runs/{id}`. Thin: credentials, key and body are taken from the request
 //! here; every decision is in `crate::triggers`.
 
 use std::sync::Arc;
 
+use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use crate::app::App;
 use crate::http::error::JsonError;
 use crate::triggers::{self, Fired, Signature, Skip, TriggerError};
+
+/// The hook endpoints' routes.
+pub fn routes() -> Router<Arc<App>> {
+    Router::new()
+        .route("/api/hooks/events/{uuid}", post(fire))
+        .route("/api/hooks/runs/{id}", get(read_run))
+}
 
 /// Header carrying the event key (spec: X-Service-Event-Key).
 pub const EVENT_KEY_HEADER: &str = "x-service-event-key";

@@ -1,0 +1,226 @@
+//! The top floor: opens the store and the index, starts the agent workers, housekeeping and
+//! the admin socket, and assembles the router from each area's `routes()`. Nothing imports
+//! this module but the command line (`cli`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tokio::sync::watch;
+
+use crate::admin::{self, AdminContext};
+use crate::app::App;
+use crate::clock::SharedClock;
+use crate::config::Config;
+use crate::http::{PeerAddr, files, observe, tls};
+use crate::store::StoreError;
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("TLS: {0}")]
+    Tls(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Open(#[from] crate::app::OpenError),
+    #[error(transparent)]
+    Admin(#[from] admin::SocketError),
+}
+
+/// All routes of the service.
+pub fn router(app: Arc<App>) -> Router {
+    let clock = app.clock.clone();
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/files/{token}", get(files::download))
+        .merge(crate::connector::http::routes(app.clone()))
+        .merge(crate::hooks::routes())
+        .merge(crate::oauth::routes::routes(clock.clone()))
+        .merge(crate::portal::routes(clock))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            observe::observe,
+        ))
+        .with_state(app)
+}
+
+async fn healthz(State(app): State<Arc<App>>) -> impl IntoResponse {
+    let store = app.store.clone();
+    let ok = tokio::task::spawn_blocking(move || store.read(|tx| tx.count(crate::store::META)))
+        .await
+        .map(|r| r.is_ok())
+        .unwrap_or(false);
+    if ok {
+        (
+            StatusCode::OK,
+            axum::Json(serde_json::json!({"status": "ok"})),
+        )
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(serde_json::json!({"status": "store unavailable"})),
+        )
+    }
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        app.metrics.render(),
+    )
+}
+
+/// A started server. Dropping it does not stop it; call [`RunningServer::shutdown`].
+pub struct RunningServer {
+    pub local_addr: SocketAddr,
+    pub app: Arc<App>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+    admin_task: tokio::task::JoinHandle<()>,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl RunningServer {
+    pub fn public_url(&self) -> &str {
+        &self.app.public_url
+    }
+
+    /// Stops accepting, lets in-flight requests finish, flushes the batch writer.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+        let _ = self.admin_task.await;
+        for w in self.workers {
+            let _ = w.await;
+        }
+        let app = self.app.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            app.batch.shutdown();
+            app.commits.shutdown();
+        })
+        .await;
+    }
+
+    /// Waits until the server stops by itself (it does not, except on a fatal error).
+    pub async fn stopped(&mut self) {
+        let _ = (&mut self.task).await;
+    }
+}
+
+/// Opens the data directory, binds the listener and starts serving.
+pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, ServerError> {
+    let tls = match &config.tls {
+        Some(files) => Some(tls::acceptor(files).map_err(ServerError::Tls)?),
+        None => None,
+    };
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| ServerError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let local_addr = listener.local_addr().map_err(|source| ServerError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let public_url = config.public_url.clone().unwrap_or_else(|| {
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{local_addr}")
+    });
+    let data_dir = config.data_dir.clone();
+    let app = {
+        let clock = clock.clone();
+        tokio::task::spawn_blocking(move || App::open(config, public_url, clock))
+            .await
+            .expect("open task")?
+    };
+    let (stop, stop_rx) = watch::channel(false);
+    let mut workers = crate::agents::start_workers(&app, stop_rx.clone())?;
+    workers.push(crate::housekeeping::start(&app, stop_rx.clone()));
+    let wait_stop = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let admin_ctx = AdminContext {
+        store: app.store.clone(),
+        data_dir,
+        clock,
+        kb_index: app.kb_index.clone(),
+        public_url: app.public_url.clone(),
+        // Weak: the admin task must not keep the store open past shutdown.
+        wake_jobs: Some({
+            let app = Arc::downgrade(&app);
+            Arc::new(move |id| {
+                if let Some(app) = app.upgrade() {
+                    app.queue_agent_job(id);
+                }
+            })
+        }),
+    };
+    let admin_shutdown = wait_stop(stop_rx.clone());
+    let admin_listener = admin::bind_socket(&admin_ctx.data_dir)?;
+    let admin_task = tokio::spawn(async move {
+        if let Err(e) = admin::serve_socket(admin_ctx, admin_listener, admin_shutdown).await {
+            tracing::error!(error = %e, "admin socket stopped");
+        }
+    });
+    let service = router(app.clone()).into_make_service_with_connect_info::<PeerAddr>();
+    let shutdown = wait_stop(stop_rx);
+    let task = match tls {
+        None => tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, service)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
+                tracing::error!(error = %e, "server stopped");
+            }
+        }),
+        Some(acceptor) => {
+            let listener = tls::TlsListener::new(listener, acceptor);
+            tokio::spawn(async move {
+                if let Err(e) = axum::serve(listener, service)
+                    .with_graceful_shutdown(shutdown)
+                    .await
+                {
+                    tracing::error!(error = %e, "server stopped");
+                }
+            })
+        }
+    };
+    Ok(RunningServer {
+        local_addr,
+        app,
+        stop,
+        task,
+        admin_task,
+        workers,
+    })
+}
+
+/// A future that resolves on SIGINT or SIGTERM. The handlers are installed when this is
+/// called, not when the future is first polled, so call it before announcing that the server
+/// is up: a signal sent right after the announcement then stops it cleanly.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
+    async move {
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
+        }
+    }
+}
