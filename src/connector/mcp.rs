@@ -13,7 +13,7 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
-use super::{Caller, TOOLS, tool_for};
+use crate::tools::{self, Caller, TOOLS, tool_for};
 use crate::app::App;
 
 /// What the assistant is told about this server.
@@ -68,7 +68,7 @@ pub fn with_error_shape(mut output: Value) -> Value {
 
 /// The tool definitions the caller's scopes unlock.
 pub fn visible_tools(caller: &Caller) -> Vec<Tool> {
-    super::definitions()
+    tools::definitions()
         .into_iter()
         .filter(|(name, ..)| tool_for(caller, name).is_some())
         .map(|(name, description, input, output)| {
@@ -112,7 +112,7 @@ impl ServerHandler for KennisMcp {
         let args = request.arguments.unwrap_or_default();
         let result = self
             .app
-            .blocking(move |app| super::call(app, &caller, tool, &args))
+            .blocking(move |app| tools::call(app, &caller, tool, &args))
             .await;
         let mut out = match result {
             Ok(ok) => {
@@ -137,7 +137,7 @@ mod tests {
 
     #[test]
     fn every_output_schema_also_admits_the_error_shape() {
-        for (name, _, _, output) in super::super::definitions() {
+        for (name, _, _, output) in super::tools::definitions() {
             let required = output["required"].clone();
             let wide = with_error_shape(output);
             assert!(wide.get("required").is_none(), "{name}");

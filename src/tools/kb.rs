@@ -183,7 +183,7 @@ pub fn write(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolErro
             &p,
             content.as_bytes(),
             expect,
-            Some(caller.person_id),
+            caller.person_id(),
             now,
         )
     })?;
