@@ -3,12 +3,15 @@
 //! pool, and feature requests (issue 6) call it with their own job and event sink.
 
 use std::process::Stdio;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use super::{Agent, Executor};
+use super::transcript::{Step, Transcript};
+use super::{Agent, Executor, llm};
+use crate::app::App;
 
 /// Longest line or response body we read from an agent: a misbehaving agent cannot make the
 /// server buffer without bound.
@@ -77,10 +80,71 @@ pub enum Outcome {
     TimedOut,
 }
 
+/// What a job runs with: the app (the `llm` executor's tools act in it) and the job's
+/// transcript, shared so that it survives a job that is stopped or times out.
+#[derive(Clone)]
+pub struct JobContext {
+    pub app: Arc<App>,
+    pub transcript: Arc<Mutex<Transcript>>,
+}
+
+impl JobContext {
+    pub fn new(app: &Arc<App>) -> JobContext {
+        JobContext {
+            app: app.clone(),
+            transcript: Arc::default(),
+        }
+    }
+
+    /// The transcript so far, taken out of the context.
+    pub fn take_transcript(&self) -> Transcript {
+        std::mem::take(&mut *self.transcript.lock().expect("transcript lock"))
+    }
+}
+
+/// Notes every event of an agent in the transcript on its way to the sink.
+struct Noting<'a> {
+    inner: &'a mut dyn EventSink,
+    ctx: &'a JobContext,
+    started: Instant,
+}
+
+impl EventSink for Noting<'_> {
+    fn event(&mut self, event: AgentEvent) {
+        self.ctx.transcript.lock().expect("transcript lock").push(
+            self.ctx.app.clock.now(),
+            self.started.elapsed().as_millis() as u64,
+            Step::Event {
+                event: event.clone(),
+            },
+        );
+        self.inner.event(event);
+    }
+}
+
 /// Executes `job` on `agent`, feeding events to `sink`, within the agent's timeout.
-pub async fn dispatch(agent: &Agent, job: &Job, sink: &mut dyn EventSink) -> Outcome {
+pub async fn dispatch(
+    ctx: &JobContext,
+    agent: &Agent,
+    job: &Job,
+    sink: &mut dyn EventSink,
+) -> Outcome {
     let limit = Duration::from_secs(agent.timeout_secs);
+    if let Executor::Llm(settings) = &agent.executor {
+        let work = llm::run(&ctx.app, agent, settings, job, sink, &ctx.transcript);
+        return match tokio::time::timeout(limit, work).await {
+            Ok(outcome) => outcome,
+            Err(_) => Outcome::TimedOut,
+        };
+    }
+    let mut noting = Noting {
+        inner: sink,
+        ctx,
+        started: Instant::now(),
+    };
+    let sink: &mut dyn EventSink = &mut noting;
     match &agent.executor {
+        Executor::Llm(_) => unreachable!("handled above"),
         Executor::Echo => {
             sink.event(match job.extra.get("feature_request") {
                 Some(request) => AgentEvent::Message {
@@ -117,7 +181,7 @@ fn echo_feature(request: &serde_json::Value) -> String {
         .as_str()
         .map_or(0, |d| d.chars().count());
     format!(
-        "Echo agent (built in, for trying kennis out): I received request {} \"{}\" with {} characters of description, {} conversation message(s) and {} answer(s). I only repeat what I receive and do not work on requests; an administrator can connect a real feature agent with `kennis agent add ORG NAME --kind feature --exec command|http`.",
+        "Echo agent (built in, for trying kennis out): I received request {} \"{}\" with {} characters of description, {} conversation message(s) and {} answer(s). I only repeat what I receive and do not work on requests; an administrator can connect a real feature agent with `kennis agent add ORG NAME --kind feature --exec llm|command|http`.",
         request["id"],
         title,
         described,
@@ -231,12 +295,15 @@ struct HttpReply {
     events: Vec<AgentEvent>,
 }
 
-fn http_client() -> &'static reqwest::Client {
+/// The shared client for agent endpoints: redirects are not followed (an API key must not
+/// travel to another host).
+pub(super) fn http_client() -> &'static reqwest::Client {
     static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
     CLIENT.get_or_init(|| {
         let _ = rustls::crypto::ring::default_provider().install_default();
         reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(Duration::from_secs(10))
             .build()
             .expect("http client")
     })
