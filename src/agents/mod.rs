@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::identity;
 use crate::store::{AGENTS, PROJECTS, ReadTx, Store, StoreError, key};
 
-pub use exec::{AgentEvent, EventSink, Job, JobAgent, Outcome, dispatch};
+pub use exec::{AgentEvent, EventSink, Job, JobAgent, JobContext, Outcome, dispatch};
 pub use llm::{LlmSettings, read_api_key};
 pub use runtime::{CancelError, RunQueue, cancel_run, recover, start_workers};
 pub use transcript::{Entry, Step, Transcript, get_transcript};
@@ -178,7 +178,10 @@ fn llm_executor(new: &NewAgent, llm: Option<&LlmOptions>) -> Result<Executor, Ag
         return bad("the llm executor takes no --program or --arg".into());
     }
     let model = o.model.trim();
-    if model.is_empty() || model.len() > 200 || model.chars().any(char::is_control) {
+    if model.is_empty() {
+        return bad("the llm executor needs --model M".into());
+    }
+    if model.len() > 200 || model.chars().any(char::is_control) {
         return bad("--model must be 1 to 200 characters".into());
     }
     match (&o.api_key_env, &o.api_key_file) {

@@ -127,3 +127,30 @@ pub fn request_error_message(e: &crate::requests::RequestError) -> String {
         other => other.to_string(),
     }
 }
+
+/// What an admin may read about a refused agent operation (the portal's agent form).
+pub fn agent_error_message(e: &crate::agents::AgentError) -> String {
+    match e {
+        crate::agents::AgentError::Store(s) => {
+            tracing::error!(error = %s, "store error");
+            "internal error".to_owned()
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The status and safe message of a refused run cancellation.
+pub fn cancel_error(e: &crate::agents::CancelError) -> (StatusCode, String) {
+    use crate::agents::CancelError as C;
+    match e {
+        C::NotFound(_) | C::NotARun(_) => (StatusCode::NOT_FOUND, "No such run.".to_owned()),
+        C::Final { .. } => (StatusCode::CONFLICT, e.to_string()),
+        C::Store(s) => {
+            tracing::error!(error = %s, "store error");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal error".to_owned(),
+            )
+        }
+    }
+}
