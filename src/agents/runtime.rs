@@ -58,7 +58,7 @@ pub fn recover(store: &Store, now: jiff::Timestamp) -> Result<Vec<u64>, StoreErr
             .collect();
         let mut queue = Vec::new();
         for id in ids {
-            let Some(mut run) = requests::get_for_update(tx, id)? else {
+            let Some(mut run) = requests::get(tx, id)? else {
                 tx.delete(ACTIVE_RUNS, &key::id(id))?;
                 continue;
             };
@@ -236,7 +236,7 @@ async fn execute_run(app: &Arc<App>, id: u64) {
     let claim = app
         .commits
         .write(move |tx| {
-            let Some(mut run) = requests::get_for_update(tx, id)? else {
+            let Some(mut run) = requests::get(tx, id)? else {
                 return Ok(Claim::Skip);
             };
             if run.kind == Kind::FeatureRequest {
@@ -321,7 +321,7 @@ async fn execute_run(app: &Arc<App>, id: u64) {
     let saved = app
         .commits
         .write(move |tx| {
-            let Some(mut run) = requests::get_for_update(tx, run_id)? else {
+            let Some(mut run) = requests::get(tx, run_id)? else {
                 return Ok(());
             };
             if run.status.is_final() {
@@ -409,7 +409,7 @@ async fn execute_feature(app: &Arc<App>, job: Job, agent: super::Agent) {
     let saved = app
         .commits
         .write(move |tx| {
-            let Some(mut r) = requests::get_for_update(tx, id)? else {
+            let Some(mut r) = requests::get(tx, id)? else {
                 return Ok(false);
             };
             for event in &sink.events {

@@ -8,8 +8,8 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::store::{
-    MEMBERSHIPS, MEMBERSHIPS_BY_PERSON, ORG_SLUGS, ORGS, PEOPLE, PEOPLE_BY_EMAIL, ReadTx, Store,
-    StoreError, key,
+    MEMBERSHIPS, MEMBERSHIPS_BY_PERSON, ORG_SLUGS, ORGS, PEOPLE, PEOPLE_BY_EMAIL, Read, ReadTx,
+    Store, StoreError, key,
 };
 
 pub use password::{check_strength, hash_password, verify_password_hash};
@@ -216,7 +216,7 @@ pub fn list_orgs(store: &Store) -> Result<Vec<Org>, IdentityError> {
         .collect())
 }
 
-pub fn org_by_slug(tx: &ReadTx, slug: &str) -> Result<Option<Org>, StoreError> {
+pub fn org_by_slug(tx: &impl Read, slug: &str) -> Result<Option<Org>, StoreError> {
     match tx.get::<u64>(ORG_SLUGS, slug.as_bytes())? {
         Some(id) => tx.get(ORGS, &key::id(id)),
         None => Ok(None),

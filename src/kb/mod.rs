@@ -15,8 +15,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::store::{
-    KB_CHANGES, KB_CONTENT, KB_DOCS, KB_FOLDED, KB_VERSIONS, ReadTx, Store, StoreError, WriteTx,
-    key,
+    KB_CHANGES, KB_CONTENT, KB_DOCS, KB_FOLDED, KB_VERSIONS, Read, Store, StoreError, WriteTx, key,
 };
 
 /// Largest text a `kennisbank_write` may store.
@@ -172,7 +171,7 @@ pub fn put_document(
     now: Timestamp,
 ) -> Result<WriteOutcome, KbError> {
     let dkey = doc_key(org_id, path);
-    let current: Option<Document> = tx.get(KB_DOCS, &dkey)?;
+    let current = get_document(tx, org_id, path)?;
     if let Some(folder) = folder_conflict(tx, org_id, path)? {
         return Err(KbError::InvalidInput(format!(
             "`{folder}` is a document, so it cannot also be a folder"
@@ -274,7 +273,7 @@ pub fn put_document(
 
 /// A path whose ancestor is a document (or which is itself an ancestor of documents) would make
 /// the tree ambiguous; returns the clashing path.
-fn folder_conflict(tx: &WriteTx, org_id: u64, path: &str) -> Result<Option<String>, StoreError> {
+fn folder_conflict(tx: &impl Read, org_id: u64, path: &str) -> Result<Option<String>, StoreError> {
     let mut prefix = String::new();
     for segment in path
         .split('/')
@@ -287,10 +286,7 @@ fn folder_conflict(tx: &WriteTx, org_id: u64, path: &str) -> Result<Option<Strin
             prefix.push('/');
         }
         prefix.push_str(segment);
-        if tx
-            .get::<Document>(KB_DOCS, &doc_key(org_id, &prefix))?
-            .is_some()
-        {
+        if get_document(tx, org_id, &prefix)?.is_some() {
             return Ok(Some(prefix));
         }
     }
@@ -298,12 +294,16 @@ fn folder_conflict(tx: &WriteTx, org_id: u64, path: &str) -> Result<Option<Strin
     Ok((!below.is_empty()).then(|| path.to_owned()))
 }
 
-pub fn get_document(tx: &ReadTx, org_id: u64, path: &str) -> Result<Option<Document>, StoreError> {
+pub fn get_document(
+    tx: &impl Read,
+    org_id: u64,
+    path: &str,
+) -> Result<Option<Document>, StoreError> {
     tx.get(KB_DOCS, &doc_key(org_id, path))
 }
 
 pub fn get_version(
-    tx: &ReadTx,
+    tx: &impl Read,
     org_id: u64,
     path: &str,
     version: u64,
@@ -312,7 +312,7 @@ pub fn get_version(
 }
 
 /// A document's versions, oldest first.
-pub fn versions(tx: &ReadTx, org_id: u64, path: &str) -> Result<Vec<Version>, StoreError> {
+pub fn versions(tx: &impl Read, org_id: u64, path: &str) -> Result<Vec<Version>, StoreError> {
     let mut prefix = doc_key(org_id, path);
     prefix.push(0);
     Ok(tx
@@ -323,7 +323,7 @@ pub fn versions(tx: &ReadTx, org_id: u64, path: &str) -> Result<Vec<Version>, St
 }
 
 /// Content bytes by BLAKE3 hex.
-pub fn content(tx: &ReadTx, hash_hex: &str) -> Result<Option<Vec<u8>>, StoreError> {
+pub fn content(tx: &impl Read, hash_hex: &str) -> Result<Option<Vec<u8>>, StoreError> {
     let Ok(hash) = blake3::Hash::from_hex(hash_hex) else {
         return Ok(None);
     };
@@ -343,7 +343,7 @@ pub struct Entry {
 }
 
 /// The folders and documents directly inside `folder` (`None`: the top level), folders first.
-pub fn list(tx: &ReadTx, org_id: u64, folder: Option<&str>) -> Result<Vec<Entry>, KbError> {
+pub fn list(tx: &impl Read, org_id: u64, folder: Option<&str>) -> Result<Vec<Entry>, KbError> {
     let base = folder.map(|f| format!("{f}/")).unwrap_or_default();
     if let Some(f) = folder
         && get_document(tx, org_id, f)?.is_some()

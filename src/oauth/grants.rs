@@ -17,7 +17,7 @@ use super::{
 use crate::app::App;
 use crate::identity;
 use crate::store::{
-    OAUTH_CODES, OAUTH_GRANTS, OAUTH_LAST_USED, OAUTH_TOKENS, ReadTx, StoreError, WriteTx, key,
+    OAUTH_CODES, OAUTH_GRANTS, OAUTH_LAST_USED, OAUTH_TOKENS, Read, StoreError, WriteTx, key,
 };
 
 /// How often a grant's last-use time is written at most: the bearer check is a hot path, and
@@ -209,7 +209,7 @@ fn stamp_last_use(app: &App, grant_id: u64, now: Timestamp) {
 }
 
 /// When a grant was last used by a connector call, if ever.
-pub fn grant_last_used(tx: &ReadTx, grant_id: u64) -> Result<Option<Timestamp>, StoreError> {
+pub fn grant_last_used(tx: &impl Read, grant_id: u64) -> Result<Option<Timestamp>, StoreError> {
     tx.get(OAUTH_LAST_USED, &key::id(grant_id))
 }
 
@@ -490,7 +490,7 @@ pub fn refresh(
 
 /// The grants of an organisation, newest first, with their last use.
 pub fn grants_of_org(
-    tx: &ReadTx,
+    tx: &impl Read,
     org_id: u64,
 ) -> Result<Vec<(Grant, Option<Timestamp>)>, StoreError> {
     let mut out = Vec::new();

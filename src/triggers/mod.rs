@@ -20,7 +20,7 @@ use crate::agents::{self, AgentKind, Rollout};
 use crate::identity;
 use crate::requests::{self, Request, Status};
 use crate::store::{
-    ACTIVE_RUNS, ReadTx, Store, StoreError, TRIGGER_DELIVERIES, TRIGGER_RUNS, TRIGGER_SLOTS,
+    ACTIVE_RUNS, Read, Store, StoreError, TRIGGER_DELIVERIES, TRIGGER_RUNS, TRIGGER_SLOTS,
     TRIGGERS, WriteTx, key,
 };
 
@@ -219,17 +219,23 @@ fn slot_key(trigger: Uuid, key: Option<&str>) -> Vec<u8> {
     k
 }
 
+/// A trigger that is not deleted, of any organisation: for deliveries, which name a trigger
+/// by its UUID alone.
+fn live(tx: &impl Read, id: Uuid) -> Result<Option<Trigger>, StoreError> {
+    Ok(tx
+        .get::<Trigger>(TRIGGERS, id.as_bytes())?
+        .filter(|t| !t.deleted))
+}
+
 /// Looks up a live trigger for a delivery (404 when unknown or deleted).
-pub fn lookup(tx: &ReadTx, uuid: &str) -> Result<Trigger, TriggerError> {
+pub fn lookup(tx: &impl Read, uuid: &str) -> Result<Trigger, TriggerError> {
     let id = Uuid::parse_str(uuid).map_err(|_| TriggerError::UnknownTrigger)?;
-    tx.get(TRIGGERS, id.as_bytes())?
-        .filter(|t: &Trigger| !t.deleted)
-        .ok_or(TriggerError::UnknownTrigger)
+    live(tx, id)?.ok_or(TriggerError::UnknownTrigger)
 }
 
 /// Looks up a trigger for a delivery and checks its secret: 404 before 401.
 pub fn authenticate(
-    tx: &ReadTx,
+    tx: &impl Read,
     uuid: &str,
     secret: Option<&str>,
 ) -> Result<Trigger, TriggerError> {
@@ -269,7 +275,7 @@ fn slot_skip(
 
 /// The read-only view of a delivery's fate: `Some(..)` means it creates no run.
 pub fn precheck(
-    tx: &ReadTx,
+    tx: &impl Read,
     trigger: &Trigger,
     key: Option<&str>,
     delivery: Option<&str>,
@@ -302,10 +308,7 @@ pub fn fire_in(
     instructions: String,
     now: Timestamp,
 ) -> Result<Fired, StoreError> {
-    let Some(trigger) = tx
-        .get::<Trigger>(TRIGGERS, trigger_id.as_bytes())?
-        .filter(|t| !t.deleted)
-    else {
+    let Some(trigger) = live(tx, trigger_id)? else {
         return Ok(Fired::Gone);
     };
     if let Some(d) = &delivery
@@ -316,7 +319,7 @@ pub fn fire_in(
     let skey = slot_key(trigger_id, key.as_deref());
     let slot: Slot = tx.get(TRIGGER_SLOTS, &skey)?.unwrap_or_default();
     let run = match slot.run_id {
-        Some(id) => requests::get_for_update(tx, id)?,
+        Some(id) => requests::get(tx, id)?,
         None => None,
     };
     if let Some(skip) = slot_skip(&trigger, &slot, run.as_ref(), now) {
@@ -380,7 +383,7 @@ impl From<&Request> for RunView {
 /// `GET /api/hooks/runs/:id`: 404 for an unknown id or anything but a run of a generic agent;
 /// 403 unless the secret is that of the run's trigger. Runs of a deleted trigger stay readable
 /// with its last secret: deleting stops the URL, existing runs remain.
-pub fn read_run(tx: &ReadTx, id: &str, secret: Option<&str>) -> Result<RunView, TriggerError> {
+pub fn read_run(tx: &impl Read, id: &str, secret: Option<&str>) -> Result<RunView, TriggerError> {
     let id: u64 = id.parse().map_err(|_| TriggerError::RunNotFound)?;
     let run = requests::get(tx, id)?.ok_or(TriggerError::RunNotFound)?;
     if run.kind != requests::Kind::Run {
@@ -444,20 +447,17 @@ pub fn add(
     }
     let (secret, secret_hash) = new_secret();
     store.write(|tx| {
-        let org_id = {
-            let id: Option<u64> = tx.get(crate::store::ORG_SLUGS, org.as_bytes())?;
-            id.ok_or_else(|| TriggerError::UnknownOrg(org.to_owned()))?
-        };
-        let agent: agents::Agent = tx
-            .get(crate::store::AGENTS, &key::id(new.agent_id))?
-            .filter(|a: &agents::Agent| a.org_id == org_id)
+        let org_id = identity::org_by_slug(tx, org)?
+            .ok_or_else(|| TriggerError::UnknownOrg(org.to_owned()))?
+            .id;
+        let agent = agents::get_agent(tx, new.agent_id)?
+            .filter(|a| a.org_id == org_id)
             .ok_or(TriggerError::UnknownAgent(new.agent_id))?;
         if agent.kind != AgentKind::Generic {
             return Err(TriggerError::NotGeneric(agent.id));
         }
-        let project: agents::Project = tx
-            .get(crate::store::PROJECTS, &key::id(new.project_id))?
-            .filter(|p: &agents::Project| p.org_id == org_id)
+        let project = agents::get_project(tx, new.project_id)?
+            .filter(|p| p.org_id == org_id)
             .ok_or(TriggerError::UnknownProject(new.project_id))?;
         if project.rollout != Rollout::Ready {
             return Err(TriggerError::ProjectNotReady(project.id));
