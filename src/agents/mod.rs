@@ -14,7 +14,7 @@ use crate::identity;
 use crate::store::{AGENTS, PROJECTS, Read, ReadTx, Store, StoreError, key};
 
 pub use exec::{AgentEvent, EventSink, Job, JobAgent, Outcome, dispatch};
-pub use runtime::{RunQueue, recover, start_workers};
+pub use runtime::{RunQueue, enqueue, recover, start_workers};
 
 /// Longest allowed executor timeout: one hour.
 pub const MAX_TIMEOUT_SECS: u64 = 3600;
