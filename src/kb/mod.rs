@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::store::{
     KB_CHANGES, KB_CONTENT, KB_DOCS, KB_FOLDED, KB_VERSIONS, Read, Store, StoreError, WriteTx, key,
 };
+use index::SearchIndex;
 
 /// Largest text a `kennisbank_write` may store.
 pub const MAX_WRITE_BYTES: usize = 256 * 1024;
@@ -161,7 +162,7 @@ pub enum Expect {
 }
 
 /// Stores `bytes` as the next version of `path` (already normalised) in one transaction.
-pub fn put_document(
+fn put_document(
     tx: &mut WriteTx,
     org_id: u64,
     path: &str,
@@ -389,8 +390,66 @@ pub fn list(tx: &impl Read, org_id: u64, folder: Option<&str>) -> Result<Vec<Ent
     Ok(out)
 }
 
-/// Stores a document outside the write rules (imports, portal uploads). Returns the outcome
-/// after the change is committed; the caller feeds the index.
+/// A document version to store: the path as given (it is normalised here), and how it must
+/// relate to what exists.
+#[derive(Debug, Clone, Copy)]
+pub struct NewVersion<'a> {
+    pub org_id: u64,
+    pub path: &'a str,
+    pub bytes: &'a [u8],
+    pub expect: Expect,
+    /// The person who writes; `None` for imports.
+    pub by: Option<u64>,
+    pub now: Timestamp,
+}
+
+/// Writes one document: stores the version in one transaction and brings the search index up
+/// to date, so the document is found by a search as soon as this returns. The one entry point
+/// for every writer (connector, portal); many writes at once go through [`Writer`].
+pub fn write(
+    store: &Store,
+    index: &SearchIndex,
+    new: NewVersion<'_>,
+) -> Result<WriteOutcome, KbError> {
+    let mut writer = Writer::new(store, index);
+    let outcome = writer.put(new)?;
+    writer.finish()?;
+    Ok(outcome)
+}
+
+/// The batch form of [`write`] (imports, demo data): each [`put`](Writer::put) stores one
+/// document in its own transaction, and [`finish`](Writer::finish) brings the search index
+/// up to date once for all of them. A writer dropped unfinished leaves the index behind until
+/// the next write or start, which catch up.
+pub struct Writer<'a> {
+    store: &'a Store,
+    index: &'a SearchIndex,
+}
+
+impl<'a> Writer<'a> {
+    pub fn new(store: &'a Store, index: &'a SearchIndex) -> Writer<'a> {
+        Writer { store, index }
+    }
+
+    /// Stores one document version (see [`put_document`]).
+    pub fn put(&mut self, new: NewVersion<'_>) -> Result<WriteOutcome, KbError> {
+        let path = path::normalize(new.path)?;
+        self.store.write(|tx| {
+            put_document(
+                tx, new.org_id, &path, new.bytes, new.expect, new.by, new.now,
+            )
+        })
+    }
+
+    /// Brings the search index up to date; returns how many changes it applied.
+    pub fn finish(self) -> Result<usize, KbError> {
+        self.index.catch_up(self.store)
+    }
+}
+
+/// Stores a document outside the write rules ([`Expect::Any`]) WITHOUT updating the search
+/// index: for tests and benchmarks that feed the index themselves. Everything else writes
+/// through [`write`] or [`Writer`].
 pub fn store_document(
     store: &Store,
     org_id: u64,
