@@ -500,28 +500,36 @@ pub fn list(store: &Store, org: &str) -> Result<Vec<Trigger>, TriggerError> {
     })
 }
 
-/// Reads one trigger (not deleted).
-pub fn get(store: &Store, id: Uuid) -> Result<Trigger, TriggerError> {
-    store
-        .read(|tx| tx.get::<Trigger>(TRIGGERS, id.as_bytes()))?
-        .filter(|t| !t.deleted)
+/// One trigger (not deleted) of the organisation `org_id`; another organisation's trigger is
+/// [`TriggerError::UnknownTrigger`], as an unknown one is.
+pub fn get(tx: &impl Read, org_id: u64, id: Uuid) -> Result<Trigger, TriggerError> {
+    live(tx, id)?
+        .filter(|t| t.org_id == org_id)
         .ok_or(TriggerError::UnknownTrigger)
 }
 
-/// The trigger's most recent runs, newest first.
-pub fn recent_runs(store: &Store, id: Uuid, limit: usize) -> Result<Vec<Request>, TriggerError> {
-    store.read(|tx| {
-        let keys = tx.scan::<bool>(TRIGGER_RUNS, id.as_bytes())?;
-        let mut out = Vec::new();
-        for (k, _) in keys.iter().rev().take(limit) {
-            if let Some(run_id) = key::id_at(k, 16)
-                && let Some(r) = requests::get(tx, run_id)?
-            {
-                out.push(r);
-            }
+/// The most recent runs of the organisation's trigger `id`, newest first. A deleted trigger's
+/// runs stay listed; another organisation's trigger is [`TriggerError::UnknownTrigger`].
+pub fn recent_runs(
+    tx: &impl Read,
+    org_id: u64,
+    id: Uuid,
+    limit: usize,
+) -> Result<Vec<Request>, TriggerError> {
+    let owner = tx.get::<Trigger>(TRIGGERS, id.as_bytes())?;
+    if owner.is_none_or(|t| t.org_id != org_id) {
+        return Err(TriggerError::UnknownTrigger);
+    }
+    let keys = tx.scan::<bool>(TRIGGER_RUNS, id.as_bytes())?;
+    let mut out = Vec::new();
+    for (k, _) in keys.iter().rev().take(limit) {
+        if let Some(run_id) = key::id_at(k, 16)
+            && let Some(r) = requests::get(tx, run_id)?
+        {
+            out.push(r);
         }
-        Ok(out)
-    })
+    }
+    Ok(out)
 }
 
 /// A change to a trigger's state (trigger state table).
@@ -535,19 +543,22 @@ pub enum Change {
 }
 
 /// Applies a state change; returns the trigger and, for a renewal, the new secret (the old
-/// one stops working with this commit).
+/// one stops working with this commit). `org_id` is the organisation the caller acts for (a
+/// portal admin): another organisation's trigger is [`TriggerError::UnknownTrigger`]. `None`
+/// is the operator (the `kennis` command), who acts for every organisation.
 pub fn change(
     store: &Store,
+    org_id: Option<u64>,
     id: &str,
     what: Change,
     now: Timestamp,
 ) -> Result<(Trigger, Option<String>), TriggerError> {
     let id = Uuid::parse_str(id).map_err(|_| TriggerError::UnknownTrigger)?;
     store.write(|tx| {
-        let mut t: Trigger = tx
-            .get::<Trigger>(TRIGGERS, id.as_bytes())?
-            .filter(|t| !t.deleted)
-            .ok_or(TriggerError::UnknownTrigger)?;
+        let mut t = match org_id {
+            Some(org_id) => get(tx, org_id, id)?,
+            None => live(tx, id)?.ok_or(TriggerError::UnknownTrigger)?,
+        };
         let mut secret = None;
         match what {
             Change::Pause => t.paused = true,
