@@ -7,6 +7,7 @@
 //! create at most one run per slot. A read-only [`precheck`] answers skipped deliveries without
 //! touching the writer, which keeps skips cheap; the write transaction checks again.
 
+mod deliver;
 mod signature;
 
 use jiff::{SignedDuration, Timestamp};
@@ -24,6 +25,7 @@ use crate::store::{
     TRIGGERS, WriteTx, key,
 };
 
+pub use deliver::{Delivered, Delivery, RawKey, deliver};
 pub use signature::{Signature, TOLERANCE_SECS, signing_secret, validate_delivery_id, verify};
 
 /// Cooldown when none is given: 300 seconds (spec "Limits").
