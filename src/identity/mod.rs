@@ -460,6 +460,32 @@ pub fn organisations_of(tx: &ReadTx, person_id: u64) -> Result<Vec<(Org, Members
     Ok(out)
 }
 
+/// One person by id.
+pub fn person(tx: &impl Read, person_id: u64) -> Result<Option<Person>, StoreError> {
+    tx.get(PEOPLE, &key::id(person_id))
+}
+
+/// A member of the organisation with their membership; `None` when they are not one.
+pub fn member(
+    tx: &impl Read,
+    org_id: u64,
+    person_id: u64,
+) -> Result<Option<(Membership, Person)>, StoreError> {
+    let m: Option<Membership> = tx.get(MEMBERSHIPS, &key::pair(org_id, person_id))?;
+    Ok(m.zip(person(tx, person_id)?))
+}
+
+/// The organisation's members with their memberships, by person id.
+pub fn members(tx: &impl Read, org_id: u64) -> Result<Vec<(Membership, Person)>, StoreError> {
+    let mut out = Vec::new();
+    for (_, m) in tx.scan::<Membership>(MEMBERSHIPS, &key::id(org_id))? {
+        if let Some(p) = person(tx, m.person_id)? {
+            out.push((m, p));
+        }
+    }
+    Ok(out)
+}
+
 /// The check every connector call repeats: is the person still a member, may they connect,
 /// have they a second factor where the organisation asks for one, and have they accepted the
 /// current terms? Reads only; one snapshot.
