@@ -8,6 +8,7 @@ mod cli;
 mod conformance;
 mod connector;
 mod crash;
+mod domain;
 mod kb;
 mod oauth;
 mod outside;
