@@ -100,11 +100,10 @@ impl App {
             .expect("blocking task panicked")
     }
 
-    /// Hands a stored, queued agent job (a feature request's) to the workers and counts it
-    /// in the queue gauge; the worker counts it out when it picks it up.
+    /// Forwards to [`crate::agents::enqueue`], the one enqueue path (kept only for the admin
+    /// socket's waker in `http/mod.rs`; remove with that caller).
     pub fn queue_agent_job(&self, id: u64) {
-        self.metrics.run_queue.inc();
-        self.runs.wake(id);
+        crate::agents::enqueue(self, id);
     }
 
     /// The connector's URL: the OAuth audience and what people paste into an assistant.

@@ -15,11 +15,11 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::identity;
-use crate::store::{AGENTS, PROJECTS, ReadTx, Store, StoreError, key};
+use crate::store::{AGENTS, PROJECTS, Read, ReadTx, Store, StoreError, key};
 
 pub use exec::{AgentEvent, EventSink, Job, JobAgent, JobContext, Outcome, dispatch};
 pub use llm::{LlmSettings, read_api_key};
-pub use runtime::{CancelError, RunQueue, cancel_run, recover, start_workers};
+pub use runtime::{CancelError, RunQueue, cancel_run, enqueue, recover, start_workers};
 pub use transcript::{Entry, Step, Transcript, get_transcript};
 
 /// Longest allowed executor timeout: one hour.
@@ -357,11 +357,11 @@ pub fn add_project(
     })
 }
 
-pub fn get_agent(tx: &ReadTx, id: u64) -> Result<Option<Agent>, StoreError> {
+pub fn get_agent(tx: &impl Read, id: u64) -> Result<Option<Agent>, StoreError> {
     tx.get(AGENTS, &key::id(id))
 }
 
-pub fn get_project(tx: &ReadTx, id: u64) -> Result<Option<Project>, StoreError> {
+pub fn get_project(tx: &impl Read, id: u64) -> Result<Option<Project>, StoreError> {
     tx.get(PROJECTS, &key::id(id))
 }
 

@@ -14,52 +14,9 @@ use super::{
     verify_csrf,
 };
 use crate::app::App;
-use crate::identity::{self, ConnectorAccess, Membership, Person};
-use crate::oauth::{self, Client, Grant};
-use crate::store::{MEMBERSHIPS, OAUTH_CLIENTS, PEOPLE, StoreError, key};
-
-struct Row {
-    grant: Grant,
-    last_used: Option<jiff::Timestamp>,
-    client_name: String,
-    person_email: String,
-}
-
-fn rows(app: &App, m: &OrgMember) -> Result<Vec<Row>, StoreError> {
-    let all = m.is_admin();
-    let me = m.user.person.id;
-    app.store.read(|tx| {
-        let mut out = Vec::new();
-        for (grant, last_used) in oauth::grants_of_org(tx, m.org.id)? {
-            if !all && grant.person_id != me {
-                continue;
-            }
-            let client: Option<Client> = tx.get(OAUTH_CLIENTS, grant.client_id.as_bytes())?;
-            let person: Option<Person> = tx.get(PEOPLE, &key::id(grant.person_id))?;
-            out.push(Row {
-                client_name: client
-                    .map(|c| c.client_name)
-                    .unwrap_or_else(|| grant.client_id.clone()),
-                person_email: person.map(|p| p.email).unwrap_or_default(),
-                grant,
-                last_used,
-            });
-        }
-        Ok(out)
-    })
-}
-
-fn members(app: &App, org_id: u64) -> Result<Vec<(Membership, Person)>, StoreError> {
-    app.store.read(|tx| {
-        let mut out = Vec::new();
-        for (_, m) in tx.scan::<Membership>(MEMBERSHIPS, &key::id(org_id))? {
-            if let Some(p) = tx.get::<Person>(PEOPLE, &key::id(m.person_id))? {
-                out.push((m, p));
-            }
-        }
-        Ok(out)
-    })
-}
+use crate::identity::{self, ConnectorAccess};
+use crate::oauth;
+use crate::store::StoreError;
 
 fn fmt_time(t: Option<jiff::Timestamp>) -> String {
     t.map(|t| t.strftime("%Y-%m-%d %H:%M UTC").to_string())
@@ -70,13 +27,16 @@ pub(super) async fn connections_page(State(app): State<Arc<App>>, m: OrgMember) 
     let data = {
         let m = m.clone();
         app.blocking(move |app| {
-            let rows = rows(app, &m)?;
-            let members = if m.is_admin() {
-                members(app, m.org.id)?
-            } else {
-                Vec::new()
-            };
-            Ok::<_, StoreError>((rows, members))
+            app.store.read(|tx| {
+                let (org_id, admin) = (m.org.id, m.is_admin());
+                let rows = oauth::connections_visible_to(tx, org_id, m.user.person.id, admin)?;
+                let members = if admin {
+                    identity::members(tx, org_id)?
+                } else {
+                    Vec::new()
+                };
+                Ok::<_, StoreError>((rows, members))
+            })
         })
         .await
     };
@@ -185,20 +145,10 @@ pub(super) async fn revoke(
     let me = m.user.person.id;
     let admin = m.is_admin();
     let r = app
-        .blocking(move |app| {
-            let g: Option<Grant> = app
-                .store
-                .read(|tx| tx.get(crate::store::OAUTH_GRANTS, &key::id(grant_id)))?;
-            match g {
-                Some(g) if g.org_id == org_id && (admin || g.person_id == me) => {
-                    oauth::revoke_grant(app, grant_id).map(Some)
-                }
-                _ => Ok(None),
-            }
-        })
+        .blocking(move |app| oauth::revoke_connection(app, org_id, me, admin, grant_id))
         .await;
     match r {
-        Ok(Some(_)) => back(&m.org.slug),
+        Ok(true) => back(&m.org.slug),
         _ => bad_request(&m, "No such connection of yours in this organisation."),
     }
 }
@@ -247,11 +197,9 @@ pub(super) async fn set_may_connect(
     let slug = m.org.slug.clone();
     let r = app
         .blocking(move |app| {
-            let found = app.store.read(|tx| -> Result<_, StoreError> {
-                let mem: Option<Membership> = tx.get(MEMBERSHIPS, &key::pair(org_id, person_id))?;
-                let p: Option<Person> = tx.get(PEOPLE, &key::id(person_id))?;
-                Ok(mem.zip(p))
-            })?;
+            let found = app
+                .store
+                .read(|tx| identity::member(tx, org_id, person_id))?;
             let Some((mem, p)) = found else {
                 return Ok(false);
             };

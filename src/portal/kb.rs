@@ -244,16 +244,18 @@ async fn upload(State(app): State<Arc<App>>, m: OrgMember, mut form: Multipart) 
     let (org_id, person_id) = (m.org.id, m.user.person.id);
     let stored = app
         .blocking(move |app| {
-            let out = kb::store_document(
+            kb::write(
                 &app.store,
-                org_id,
-                &target,
-                &bytes,
-                Some(person_id),
-                app.clock.now(),
-            )?;
-            app.kb_index.catch_up(&app.store)?;
-            Ok::<_, KbError>(out)
+                &app.kb_index,
+                kb::NewVersion {
+                    org_id,
+                    path: &target,
+                    bytes: &bytes,
+                    expect: kb::Expect::Any,
+                    by: Some(person_id),
+                    now: app.clock.now(),
+                },
+            )
         })
         .await;
     match stored {

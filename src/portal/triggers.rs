@@ -206,13 +206,6 @@ pub(super) async fn create(State(app): State<Arc<App>>, m: OrgAdmin, body: Bytes
     }
 }
 
-fn owned(app: &App, m: &OrgAdmin, id: &str) -> Option<Trigger> {
-    let id = uuid::Uuid::parse_str(id).ok()?;
-    triggers::get(&app.store, id)
-        .ok()
-        .filter(|t| t.org_id == m.0.org.id)
-}
-
 fn not_found(m: &OrgAdmin) -> Response {
     page(
         StatusCode::NOT_FOUND,
@@ -242,22 +235,14 @@ pub(super) async fn change(
         "delete" => Change::Delete,
         _ => return not_found(&m),
     };
-    let m2 = m.clone();
+    let org_id = m.0.org.id;
     let result = app
-        .blocking(move |app| {
-            let t = owned(app, &m2, &id)?;
-            Some(triggers::change(
-                &app.store,
-                &t.id.to_string(),
-                what,
-                app.clock.now(),
-            ))
-        })
+        .blocking(move |app| triggers::change(&app.store, Some(org_id), &id, what, app.clock.now()))
         .await;
     match result {
-        None | Some(Err(_)) => not_found(&m),
-        Some(Ok((t, Some(secret)))) => secret_page(&app, &m, &t, &secret, true),
-        Some(Ok(_)) => see_other(&base(&m)),
+        Err(_) => not_found(&m),
+        Ok((t, Some(secret))) => secret_page(&app, &m, &t, &secret, true),
+        Ok(_) => see_other(&base(&m)),
     }
 }
 
@@ -326,7 +311,7 @@ pub(super) async fn add_agent(State(app): State<Arc<App>>, m: OrgAdmin, body: By
                 if a.kind == AgentKind::Feature {
                     let adopted = crate::requests::service::adopt_waiting(&app.store, org_id)
                         .map_err(|e| crate::http::error::request_error_message(&e))?;
-                    adopted.into_iter().for_each(|id| app.queue_agent_job(id));
+                    adopted.into_iter().for_each(|id| agents::enqueue(app, id));
                 }
                 Ok(a)
             });
@@ -366,12 +351,16 @@ pub(super) async fn detail(
     m: OrgAdmin,
     Path((_slug, id)): Path<(String, String)>,
 ) -> Response {
-    let m2 = m.clone();
+    let org_id = m.0.org.id;
     let found = app
         .blocking(move |app| {
-            let t = owned(app, &m2, &id)?;
-            let runs = triggers::recent_runs(&app.store, t.id, 50).ok()?;
-            Some((t, runs))
+            let id = uuid::Uuid::parse_str(&id).ok()?;
+            app.store
+                .read(|tx| {
+                    let t = triggers::get(tx, org_id, id)?;
+                    Ok::<_, triggers::TriggerError>((t, triggers::recent_runs(tx, org_id, id, 50)?))
+                })
+                .ok()
         })
         .await;
     let Some((t, runs)) = found else {
