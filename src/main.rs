@@ -262,9 +262,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Run(RunCommand::Cancel { id, json }) => {
             let v = cli::run_admin(&config, AdminRequest::RunCancel { id })?;
-            cli::output(json, &v, |v| {
-                format!("run {} cancelled", v["id"])
-            });
+            cli::output(json, &v, |v| format!("run {} cancelled", v["id"]));
         }
         Command::App(AppCommand::Add {
             org,

@@ -89,8 +89,8 @@ pub fn read_api_key(s: &LlmSettings) -> Result<Option<String>, String> {
     if let Some(path) = &s.api_key_file {
         use std::io::Read;
         let mut text = String::new();
-        let read = std::fs::File::open(path)
-            .and_then(|f| f.take(MAX_KEY_FILE).read_to_string(&mut text));
+        let read =
+            std::fs::File::open(path).and_then(|f| f.take(MAX_KEY_FILE).read_to_string(&mut text));
         return match read {
             Ok(_) if !text.trim().is_empty() => Ok(Some(text.trim().to_owned())),
             Ok(_) => Err(format!("the API key file {path} is empty")),
@@ -269,7 +269,10 @@ impl Recorder<'_> {
     }
 
     fn total_tokens(&self) -> u64 {
-        self.transcript.lock().expect("transcript lock").total_tokens
+        self.transcript
+            .lock()
+            .expect("transcript lock")
+            .total_tokens
     }
 }
 
@@ -445,7 +448,12 @@ fn feature_event(
             let text = text_arg("text")?;
             let options = match args.get("options") {
                 Some(Value::Array(list)) if list.len() >= 2 => list.clone(),
-                _ => return Err("`options` must be a list of at least two {option_id, label} objects".into()),
+                _ => {
+                    return Err(
+                        "`options` must be a list of at least two {option_id, label} objects"
+                            .into(),
+                    );
+                }
             };
             if options
                 .iter()

@@ -52,8 +52,13 @@ pub enum AgentKind {
 #[serde(tag = "exec", rename_all = "snake_case")]
 pub enum Executor {
     Echo,
-    Command { program: String, args: Vec<String> },
-    Http { url: String },
+    Command {
+        program: String,
+        args: Vec<String>,
+    },
+    Http {
+        url: String,
+    },
     /// A model behind `POST {url}/chat/completions`. The API key is read at run time from the
     /// server's environment or a file; only the variable's name or the file's path is stored.
     Llm(LlmSettings),
@@ -234,7 +239,9 @@ fn llm_executor(new: &NewAgent, llm: Option<&LlmOptions>) -> Result<Executor, Ag
 fn executor_of(new: &NewAgent, llm: Option<&LlmOptions>) -> Result<Executor, AgentError> {
     let bad = |m: &str| Err(AgentError::InvalidInput(m.into()));
     if llm.is_some() && new.exec != "llm" {
-        return bad("--model, --api-key-*, --max-steps, --max-tokens and --system-prompt-file are for the llm executor");
+        return bad(
+            "--model, --api-key-*, --max-steps, --max-tokens and --system-prompt-file are for the llm executor",
+        );
     }
     match new.exec.as_str() {
         "echo" => {

@@ -390,9 +390,16 @@ async fn execute_run(app: &Arc<App>, id: u64) {
     let Some(outcome) = outcome else {
         // Cancelled: the run is final already; keep what it did.
         let mut done = ctx.take_transcript();
-        note_end(app, &mut done, started, Status::Cancelled, "the run was cancelled; its executor was stopped");
+        note_end(
+            app,
+            &mut done,
+            started,
+            Status::Cancelled,
+            "the run was cancelled; its executor was stopped",
+        );
         save_transcript(app, run.id, done).await;
-        app.metrics.runs_finished(Status::Cancelled, started.elapsed().as_secs_f64());
+        app.metrics
+            .runs_finished(Status::Cancelled, started.elapsed().as_secs_f64());
         return;
     };
     let (status, result) = match outcome {

@@ -13,8 +13,8 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
-use crate::tools::{self, Caller, TOOLS, tool_for};
 use crate::app::App;
+use crate::tools::{self, Caller, TOOLS, tool_for};
 
 /// What the assistant is told about this server.
 pub const INSTRUCTIONS: &str = "kennis gives you access to one organisation's knowledge base and, with the feature_requests scope, its feature requests, acting as the person who connected you. The material is mostly written in Dutch: search with Dutch terms as they appear in the documents, and write new documents, feature requests and replies in the language of the material (usually Dutch). Knowledge base: start with kennisbank_list or kennisbank_search, then kennisbank_read the documents you need; new documents go in `aangeleverd/`. Feature requests: app_list shows the apps (only live apps accept requests); feature_request_create files one, an agent works on it and may ask multiple-choice questions; feature_request_read shows the conversation and open questions, feature_request_reply answers them or adds a message.";

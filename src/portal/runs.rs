@@ -10,7 +10,9 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{Markup, html};
 
-use super::{OrgAdmin, csrf_field, csrf_rejected, field, form_pairs, layout, page, see_other, verify_csrf};
+use super::{
+    OrgAdmin, csrf_field, csrf_rejected, field, form_pairs, layout, page, see_other, verify_csrf,
+};
 use crate::agents::{self, Step, Transcript};
 use crate::app::App;
 use crate::requests::{self, Kind, Request};

@@ -252,11 +252,16 @@ pub(super) async fn change(
 pub const PORTAL_KEY_PREFIX: &str = "KENNIS_LLM_";
 
 /// The agent form's settings, or why they are refused before the domain sees them.
-fn portal_agent(pairs: &[(String, String)]) -> Result<(agents::NewAgent, agents::LlmOptions), String> {
+fn portal_agent(
+    pairs: &[(String, String)],
+) -> Result<(agents::NewAgent, agents::LlmOptions), String> {
     let text = |n: &str| field(pairs, n).map(str::trim).filter(|v| !v.is_empty());
     let num = |n: &str| -> Result<Option<u64>, String> {
         text(n)
-            .map(|v| v.parse::<u64>().map_err(|_| format!("{n} must be a whole number")))
+            .map(|v| {
+                v.parse::<u64>()
+                    .map_err(|_| format!("{n} must be a whole number"))
+            })
             .transpose()
     };
     if text("exec") != Some("llm") {
@@ -306,8 +311,9 @@ pub(super) async fn add_agent(State(app): State<Arc<App>>, m: OrgAdmin, body: By
     let result = app
         .blocking(move |app| {
             let added = portal_agent(&pairs).and_then(|(new, llm)| {
-                let a = agents::add_agent_with(&app.store, &slug, &new, Some(&llm), app.clock.now())
-                    .map_err(|e| crate::http::error::agent_error_message(&e))?;
+                let a =
+                    agents::add_agent_with(&app.store, &slug, &new, Some(&llm), app.clock.now())
+                        .map_err(|e| crate::http::error::agent_error_message(&e))?;
                 if a.kind == AgentKind::Feature {
                     let adopted = crate::requests::service::adopt_waiting(&app.store, org_id)
                         .map_err(|e| crate::http::error::request_error_message(&e))?;

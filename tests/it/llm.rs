@@ -121,7 +121,12 @@ fn completion(content: Option<&str>, calls: &[(&str, &str, &str)], usage: (u64, 
     )
 }
 
-fn api_error(status: u16, message: &str, kind: &str, headers: Vec<(&'static str, String)>) -> Reply {
+fn api_error(
+    status: u16,
+    message: &str,
+    kind: &str,
+    headers: Vec<(&'static str, String)>,
+) -> Reply {
     Reply::Json(
         status,
         headers,
@@ -158,7 +163,10 @@ async fn setup() -> Setup {
             "handboek/kozijnen.md",
             "# Kozijnen\n\nHoutrot in kozijnen herstellen met epoxy.\nDaarna schilderen.\n",
         ),
-        ("handboek/dak.md", "# Dak\n\nDakpannen controleren na storm.\n"),
+        (
+            "handboek/dak.md",
+            "# Dak\n\nDakpannen controleren na storm.\n",
+        ),
     ] {
         kb::write(
             &app.store,
@@ -299,7 +307,11 @@ async fn wait_final(base: &str, h: &Hook, id: u64) -> Value {
 }
 
 fn show(x: &Setup, id: u64) -> Value {
-    run_json(x.t.data_dir(), &["run", "show", &id.to_string(), "--json"], None)
+    run_json(
+        x.t.data_dir(),
+        &["run", "show", &id.to_string(), "--json"],
+        None,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -307,14 +319,22 @@ async fn a_run_searches_and_reads_before_answering() {
     let model = StandIn::start(Box::new(|n, _| match n {
         0 => completion(
             None,
-            &[("call_s", "kennisbank_search", r#"{"query": "houtrot kozijn"}"#)],
+            &[(
+                "call_s",
+                "kennisbank_search",
+                r#"{"query": "houtrot kozijn"}"#,
+            )],
             (120, 20),
         ),
         // Two calls in one reply.
         1 => completion(
             Some("Ik lees het document."),
             &[
-                ("call_r", "kennisbank_read", r#"{"path": "handboek/kozijnen.md"}"#),
+                (
+                    "call_r",
+                    "kennisbank_read",
+                    r#"{"path": "handboek/kozijnen.md"}"#,
+                ),
                 ("call_l", "kennisbank_list", "{}"),
             ],
             (300, 30),
@@ -340,7 +360,10 @@ async fn a_run_searches_and_reads_before_answering() {
     let seen = model.requests();
     assert_eq!(seen.len(), 3);
     // The key from the file, as a bearer token; the model and the connector's tools offered.
-    assert_eq!(seen[0].0.as_deref(), Some(format!("Bearer {}", x.key).as_str()));
+    assert_eq!(
+        seen[0].0.as_deref(),
+        Some(format!("Bearer {}", x.key).as_str())
+    );
     let body0 = &seen[0].1;
     assert_eq!(body0["model"], "gpt-4.1-mini");
     let offered: Vec<&str> = body0["tools"]
@@ -351,10 +374,20 @@ async fn a_run_searches_and_reads_before_answering() {
         .collect();
     assert_eq!(
         offered,
-        ["kennisbank_list", "kennisbank_read", "kennisbank_search", "kennisbank_write"]
+        [
+            "kennisbank_list",
+            "kennisbank_read",
+            "kennisbank_search",
+            "kennisbank_write"
+        ]
     );
     assert_eq!(body0["tools"][0]["type"], "function");
-    assert!(body0["messages"][1]["content"].as_str().unwrap().contains("houtrot"));
+    assert!(
+        body0["messages"][1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("houtrot")
+    );
     // The search found the document; the read returned its text; both calls of one reply
     // were answered, after the assistant message that asked for them.
     assert!(tool_message(&seen[1].1, "call_s").contains("handboek/kozijnen.md"));
@@ -386,7 +419,9 @@ async fn a_run_searches_and_reads_before_answering() {
         .collect();
     assert_eq!(
         kinds,
-        ["job", "model", "tool", "model", "tool", "tool", "model", "end"]
+        [
+            "job", "model", "tool", "model", "tool", "tool", "model", "end"
+        ]
     );
     let search = &t["entries"][2];
     assert_eq!(search["name"], "kennisbank_search");
@@ -400,25 +435,31 @@ async fn a_run_searches_and_reads_before_answering() {
 
     // Audited as the organisation's agent in this run.
     x.t.app().batch.flush();
-    let records = x
-        .t
-        .app()
-        .store
-        .read(|tx| kennis::audit::records(tx, x.s.org.id, None))
-        .unwrap();
+    let records =
+        x.t.app()
+            .store
+            .read(|tx| kennis::audit::records(tx, x.s.org.id, None))
+            .unwrap();
     assert_eq!(records.len(), 3, "{records:?}");
-    assert!(records
-        .iter()
-        .all(|r| r.agent_id == Some(agent.id) && r.run_id == Some(id) && r.person_id == 0));
+    assert!(
+        records
+            .iter()
+            .all(|r| r.agent_id == Some(agent.id) && r.run_id == Some(id) && r.person_id == 0)
+    );
 
     // The run's portal page shows what it did.
     let mut b = Browser::new(&x.t);
     b.login(&x.s, "/portal").await;
-    let page = b.get(&format!("/portal/o/{}/runs/{id}", x.s.org.slug)).await;
+    let page = b
+        .get(&format!("/portal/o/{}/runs/{id}", x.s.org.slug))
+        .await;
     assert_eq!(page.status, 200);
     assert!(page.body.contains("id=\"transcript\""));
     assert!(page.body.contains("kennisbank_search"));
-    assert!(!page.body.contains("run-cancel-form"), "a finished run has no cancel button");
+    assert!(
+        !page.body.contains("run-cancel-form"),
+        "a finished run has no cancel button"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -477,13 +518,17 @@ async fn a_feature_request_question_is_answered_and_the_model_completes_it() {
     let mut read = Value::Null;
     for _ in 0..200 {
         read = mcp.ok("feature_request_read", json!({"id": id})).await;
-        if read["status"] == "clarifying" && !read["open_questions"].as_array().unwrap().is_empty() {
+        if read["status"] == "clarifying" && !read["open_questions"].as_array().unwrap().is_empty()
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(read["status"], "clarifying", "{read}");
-    assert_eq!(read["open_questions"][0]["options"][1]["option_id"], "blauw");
+    assert_eq!(
+        read["open_questions"][0]["options"][1]["option_id"],
+        "blauw"
+    );
     assert_eq!(model.requests().len(), 1, "asking a question ends the job");
     let offered: Vec<String> = model.requests()[0].1["tools"]
         .as_array()
@@ -544,7 +589,10 @@ async fn rate_limits_are_waited_out_and_server_errors_retried_until_the_budget_i
     let h = trigger(&x, &agent);
     let id = fire_run(&h).await;
     let v = wait_final(&x.t.base, &h, id).await;
-    assert_eq!((v["status"].as_str(), v["result"].as_str()), (Some("succeeded"), Some("Gelukt na even wachten.")));
+    assert_eq!(
+        (v["status"].as_str(), v["result"].as_str()),
+        (Some("succeeded"), Some("Gelukt na even wachten."))
+    );
     assert_eq!(model.requests().len(), 2);
     let t = &show(&x, id)["transcript"];
     let retry = t["entries"]
@@ -558,7 +606,12 @@ async fn rate_limits_are_waited_out_and_server_errors_retried_until_the_budget_i
 
     // 500s until the budget of attempts is spent: failed, with a readable result.
     let broken = StandIn::start(Box::new(|_, _| {
-        api_error(500, "The server had an error while processing your request.", "server_error", vec![])
+        api_error(
+            500,
+            "The server had an error while processing your request.",
+            "server_error",
+            vec![],
+        )
     }))
     .await;
     let agent = add_llm(&x, LlmAgent::new(&broken.url));
@@ -567,7 +620,10 @@ async fn rate_limits_are_waited_out_and_server_errors_retried_until_the_budget_i
     let v = wait_final(&x.t.base, &h, id).await;
     assert_eq!(v["status"], "failed", "{v}");
     let result = v["result"].as_str().unwrap();
-    assert!(result.contains("4 times") && result.contains("500"), "{result}");
+    assert!(
+        result.contains("4 times") && result.contains("500"),
+        "{result}"
+    );
     assert!(result.contains("The server had an error"), "{result}");
     assert_eq!(broken.requests().len(), 4);
 
@@ -588,7 +644,11 @@ async fn rate_limits_are_waited_out_and_server_errors_retried_until_the_budget_i
 async fn steps_and_tokens_are_bounded() {
     // A model that calls tools for ever stops at --max-steps.
     let looping = StandIn::start(Box::new(|n, _| {
-        completion(None, &[(&format!("call_{n}"), "kennisbank_list", "{}")], (10, 5))
+        completion(
+            None,
+            &[(&format!("call_{n}"), "kennisbank_list", "{}")],
+            (10, 5),
+        )
     }))
     .await;
     let x = setup().await;
@@ -600,12 +660,20 @@ async fn steps_and_tokens_are_bounded() {
     let v = wait_final(&x.t.base, &h, id).await;
     assert_eq!(v["status"], "failed", "{v}");
     assert!(v["result"].as_str().unwrap().contains("--max-steps"), "{v}");
-    assert_eq!(looping.requests().len(), 4, "three tool calls, then the fourth is refused");
+    assert_eq!(
+        looping.requests().len(),
+        4,
+        "three tool calls, then the fourth is refused"
+    );
     assert_eq!(show(&x, id)["transcript"]["tool_calls"], 3);
 
     // A model whose usage passes --max-tokens is stopped.
     let hungry = StandIn::start(Box::new(|n, _| {
-        completion(None, &[(&format!("call_{n}"), "kennisbank_list", "{}")], (900, 200))
+        completion(
+            None,
+            &[(&format!("call_{n}"), "kennisbank_list", "{}")],
+            (900, 200),
+        )
     }))
     .await;
     let mut a = LlmAgent::new(&hungry.url);
@@ -615,7 +683,10 @@ async fn steps_and_tokens_are_bounded() {
     let id = fire_run(&h).await;
     let v = wait_final(&x.t.base, &h, id).await;
     assert_eq!(v["status"], "failed", "{v}");
-    assert!(v["result"].as_str().unwrap().contains("--max-tokens"), "{v}");
+    assert!(
+        v["result"].as_str().unwrap().contains("--max-tokens"),
+        "{v}"
+    );
     assert_eq!(hungry.requests().len(), 2);
 }
 
@@ -626,14 +697,22 @@ async fn malformed_arguments_and_a_write_outside_aangeleverd_are_tool_errors_the
             None,
             &[
                 ("call_bad", "kennisbank_search", r#"{"query": "kozijn""#),
-                ("call_out", "kennisbank_write", r#"{"path": "handboek/nieuw.md", "content": "x"}"#),
+                (
+                    "call_out",
+                    "kennisbank_write",
+                    r#"{"path": "handboek/nieuw.md", "content": "x"}"#,
+                ),
                 ("call_nope", "rm_rf", "{}"),
             ],
             (10, 5),
         ),
         1 => completion(
             None,
-            &[("call_in", "kennisbank_write", r#"{"path": "aangeleverd/notitie.md", "content": "Notitie van de agent."}"#)],
+            &[(
+                "call_in",
+                "kennisbank_write",
+                r#"{"path": "aangeleverd/notitie.md", "content": "Notitie van de agent."}"#,
+            )],
             (10, 5),
         ),
         _ => completion(Some("Notitie geschreven in aangeleverd/."), &[], (10, 5)),
@@ -647,7 +726,10 @@ async fn malformed_arguments_and_a_write_outside_aangeleverd_are_tool_errors_the
     assert_eq!(v["status"], "succeeded", "{v}");
     let seen = model.requests();
     let bad = tool_message(&seen[1].1, "call_bad");
-    assert!(bad.contains("not valid JSON") && bad.contains("invalid_input"), "{bad}");
+    assert!(
+        bad.contains("not valid JSON") && bad.contains("invalid_input"),
+        "{bad}"
+    );
     let out = tool_message(&seen[1].1, "call_out");
     assert!(out.contains("path_not_allowed"), "{out}");
     assert!(tool_message(&seen[1].1, "call_nope").contains("no tool `rm_rf`"));
@@ -716,22 +798,38 @@ async fn an_endpoint_that_never_answers_times_out_and_a_running_run_can_be_cance
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    assert_eq!(model.requests().len(), before + 1, "the run is waiting on the model");
+    assert_eq!(
+        model.requests().len(),
+        before + 1,
+        "the run is waiting on the model"
+    );
     model.hang_dropped.store(false, Ordering::SeqCst);
     let (s, v) = fire(&h, json!({})).await;
     assert_eq!((s, v["skipped"].as_str()), (200, Some("in_flight")));
-    let out = run_json(x.t.data_dir(), &["run", "cancel", &id.to_string(), "--json"], None);
+    let out = run_json(
+        x.t.data_dir(),
+        &["run", "cancel", &id.to_string(), "--json"],
+        None,
+    );
     assert_eq!(out["status"], "cancelled");
     let v = wait_final(&x.t.base, &h, id).await;
     assert_eq!(v["status"], "cancelled");
-    assert!(v["result"].as_str().unwrap().contains("cancelled by an administrator"));
+    assert!(
+        v["result"]
+            .as_str()
+            .unwrap()
+            .contains("cancelled by an administrator")
+    );
     for _ in 0..200 {
         if model.hang_dropped.load(Ordering::SeqCst) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    assert!(model.hang_dropped.load(Ordering::SeqCst), "the executor was stopped");
+    assert!(
+        model.hang_dropped.load(Ordering::SeqCst),
+        "the executor was stopped"
+    );
     let (s, v) = fire(&h, json!({})).await;
     assert_eq!(s, 202, "the slot is free: {v}");
     // Cancelling again is refused and changes nothing.
@@ -748,7 +846,10 @@ async fn an_endpoint_that_never_answers_times_out_and_a_running_run_can_be_cance
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     let last = t["entries"].as_array().unwrap().last().unwrap().clone();
-    assert_eq!((last["type"].as_str(), last["status"].as_str()), (Some("end"), Some("cancelled")));
+    assert_eq!(
+        (last["type"].as_str(), last["status"].as_str()),
+        (Some("end"), Some("cancelled"))
+    );
 
     // The portal's button cancels the next (running) one; another organisation's admin cannot.
     let next = v["featureRequestId"].as_u64().unwrap();
@@ -758,9 +859,13 @@ async fn an_endpoint_that_never_answers_times_out_and_a_running_run_can_be_cance
     let page = b.get(&path).await;
     assert!(page.body.contains("run-cancel-form"), "{}", page.body);
     let csrf = page.csrf();
-    let bad = b.post(&format!("{path}/cancel"), &[("csrf_token", "wrong")]).await;
+    let bad = b
+        .post(&format!("{path}/cancel"), &[("csrf_token", "wrong")])
+        .await;
     assert_eq!(bad.status, 403);
-    let done = b.post(&format!("{path}/cancel"), &[("csrf_token", &csrf)]).await;
+    let done = b
+        .post(&format!("{path}/cancel"), &[("csrf_token", &csrf)])
+        .await;
     assert_eq!(done.status, 303);
     let v = wait_final(&x.t.base, &h, next).await;
     assert_eq!(v["status"], "cancelled");
@@ -787,10 +892,18 @@ async fn portal_adds_language_model_agents_with_keys_only_from_kennis_llm_variab
             ("max_steps", "10"),
         ]
     };
-    let count = || agents::list_agents(&x.t.app().store, x.s.org.id).unwrap().len();
+    let count = || {
+        agents::list_agents(&x.t.app().store, x.s.org.id)
+            .unwrap()
+            .len()
+    };
     // Attack: naming another of the server's variables (or a file) to send it to an endpoint
     // of the admin's choice.
-    for (env, extra) in [("HOME", None), ("KENNIS_LLM_", None), ("", Some(("api_key_file", "/etc/passwd")))] {
+    for (env, extra) in [
+        ("HOME", None),
+        ("KENNIS_LLM_", None),
+        ("", Some(("api_key_file", "/etc/passwd"))),
+    ] {
         let mut f = form("Bad", env);
         f.push(("csrf_token", &csrf));
         if let Some(e) = extra {
@@ -800,7 +913,11 @@ async fn portal_adds_language_model_agents_with_keys_only_from_kennis_llm_variab
         }
         let p = b.post(&path, &f).await;
         assert_eq!(p.status, 400, "{env}: {}", p.body);
-        let said = if extra.is_some() { "added by the server" } else { "must start with KENNIS_LLM_" };
+        let said = if extra.is_some() {
+            "added by the server"
+        } else {
+            "must start with KENNIS_LLM_"
+        };
         assert!(p.body.contains(said), "{}", p.body);
         assert_eq!(count(), 0);
     }
@@ -813,7 +930,12 @@ async fn portal_adds_language_model_agents_with_keys_only_from_kennis_llm_variab
     match &added[0].executor {
         agents::Executor::Llm(l) => {
             assert_eq!(
-                (l.model.as_str(), l.api_key_env.as_deref(), l.api_key_file.as_deref(), l.max_steps),
+                (
+                    l.model.as_str(),
+                    l.api_key_env.as_deref(),
+                    l.api_key_file.as_deref(),
+                    l.max_steps
+                ),
                 ("qwen2.5:7b", Some("KENNIS_LLM_OLLAMA"), None, 10)
             );
         }
@@ -834,10 +956,27 @@ fn the_cli_adds_llm_agents_and_refuses_bad_settings() {
     let v = run_json(
         d,
         &[
-            "agent", "add", &slug, "Model", "--kind", "generic", "--exec", "llm", "--url",
-            "https://api.example.org/v1/", "--model", "gpt-4.1-mini", "--api-key-env",
-            "OPENAI_API_KEY", "--max-steps", "5", "--timeout", "120", "--system-prompt-file",
-            prompt.to_str().unwrap(), "--json",
+            "agent",
+            "add",
+            &slug,
+            "Model",
+            "--kind",
+            "generic",
+            "--exec",
+            "llm",
+            "--url",
+            "https://api.example.org/v1/",
+            "--model",
+            "gpt-4.1-mini",
+            "--api-key-env",
+            "OPENAI_API_KEY",
+            "--max-steps",
+            "5",
+            "--timeout",
+            "120",
+            "--system-prompt-file",
+            prompt.to_str().unwrap(),
+            "--json",
         ],
         None,
     );
@@ -846,26 +985,60 @@ fn the_cli_adds_llm_agents_and_refuses_bad_settings() {
         (vec!["--url", "https://x/v1"], "--model"),
         (vec!["--model", "m"], "--url"),
         (vec!["--url", "ftp://x", "--model", "m"], "--url"),
-        (vec!["--url", "https://x/v1", "--model", "m", "--max-steps", "0"], "--max-steps"),
-        (vec!["--url", "https://x/v1", "--model", "m", "--api-key-env", "A B"], "--api-key-env"),
+        (
+            vec!["--url", "https://x/v1", "--model", "m", "--max-steps", "0"],
+            "--max-steps",
+        ),
+        (
+            vec![
+                "--url",
+                "https://x/v1",
+                "--model",
+                "m",
+                "--api-key-env",
+                "A B",
+            ],
+            "--api-key-env",
+        ),
     ] {
-        let mut all = vec!["agent", "add", &slug, "Bad", "--kind", "generic", "--exec", "llm"];
+        let mut all = vec![
+            "agent", "add", &slug, "Bad", "--kind", "generic", "--exec", "llm",
+        ];
         all.extend(args);
         let out = run(d, &all, None);
         assert_eq!(out.status.code(), Some(1), "{all:?}");
-        assert!(String::from_utf8_lossy(&out.stderr).contains(message), "{all:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(message),
+            "{all:?}"
+        );
     }
     let out = run(
         d,
-        &["agent", "add", &slug, "Bad", "--kind", "generic", "--exec", "echo", "--model", "m"],
+        &[
+            "agent", "add", &slug, "Bad", "--kind", "generic", "--exec", "echo", "--model", "m",
+        ],
         None,
     );
     assert_eq!(out.status.code(), Some(1));
     let out = run(
         d,
         &[
-            "agent", "add", &slug, "Bad", "--kind", "generic", "--exec", "llm", "--url", "https://x/v1",
-            "--model", "m", "--api-key-env", "A", "--api-key-file", "/k",
+            "agent",
+            "add",
+            &slug,
+            "Bad",
+            "--kind",
+            "generic",
+            "--exec",
+            "llm",
+            "--url",
+            "https://x/v1",
+            "--model",
+            "m",
+            "--api-key-env",
+            "A",
+            "--api-key-file",
+            "/k",
         ],
         None,
     );
@@ -879,7 +1052,10 @@ fn the_cli_adds_llm_agents_and_refuses_bad_settings() {
         panic!("not llm")
     };
     assert_eq!(l.url, "https://api.example.org/v1");
-    assert_eq!(l.system_prompt.as_deref(), Some("Je bent een behulpzame assistent."));
+    assert_eq!(
+        l.system_prompt.as_deref(),
+        Some("Je bent een behulpzame assistent.")
+    );
     assert_eq!((l.max_steps, list[0].timeout_secs), (5, 120));
     let out = run(d, &["run", "show", "99", "--json"], None);
     assert_eq!(out.status.code(), Some(1));
@@ -925,19 +1101,45 @@ fn the_key_never_reaches_the_data_directory_backups_or_logs() {
     let agent = run_json(
         &d,
         &[
-            "agent", "add", &slug, "Model", "--kind", "generic", "--exec", "llm", "--url", &model.url,
-            "--model", "gpt-4.1-mini", "--api-key-env", "KENNIS_LLM_TEST_KEY", "--json",
+            "agent",
+            "add",
+            &slug,
+            "Model",
+            "--kind",
+            "generic",
+            "--exec",
+            "llm",
+            "--url",
+            &model.url,
+            "--model",
+            "gpt-4.1-mini",
+            "--api-key-env",
+            "KENNIS_LLM_TEST_KEY",
+            "--json",
         ],
         None,
     )["id"]
         .to_string();
-    let project = run_json(&d, &["project", "add", &slug, "P", "--ready", "--json"], None)["id"]
+    let project = run_json(
+        &d,
+        &["project", "add", &slug, "P", "--ready", "--json"],
+        None,
+    )["id"]
         .to_string();
     let trig = run_json(
         &d,
         &[
-            "trigger", "add", &slug, "T", "--agent", &agent, "--project", &project,
-            "--instructions", "Doe iets.", "--json",
+            "trigger",
+            "add",
+            &slug,
+            "T",
+            "--agent",
+            &agent,
+            "--project",
+            &project,
+            "--instructions",
+            "Doe iets.",
+            "--json",
         ],
         None,
     );
@@ -966,7 +1168,11 @@ fn the_key_never_reaches_the_data_directory_backups_or_logs() {
         }
     };
     let hook = Hook {
-        url: format!("{}/api/hooks/events/{}", server.base, trig["id"].as_str().unwrap()),
+        url: format!(
+            "{}/api/hooks/events/{}",
+            server.base,
+            trig["id"].as_str().unwrap()
+        ),
         secret: trig["secret"].as_str().unwrap().to_owned(),
     };
     let v = rt.block_on(async {
@@ -975,7 +1181,10 @@ fn the_key_never_reaches_the_data_directory_backups_or_logs() {
     });
     assert_eq!(v["status"], "failed", "{v}");
     let result = v["result"].as_str().unwrap();
-    assert!(result.contains("401") && result.contains("[REDACTED]"), "{result}");
+    assert!(
+        result.contains("401") && result.contains("[REDACTED]"),
+        "{result}"
+    );
     assert!(!result.contains(&key));
     // The key was used: the endpoint received it.
     assert_eq!(
@@ -984,7 +1193,11 @@ fn the_key_never_reaches_the_data_directory_backups_or_logs() {
     );
     let backup = dir.path().join("backup");
     let out = run(&d, &["backup", backup.to_str().unwrap()], None);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let shown = run(&d, &["run", "show", "1", "--json"], None);
     assert!(!String::from_utf8_lossy(&shown.stdout).contains(&key));
     let code = server.terminate();
@@ -995,7 +1208,10 @@ fn the_key_never_reaches_the_data_directory_backups_or_logs() {
     files.push((log.clone(), std::fs::read(&log).unwrap()));
     assert!(files.len() > 3);
     let log_text = String::from_utf8_lossy(&files.last().unwrap().1).into_owned();
-    assert!(log_text.contains("DEBUG") || log_text.contains("INFO"), "logs were written");
+    assert!(
+        log_text.contains("DEBUG") || log_text.contains("INFO"),
+        "logs were written"
+    );
     let needle = key.as_bytes();
     for (path, bytes) in &files {
         assert!(
