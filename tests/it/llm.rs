@@ -27,17 +27,20 @@ enum Reply {
 
 type Script = Box<dyn Fn(usize, &Value) -> Reply + Send + Sync>;
 
+/// Every request the stand-in received: its `Authorization` header and body.
+type Seen = Arc<Mutex<Vec<(Option<String>, Value)>>>;
+
 /// The stand-in: answers by `script` (request number, body) and records every request.
 struct StandIn {
     url: String,
-    seen: Arc<Mutex<Vec<(Option<String>, Value)>>>,
+    seen: Seen,
     /// Set when a hanging request's handler was dropped (the client gave up).
     hang_dropped: Arc<AtomicBool>,
 }
 
 impl StandIn {
     async fn start(script: Script) -> StandIn {
-        let seen: Arc<Mutex<Vec<(Option<String>, Value)>>> = Arc::default();
+        let seen: Seen = Arc::default();
         let hang_dropped = Arc::new(AtomicBool::new(false));
         let script = Arc::new(script);
         let (s2, d2) = (seen.clone(), hang_dropped.clone());
