@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::exec::{AgentEvent, EventSink, Job, Outcome};
+use super::protocol::{AgentEvent, EventSink, Job, Outcome, http_client};
 use super::transcript::{CallNote, Step, TEXT_KEPT, Transcript, shorten};
 use super::{Agent, LlmOptions};
 use crate::app::App;
@@ -553,7 +553,7 @@ pub(super) async fn run(
             .unwrap_or(Status::Pending),
         asked: false,
     };
-    let client = super::exec::http_client();
+    let client = http_client();
     let mut steps: u32 = 0;
     loop {
         let body = json!({

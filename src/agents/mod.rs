@@ -8,6 +8,7 @@
 
 mod exec;
 mod llm;
+mod protocol;
 mod runtime;
 mod transcript;
 
@@ -17,7 +18,8 @@ use serde::{Deserialize, Serialize};
 use crate::identity;
 use crate::store::{AGENTS, PROJECTS, Read, ReadTx, Store, StoreError, key};
 
-pub use exec::{AgentEvent, EventSink, Job, JobAgent, JobContext, Outcome, dispatch};
+pub use exec::{JobContext, dispatch};
+pub use protocol::{AgentEvent, EventSink, Job, JobAgent, Outcome};
 pub use llm::{LlmSettings, read_api_key};
 pub use runtime::{CancelError, RunQueue, cancel_run, enqueue, recover, start_workers};
 pub use transcript::{Entry, Step, Transcript, get_transcript};

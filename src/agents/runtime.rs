@@ -12,7 +12,8 @@ use std::time::Instant;
 
 use tokio::sync::{Notify, mpsc, watch};
 
-use super::exec::{AgentEvent, EventSink, Job, JobAgent, JobContext, Outcome, dispatch};
+use super::exec::{JobContext, dispatch};
+use super::protocol::{AgentEvent, EventSink, Job, JobAgent, Outcome};
 use super::transcript::{self, Step, Transcript};
 use crate::app::App;
 use crate::identity;

@@ -7,7 +7,7 @@
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use super::exec::AgentEvent;
+use super::protocol::AgentEvent;
 use crate::store::{RUN_TRANSCRIPTS, ReadTx, StoreError, WriteTx, key};
 
 /// Most characters of a text (model message, tool arguments or result) a transcript keeps.
