@@ -100,12 +100,6 @@ impl App {
             .expect("blocking task panicked")
     }
 
-    /// Forwards to [`crate::agents::enqueue`], the one enqueue path (kept only for the admin
-    /// socket's waker in `http/mod.rs`; remove with that caller).
-    pub fn queue_agent_job(&self, id: u64) {
-        crate::agents::enqueue(self, id);
-    }
-
     /// The connector's URL: the OAuth audience and what people paste into an assistant.
     pub fn connector_url(&self) -> String {
         format!("{}{}", self.public_url, CONNECTOR_PATH)
