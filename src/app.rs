@@ -107,7 +107,7 @@ impl App {
 
     /// The connector's URL: the OAuth audience and what people paste into an assistant.
     pub fn connector_url(&self) -> String {
-        format!("{}/mcp/kennisbank", self.public_url)
+        format!("{}{}", self.public_url, crate::config::CONNECTOR_PATH)
     }
 }
 

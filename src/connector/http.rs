@@ -16,13 +16,12 @@ use serde_json::json;
 use tower::ServiceExt;
 
 use super::mcp::KennisMcp;
-use super::{Caller, SCOPE_KB, SCOPE_REQUESTS};
+use super::{CONNECTOR_PATH, Caller, SCOPE_KB, SCOPE_REQUESTS};
 use crate::app::App;
 use crate::http::{PeerAddr, client_ip};
 use crate::oauth::{self, BearerError};
 use crate::ratelimit::retry_after_secs;
 
-pub const PATH: &str = "/mcp/kennisbank";
 pub const MAX_BODY: usize = 1024 * 1024;
 
 type Mcp = StreamableHttpService<KennisMcp, NeverSessionManager>;
@@ -83,7 +82,7 @@ pub fn routes(app: Arc<App>) -> Router<Arc<App>> {
     );
     let hosts = Arc::new(hosts);
     Router::new().route(
-        PATH,
+        CONNECTOR_PATH,
         post(
             move |State(app): State<Arc<App>>,
                   ConnectInfo(peer): ConnectInfo<PeerAddr>,

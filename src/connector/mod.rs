@@ -16,6 +16,8 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
+pub use crate::config::CONNECTOR_PATH;
+
 use crate::app::App;
 use crate::kb::KbError;
 use crate::store::StoreError;

@@ -24,6 +24,7 @@ use jiff::Timestamp;
 use sha2::{Digest, Sha256};
 
 use crate::clock::SharedClock;
+use crate::config::CONNECTOR_PATH;
 use crate::identity::AccessDenied;
 use crate::ratelimit::{FailureLimiter, Limiter, WINDOW};
 use crate::store::StoreError;
@@ -158,7 +159,7 @@ pub fn check_resource(connector_url: &str, resource: Option<&str>) -> Result<Str
 /// (RFC 6750 §3).
 pub fn www_authenticate(app: &crate::app::App, error: Option<(&str, &str)>) -> String {
     let metadata = format!(
-        "{}/.well-known/oauth-protected-resource/mcp/kennisbank",
+        "{}/.well-known/oauth-protected-resource{CONNECTOR_PATH}",
         app.public_url
     );
     let scope = SCOPES.join(" ");

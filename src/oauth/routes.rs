@@ -45,7 +45,10 @@ pub fn router() -> Router<Arc<App>> {
             get(authorization_server_metadata),
         )
         .route(
-            "/.well-known/oauth-protected-resource/mcp/kennisbank",
+            &format!(
+                "/.well-known/oauth-protected-resource{}",
+                crate::config::CONNECTOR_PATH
+            ),
             get(protected_resource_metadata),
         )
         .route(
