@@ -18,9 +18,9 @@ use tower::ServiceExt;
 use super::mcp::KennisMcp;
 use super::{CONNECTOR_PATH, Caller, SCOPE_KB, SCOPE_REQUESTS};
 use crate::app::App;
+use crate::http::error::{ToProblem, too_many_requests};
 use crate::http::{PeerAddr, client_ip};
 use crate::oauth::{self, BearerError};
-use crate::ratelimit::retry_after_secs;
 
 pub const MAX_BODY: usize = 1024 * 1024;
 
@@ -120,16 +120,6 @@ fn auth_error(app: &App, status: StatusCode, code: &str, description: &str) -> R
         .into_response()
 }
 
-fn too_many(wait: std::time::Duration) -> Response {
-    let secs = retry_after_secs(wait);
-    (
-        StatusCode::TOO_MANY_REQUESTS,
-        [(header::RETRY_AFTER, secs.to_string())],
-        axum::Json(json!({"error": "too_many_requests", "error_description": format!("too many failed token checks; retry in {secs} seconds")})),
-    )
-        .into_response()
-}
-
 fn bearer(headers: &HeaderMap) -> Option<&str> {
     let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = v.split_once(' ')?;
@@ -173,7 +163,7 @@ async fn handle(
     }
     let ip: IpAddr = client_ip(peer.0.ip(), headers, &app.config.trusted_proxies);
     if let Some(wait) = app.token_failures.blocked(&ip) {
-        return too_many(wait);
+        return too_many_requests(wait);
     }
     let Some(token) = bearer(headers) else {
         return auth_error(
@@ -190,9 +180,10 @@ async fn handle(
             if !matches!(e, BearerError::Denied(_))
                 && let Some(wait) = app.token_failures.record_failure(&ip)
             {
-                return too_many(wait);
+                return too_many_requests(wait);
             }
-            return auth_error(&app, StatusCode::UNAUTHORIZED, "invalid_token", &e.reason());
+            let p = e.problem();
+            return auth_error(&app, p.status, p.code, &p.message);
         }
     };
     let scopes = connector_scopes(&access.scopes);
