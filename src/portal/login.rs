@@ -3,19 +3,18 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, PreEscaped, html};
 
 use super::{
-    AnySession, PRE_COOKIE, SESSION_COOKIE, csrf_field, csrf_rejected, csrf_token_for, field,
-    form_pairs, layout, load_session, login_step, page, safe_next, see_other, set_cookie,
-    update_session, verify_csrf, with_next,
+    AnySession, PRE_COOKIE, SESSION_COOKIE, UncheckedForm, csrf_field, csrf_rejected,
+    csrf_token_for, layout, load_session, login_step, page, problem_page, safe_next, see_other,
+    set_cookie, update_session, with_next,
 };
 use crate::app::App;
-use crate::http::error::too_many_requests;
+use crate::http::error::{ToProblem, too_many_requests};
 use crate::identity::{self, IdentityError};
 use crate::store::SESSIONS;
 
@@ -69,19 +68,20 @@ pub(super) async fn login_submit(
     State(app): State<Arc<App>>,
     Query(q): Params,
     headers: HeaderMap,
-    body: Bytes,
+    form: UncheckedForm,
 ) -> Response {
     let next = next_of(&q);
-    let form = form_pairs(&body);
+    // The login form's token is bound to the pre-login cookie: there is no session yet.
     let Some(pre) = super::cookie(&headers, PRE_COOKIE) else {
         return csrf_rejected();
     };
     let csrf = csrf_token_for(&app, pre.as_bytes());
-    if !verify_csrf(&csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
-    let email = field(&form, "email").unwrap_or_default().to_owned();
-    let password = field(&form, "password").unwrap_or_default().to_owned();
+    let form = match form.verify(&csrf) {
+        Ok(f) => f,
+        Err(rejected) => return rejected.into_response(),
+    };
+    let email = form.field("email").unwrap_or_default().to_owned();
+    let password = form.field("password").unwrap_or_default().to_owned();
     let account = identity::normalize_email(&email).unwrap_or_else(|_| email.to_lowercase());
     if let Some(wait) = app.oauth.login_failures.blocked(&account) {
         return too_many_requests(wait);
@@ -107,7 +107,7 @@ pub(super) async fn login_submit(
             if let Some(wait) = app.oauth.login_failures.record_failure(&account) {
                 return too_many_requests(wait);
             }
-            let shown = field(&form, "email").unwrap_or_default();
+            let shown = form.field("email").unwrap_or_default();
             page(
                 StatusCode::UNAUTHORIZED,
                 layout(
@@ -118,21 +118,13 @@ pub(super) async fn login_submit(
                 ),
             )
         }
-        Err(e) => internal(e),
+        Err(e) => refused("Log in", &e),
     }
 }
 
-fn internal(e: impl std::fmt::Display) -> Response {
-    tracing::error!(error = %e, "portal error");
-    page(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        layout(
-            "Something went wrong",
-            None,
-            None,
-            html! { p { "The server could not complete this request. Try again later." } },
-        ),
-    )
+/// A refused or failed step of the login, as `http::error` maps it.
+fn refused(title: &str, e: &impl ToProblem) -> Response {
+    problem_page(title, None, None, &e.problem())
 }
 
 async fn session(app: &Arc<App>, headers: &HeaderMap) -> Option<AnySession> {
@@ -195,7 +187,7 @@ pub(super) async fn totp_page(
             .await;
         match person {
             Ok(p) => s.person = p,
-            Err(e) => return internal(e),
+            Err(e) => return refused("Second factor", &e),
         }
     }
     page(
@@ -208,21 +200,21 @@ pub(super) async fn totp_submit(
     State(app): State<Arc<App>>,
     Query(q): Params,
     headers: HeaderMap,
-    body: Bytes,
+    form: UncheckedForm,
 ) -> Response {
     let next = next_of(&q);
     let Some(s) = session(&app, &headers).await else {
         return see_other(&with_next("/login", &next));
     };
-    let form = form_pairs(&body);
-    if !verify_csrf(&s.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
+    let form = match form.verify(&s.csrf) {
+        Ok(f) => f,
+        Err(rejected) => return rejected.into_response(),
+    };
     let account = s.person.email.clone();
     if let Some(wait) = app.oauth.login_failures.blocked(&account) {
         return too_many_requests(wait);
     }
-    let code = field(&form, "code").unwrap_or_default().trim().to_owned();
+    let code = form.field("code").unwrap_or_default().trim().to_owned();
     let person_id = s.person.id;
     let hash = s.hash;
     let r = app
@@ -253,7 +245,7 @@ pub(super) async fn totp_submit(
                 ),
             )
         }
-        Err(e) => internal(e),
+        Err(e) => refused("Second factor", &e),
     }
 }
 
@@ -292,20 +284,20 @@ pub(super) async fn terms_submit(
     State(app): State<Arc<App>>,
     Query(q): Params,
     headers: HeaderMap,
-    body: Bytes,
+    form: UncheckedForm,
 ) -> Response {
     let next = next_of(&q);
     let Some(s) = session(&app, &headers).await else {
         return see_other(&with_next("/login", &next));
     };
-    let form = form_pairs(&body);
-    if !verify_csrf(&s.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
+    let form = match form.verify(&s.csrf) {
+        Ok(f) => f,
+        Err(rejected) => return rejected.into_response(),
+    };
     if !s.session.second_factor {
         return see_other(&with_next("/login/totp", &next));
     }
-    if field(&form, "accept").is_none() {
+    if form.field("accept").is_none() {
         return see_other(&with_next("/portal/terms", &next));
     }
     let id = s.person.id;
@@ -314,21 +306,20 @@ pub(super) async fn terms_submit(
         .await;
     match r {
         Ok(()) => see_other(&next),
-        Err(e) => internal(e),
+        Err(e) => refused("Terms of use", &e),
     }
 }
 
 pub(super) async fn logout(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
-    body: Bytes,
+    form: UncheckedForm,
 ) -> Response {
     let Some(s) = session(&app, &headers).await else {
         return see_other("/login");
     };
-    let form = form_pairs(&body);
-    if !verify_csrf(&s.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
+    if let Err(rejected) = form.verify(&s.csrf) {
+        return rejected.into_response();
     }
     let hash = s.hash;
     let _ = app

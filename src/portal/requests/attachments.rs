@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::{Multipart, Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -10,8 +9,8 @@ use axum::response::{IntoResponse, Response};
 use super::detail::after_refusal;
 use super::{message_page, no_such_request, parse_id, request_url};
 use crate::app::App;
-use crate::http::error::{request_error_message, request_error_status};
-use crate::portal::{OrgMember, csrf_rejected, field, form_pairs, see_other, verify_csrf};
+use crate::http::error::ToProblem;
+use crate::portal::{CsrfForm, OrgMember, csrf_rejected, see_other, verify_csrf};
 use crate::requests::RequestError;
 use crate::requests::attachments;
 
@@ -179,12 +178,8 @@ pub(super) async fn download(
             );
         }
         Err(e) => {
-            return message_page(
-                &m,
-                request_error_status(&e),
-                "Attachment",
-                &request_error_message(&e),
-            );
+            let p = e.problem();
+            return message_page(&m, p.status, "Attachment", &p.message);
         }
     };
     (
@@ -211,15 +206,11 @@ pub(super) async fn delete_attachment(
     State(app): State<Arc<App>>,
     m: OrgMember,
     Path((_slug, id, attachment_id)): Path<(String, String, String)>,
-    body: Bytes,
+    _form: CsrfForm,
 ) -> Response {
     let (Some(id), Some(attachment_id)) = (parse_id(&id), parse_id(&attachment_id)) else {
         return no_such_request(&m);
     };
-    let pairs = form_pairs(&body);
-    if !verify_csrf(&m.user.csrf, field(&pairs, "csrf_token")) {
-        return csrf_rejected();
-    }
     let org_id = m.org.id;
     let deleted = app
         .blocking(move |app| attachments::delete(&app.store, org_id, id, attachment_id))

@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -12,10 +11,8 @@ use maud::{Markup, html};
 
 use super::{list_url, message_page, no_such_request, parse_id, request_url, time};
 use crate::app::App;
-use crate::http::error::{request_error_message, request_error_status};
-use crate::portal::{
-    OrgMember, csrf_field, csrf_rejected, field, form_pairs, layout, page, see_other, verify_csrf,
-};
+use crate::http::error::ToProblem;
+use crate::portal::{CsrfForm, OrgMember, csrf_field, layout, page, see_other};
 use crate::requests::apps::{self, App as RequestApp};
 use crate::requests::attachments::{self, Attachment};
 use crate::requests::feature::{self, NewAnswer};
@@ -86,11 +83,12 @@ fn detail_page(
     let r = &d.r;
     let base = request_url(slug, r.id);
     let csrf = &m.user.csrf;
-    let status = error.map_or(StatusCode::OK, request_error_status);
+    let shown_error = error.map(ToProblem::problem);
+    let status = shown_error.as_ref().map_or(StatusCode::OK, |p| p.status);
     let open: Vec<&crate::requests::Question> = r.open_questions().collect();
     let closed = r.status.is_final();
     let body = html! {
-        @if let Some(e) = error { p.error #error { (request_error_message(e)) } }
+        @if let Some(e) = &shown_error { p.error #error { (e.message) } }
         p { a href=(list_url(slug)) { "← All feature requests" } }
         dl #request {
             dt { "Request" } dd { (r.id) }
@@ -210,12 +208,10 @@ pub(super) async fn detail(
     match app.blocking(move |app| load_detail(app, org_id, id)).await {
         Ok(d) => detail_page(&m, &d, None, ""),
         Err(RequestError::NotFound(_)) => no_such_request(&m),
-        Err(e) => message_page(
-            &m,
-            request_error_status(&e),
-            "Feature request",
-            &request_error_message(&e),
-        ),
+        Err(e) => {
+            let p = e.problem();
+            message_page(&m, p.status, "Feature request", &p.message)
+        }
     }
 }
 
@@ -288,17 +284,13 @@ pub(super) async fn reply(
     State(app): State<Arc<App>>,
     m: OrgMember,
     Path((_slug, id)): Path<(String, String)>,
-    body: Bytes,
+    form: CsrfForm,
 ) -> Response {
     let Some(id) = parse_id(&id) else {
         return no_such_request(&m);
     };
-    let pairs = form_pairs(&body);
-    if !verify_csrf(&m.user.csrf, field(&pairs, "csrf_token")) {
-        return csrf_rejected();
-    }
-    let draft = field(&pairs, "message").unwrap_or("").to_owned();
-    let (message, answers) = match parse_reply(&pairs) {
+    let draft = form.field("message").unwrap_or("").to_owned();
+    let (message, answers) = match parse_reply(form.pairs()) {
         Ok(x) => x,
         Err(e) => return after_refusal(&app, &m, id, e, draft).await,
     };
@@ -318,17 +310,13 @@ pub(super) async fn set_setting(
     State(app): State<Arc<App>>,
     m: OrgMember,
     Path((_slug, id)): Path<(String, String)>,
-    body: Bytes,
+    form: CsrfForm,
 ) -> Response {
     let Some(id) = parse_id(&id) else {
         return no_such_request(&m);
     };
-    let pairs = form_pairs(&body);
-    if !verify_csrf(&m.user.csrf, field(&pairs, "csrf_token")) {
-        return csrf_rejected();
-    }
-    let name = field(&pairs, "name").unwrap_or("").to_owned();
-    let value = field(&pairs, "value").unwrap_or("").to_owned();
+    let name = form.field("name").unwrap_or("").to_owned();
+    let value = form.field("value").unwrap_or("").to_owned();
     let org_id = m.org.id;
     let set = app
         .blocking(move |app| {

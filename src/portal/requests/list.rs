@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -11,10 +10,8 @@ use serde::Deserialize;
 
 use super::{list_url, request_url, time};
 use crate::app::App;
-use crate::http::error::{request_error_message, request_error_status};
-use crate::portal::{
-    OrgMember, csrf_field, csrf_rejected, field, form_pairs, layout, page, see_other, verify_csrf,
-};
+use crate::http::error::ToProblem;
+use crate::portal::{CsrfForm, OrgMember, csrf_field, layout, page, see_other};
 use crate::requests::apps::{self, App as RequestApp};
 use crate::requests::feature::{self, Filter, NewRequest};
 use crate::requests::{RequestError, service};
@@ -135,8 +132,8 @@ fn list_page(
 ) -> Response {
     let slug = &m.org.slug;
     let base = list_url(slug);
-    let shown_error = error.or(d.page.as_ref().err());
-    let status = shown_error.map_or(StatusCode::OK, request_error_status);
+    let shown_error = error.or(d.page.as_ref().err()).map(ToProblem::problem);
+    let status = shown_error.as_ref().map_or(StatusCode::OK, |p| p.status);
     let current_page = nonempty(&q.page)
         .and_then(|p| p.parse::<u64>().ok())
         .unwrap_or(1);
@@ -144,7 +141,7 @@ fn list_page(
     let selected_app = nonempty(&q.app_id).and_then(|v| v.parse::<u64>().ok());
     let selected_status = nonempty(&q.status).unwrap_or("");
     let body = html! {
-        @if let Some(e) = shown_error { p.error #error { (request_error_message(e)) } }
+        @if let Some(e) = &shown_error { p.error #error { (e.message) } }
         form #filter-form method="get" action=(base) {
             label { "App " select name="app_id" {
                 option value="" { "All apps" }
@@ -228,15 +225,11 @@ pub(super) async fn list(
     list_page(&m, &q, &d, &Draft::default(), None)
 }
 
-pub(super) async fn create(State(app): State<Arc<App>>, m: OrgMember, body: Bytes) -> Response {
-    let pairs = form_pairs(&body);
-    if !verify_csrf(&m.user.csrf, field(&pairs, "csrf_token")) {
-        return csrf_rejected();
-    }
+pub(super) async fn create(State(app): State<Arc<App>>, m: OrgMember, form: CsrfForm) -> Response {
     let draft = Draft {
-        app_id: field(&pairs, "app_id").and_then(|v| v.trim().parse().ok()),
-        title: field(&pairs, "title").unwrap_or("").to_owned(),
-        description: field(&pairs, "description").unwrap_or("").to_owned(),
+        app_id: form.field("app_id").and_then(|v| v.trim().parse().ok()),
+        title: form.field("title").unwrap_or("").to_owned(),
+        description: form.field("description").unwrap_or("").to_owned(),
     };
     let new = draft.app_id.map(|app_id| NewRequest {
         app_id,

@@ -33,7 +33,10 @@ const MULTIPART_OVERHEAD: usize = 64 * 1024;
 
 pub fn router() -> Router<Arc<App>> {
     let forms = Router::new()
-        .route("/portal/o/{slug}/requests", get(list::list).post(list::create))
+        .route(
+            "/portal/o/{slug}/requests",
+            get(list::list).post(list::create),
+        )
         .route("/portal/o/{slug}/requests/{id}", get(detail::detail))
         .route("/portal/o/{slug}/requests/{id}/reply", post(detail::reply))
         .route(
