@@ -270,19 +270,6 @@ pub fn too_many_requests(wait: std::time::Duration) -> Response {
         .into_response()
 }
 
-/// The status of a refused feature-request operation (portal pages); see [`ToProblem`].
-pub fn request_error_status(e: &RequestError) -> StatusCode {
-    e.problem().status
-}
-
-/// What a person may read about a refused feature-request operation; see [`ToProblem`].
-pub fn request_error_message(e: &RequestError) -> String {
-    match e {
-        RequestError::Store(_) => INTERNAL_MESSAGE.to_owned(),
-        other => other.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
