@@ -1,12 +1,13 @@
 //! Portal form posts: the urlencoded body with its CSRF token checked before a handler sees it.
 //!
-//! - [`CsrfForm`]: the form of a logged-in session. Put it last in a handler's arguments,
-//!   after [`PortalUser`](super::PortalUser), [`OrgMember`](super::OrgMember) or
-//!   [`OrgAdmin`](super::OrgAdmin): those decide who may post at all, then the token is
-//!   checked against the session's (the 403 "Form expired" page otherwise).
-//! - [`UncheckedForm`]: the body only, for the pages that find their session or pre-login
-//!   binding themselves (login, second factor, terms, logout); they call
-//!   [`UncheckedForm::verify`] with the token they expect.
+//! - [`CsrfForm`]: the form of a session. Put it last in a handler's arguments, after
+//!   [`PortalUser`](super::PortalUser), [`OrgMember`](super::OrgMember),
+//!   [`OrgAdmin`](super::OrgAdmin) or the login's `LoginStep`: those decide who may post at
+//!   all, then the token is checked against the session's (the 403 "Form expired" page
+//!   otherwise).
+//! - [`UncheckedForm`]: the body only, for the two posts that find their binding themselves:
+//!   the login form (bound to the pre-login cookie, there is no session yet) and logout (no
+//!   session: back to the login page, not a 403). They call [`UncheckedForm::verify`].
 //!
 //! Multipart forms (uploads) read their `csrf_token` part themselves and check it with
 //! [`verify_csrf`].
@@ -21,8 +22,8 @@ use super::{csrf_rejected, field, form_pairs, load_session, verify_csrf};
 use crate::app::App;
 
 /// The CSRF token of the request's session, left in the request's extensions by the
-/// [`PortalUser`](super::PortalUser) extractor so that [`CsrfForm`] does not look the session
-/// up again.
+/// [`PortalUser`](super::PortalUser) (and the login's `LoginStep`) extractor so that
+/// [`CsrfForm`] does not look the session up again.
 #[derive(Debug, Clone)]
 pub(super) struct SessionCsrf(pub String);
 
@@ -102,5 +103,29 @@ impl FromRequest<Arc<App>> for UncheckedForm {
         Ok(UncheckedForm {
             pairs: form_pairs(&body),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_form_passes_only_with_the_expected_token_and_keeps_repeated_fields() {
+        let form = |body: &[u8]| UncheckedForm {
+            pairs: form_pairs(body),
+        };
+        let ok = form(b"csrf_token=abc&scope=a&scope=b")
+            .verify("abc")
+            .unwrap();
+        assert_eq!(ok.field("scope"), Some("a"));
+        assert_eq!(ok.pairs().len(), 3);
+        assert!(form(b"csrf_token=abd").verify("abc").is_err());
+        assert!(form(b"csrf_token=").verify("abc").is_err());
+        assert!(form(b"scope=a").verify("abc").is_err());
+        assert_eq!(
+            CsrfRejected.into_response().status(),
+            axum::http::StatusCode::FORBIDDEN
+        );
     }
 }

@@ -3,13 +3,15 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::{Query, State};
+use axum::extract::{FromRequestParts, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, PreEscaped, html};
 
+use super::form::SessionCsrf;
 use super::{
-    AnySession, PRE_COOKIE, SESSION_COOKIE, UncheckedForm, csrf_field, csrf_rejected,
+    AnySession, CsrfForm, PRE_COOKIE, SESSION_COOKIE, UncheckedForm, csrf_field, csrf_rejected,
     csrf_token_for, layout, load_session, login_step, page, problem_page, safe_next, see_other,
     set_cookie, update_session, with_next,
 };
@@ -132,6 +134,34 @@ async fn session(app: &Arc<App>, headers: &HeaderMap) -> Option<AnySession> {
     app.blocking(move |app| load_session(app, &headers)).await
 }
 
+/// A session part-way through the login (second factor or terms still to come) and the
+/// `next` of the query: where to go when the login is complete. Without a session: to the
+/// login page. A [`CsrfForm`] after it checks the form against this session.
+pub(super) struct LoginStep {
+    s: AnySession,
+    next: String,
+}
+
+impl FromRequestParts<Arc<App>> for LoginStep {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Response> {
+        // Like `Query<HashMap<…>>`: the last `next` counts.
+        let next = parts.uri.query().and_then(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .filter(|(k, _)| k == "next")
+                .map(|(_, v)| v.into_owned())
+                .last()
+        });
+        let next = safe_next(next.as_deref());
+        let Some(s) = session(app, &parts.headers).await else {
+            return Err(see_other(&with_next("/login", &next)));
+        };
+        parts.extensions.insert(SessionCsrf(s.csrf.clone()));
+        Ok(LoginStep { s, next })
+    }
+}
+
 fn qr_svg(uri: &str) -> String {
     match qrcode::QrCode::new(uri.as_bytes()) {
         Ok(code) => code
@@ -166,13 +196,8 @@ fn totp_markup(s: &AnySession, next: &str, error: Option<&str>) -> Markup {
 
 pub(super) async fn totp_page(
     State(app): State<Arc<App>>,
-    Query(q): Params,
-    headers: HeaderMap,
+    LoginStep { mut s, next }: LoginStep,
 ) -> Response {
-    let next = next_of(&q);
-    let Some(mut s) = session(&app, &headers).await else {
-        return see_other(&with_next("/login", &next));
-    };
     if s.session.second_factor {
         return see_other(&login_step(&app, Some(&s), &next).unwrap_or(next));
     }
@@ -198,18 +223,9 @@ pub(super) async fn totp_page(
 
 pub(super) async fn totp_submit(
     State(app): State<Arc<App>>,
-    Query(q): Params,
-    headers: HeaderMap,
-    form: UncheckedForm,
+    LoginStep { s, next }: LoginStep,
+    form: CsrfForm,
 ) -> Response {
-    let next = next_of(&q);
-    let Some(s) = session(&app, &headers).await else {
-        return see_other(&with_next("/login", &next));
-    };
-    let form = match form.verify(&s.csrf) {
-        Ok(f) => f,
-        Err(rejected) => return rejected.into_response(),
-    };
     let account = s.person.email.clone();
     if let Some(wait) = app.oauth.login_failures.blocked(&account) {
         return too_many_requests(wait);
@@ -251,13 +267,8 @@ pub(super) async fn totp_submit(
 
 pub(super) async fn terms_page(
     State(app): State<Arc<App>>,
-    Query(q): Params,
-    headers: HeaderMap,
+    LoginStep { s, next }: LoginStep,
 ) -> Response {
-    let next = next_of(&q);
-    let Some(s) = session(&app, &headers).await else {
-        return see_other(&with_next("/login", &next));
-    };
     if !s.session.second_factor {
         return see_other(&with_next("/login/totp", &next));
     }
@@ -282,18 +293,9 @@ pub(super) async fn terms_page(
 
 pub(super) async fn terms_submit(
     State(app): State<Arc<App>>,
-    Query(q): Params,
-    headers: HeaderMap,
-    form: UncheckedForm,
+    LoginStep { s, next }: LoginStep,
+    form: CsrfForm,
 ) -> Response {
-    let next = next_of(&q);
-    let Some(s) = session(&app, &headers).await else {
-        return see_other(&with_next("/login", &next));
-    };
-    let form = match form.verify(&s.csrf) {
-        Ok(f) => f,
-        Err(rejected) => return rejected.into_response(),
-    };
     if !s.session.second_factor {
         return see_other(&with_next("/login/totp", &next));
     }
