@@ -15,9 +15,6 @@ use crate::kb::index::SearchIndex;
 use crate::metrics::Metrics;
 use crate::store::{BatchWriter, GroupCommit, Store, StoreError};
 
-/// Where the MCP connector is served: the one spelling of its path.
-pub const CONNECTOR_PATH: &str = "/mcp/kennisbank";
-
 /// Directory of the search index inside the data directory.
 pub const INDEX_DIR: &str = "index";
 
@@ -100,15 +97,9 @@ impl App {
             .expect("blocking task panicked")
     }
 
-    /// Forwards to [`crate::agents::enqueue`], the one enqueue path (kept only for the admin
-    /// socket's waker in `http/mod.rs`; remove with that caller).
-    pub fn queue_agent_job(&self, id: u64) {
-        crate::agents::enqueue(self, id);
-    }
-
     /// The connector's URL: the OAuth audience and what people paste into an assistant.
     pub fn connector_url(&self) -> String {
-        format!("{}{}", self.public_url, CONNECTOR_PATH)
+        format!("{}{}", self.public_url, crate::config::CONNECTOR_PATH)
     }
 }
 

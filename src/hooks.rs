@@ -14,7 +14,6 @@ use serde_json::{Value, json};
 
 use crate::app::App;
 use crate::http::error::JsonError;
-use crate::metrics::StatusLabels;
 use crate::triggers::{self, Delivered, Delivery, RawKey, Signature, Skip, TriggerError};
 
 /// The hook endpoints' routes.
@@ -145,10 +144,6 @@ async fn fire_inner(
     match triggers::deliver(app, delivery, read_bytes(&headers, body)).await? {
         Delivered::Created(run_id) => {
             app.metrics.delivery("dispatched");
-            app.metrics
-                .runs
-                .get_or_create(&StatusLabels { status: "queued" })
-                .inc();
             let location = triggers::run_url(&app.public_url, run_id);
             Ok((
                 StatusCode::ACCEPTED,

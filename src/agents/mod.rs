@@ -19,8 +19,8 @@ use crate::identity;
 use crate::store::{AGENTS, PROJECTS, Read, ReadTx, Store, StoreError, key};
 
 pub use exec::{JobContext, dispatch};
-pub use protocol::{AgentEvent, EventSink, Job, JobAgent, Outcome};
 pub use llm::{LlmSettings, read_api_key};
+pub use protocol::{AgentEvent, EventSink, Job, JobAgent, Outcome};
 pub use runtime::{CancelError, RunQueue, cancel_run, enqueue, recover, start_workers};
 pub use transcript::{Entry, Step, Transcript, get_transcript};
 

@@ -79,4 +79,3 @@ pub(super) fn http_client() -> &'static reqwest::Client {
             .expect("http client")
     })
 }
-

@@ -7,4 +7,5 @@
 pub mod http;
 pub mod mcp;
 
+pub use crate::config::CONNECTOR_PATH;
 pub use crate::tools::{Caller, SCOPE_KB, SCOPE_REQUESTS};

@@ -20,7 +20,7 @@ pub mod routes;
 
 use sha2::{Digest, Sha256};
 
-use crate::app::CONNECTOR_PATH;
+use crate::config::CONNECTOR_PATH;
 use crate::identity::AccessDenied;
 use crate::store::StoreError;
 

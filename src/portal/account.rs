@@ -2,17 +2,14 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use maud::html;
 
-use super::{
-    PortalUser, csrf_field, csrf_rejected, field, form_pairs, layout, page, see_other,
-    update_session, verify_csrf,
-};
+use super::{CsrfForm, PortalUser, csrf_field, layout, page, see_other, update_session};
 use crate::app::App;
+use crate::http::error::ToProblem;
 use crate::identity::{self, IdentityError, Role};
 
 pub(super) async fn home(State(app): State<Arc<App>>, user: PortalUser) -> Response {
@@ -85,19 +82,16 @@ pub(super) async fn change_password(
     State(app): State<Arc<App>>,
     axum::Extension(limits): super::Limits,
     user: PortalUser,
-    body: Bytes,
+    form: CsrfForm,
 ) -> Response {
-    let form = form_pairs(&body);
-    if !verify_csrf(&user.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
     if let Some(wait) = limits.login_failures.blocked(&user.person.email) {
         return crate::http::error::too_many_requests(wait);
     }
-    let current = field(&form, "current_password")
+    let current = form
+        .field("current_password")
         .unwrap_or_default()
         .to_owned();
-    let new = field(&form, "new_password").unwrap_or_default().to_owned();
+    let new = form.field("new_password").unwrap_or_default().to_owned();
     let email = user.person.email.clone();
     let r = app
         .blocking(move |app| {
@@ -116,16 +110,9 @@ pub(super) async fn change_password(
                 ("The current password is wrong.".to_owned(), true),
             )
         }
-        Err(IdentityError::WeakPassword(why)) => (
-            StatusCode::BAD_REQUEST,
-            (format!("New password refused: {why}."), true),
-        ),
         Err(e) => {
-            tracing::error!(error = %e, "password change failed");
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                ("Could not change the password.".to_owned(), true),
-            )
+            let p = e.problem();
+            (p.status, (p.message, true))
         }
     };
     page(
@@ -142,12 +129,8 @@ pub(super) async fn change_password(
 pub(super) async fn reset_totp(
     State(app): State<Arc<App>>,
     user: PortalUser,
-    body: Bytes,
+    _form: CsrfForm,
 ) -> Response {
-    let form = form_pairs(&body);
-    if !verify_csrf(&user.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
     let email = user.person.email.clone();
     let hash = user.session_hash;
     let r = app
@@ -160,8 +143,16 @@ pub(super) async fn reset_totp(
     match r {
         Ok(()) => see_other("/login/totp?next=%2Fportal%2Faccount"),
         Err(e) => {
-            tracing::error!(error = %e, "second-factor reset failed");
-            see_other("/portal/account")
+            let p = e.problem();
+            page(
+                p.status,
+                layout(
+                    "Account",
+                    Some(&user),
+                    None,
+                    account_markup(&app, &user, Some((&p.message, true))),
+                ),
+            )
         }
     }
 }

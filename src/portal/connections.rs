@@ -3,17 +3,14 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use maud::html;
 
-use super::{
-    OrgAdmin, OrgMember, csrf_field, csrf_rejected, field, form_pairs, layout, page, see_other,
-    verify_csrf,
-};
+use super::{CsrfForm, OrgAdmin, OrgMember, csrf_field, layout, page, problem_page, see_other};
 use crate::app::App;
+use crate::http::error::ToProblem;
 use crate::identity::{self, ConnectorAccess};
 use crate::oauth;
 use crate::store::StoreError;
@@ -40,8 +37,9 @@ pub(super) async fn connections_page(State(app): State<Arc<App>>, m: OrgMember) 
         })
         .await
     };
-    let Ok((rows, members)) = data else {
-        return see_other("/portal");
+    let (rows, members) = match data {
+        Ok(d) => d,
+        Err(e) => return refused(&m, &e),
     };
     let slug = &m.org.slug;
     let csrf = &m.user.csrf;
@@ -131,16 +129,17 @@ fn bad_request(m: &OrgMember, msg: &str) -> Response {
     )
 }
 
+/// A refused change (or a failure), as `http::error` maps it.
+fn refused(m: &OrgMember, e: &impl ToProblem) -> Response {
+    problem_page("Not saved", Some(&m.user), Some(&m.org), &e.problem())
+}
+
 pub(super) async fn revoke(
     State(app): State<Arc<App>>,
     m: OrgMember,
     Path((_, grant_id)): Path<(String, u64)>,
-    body: Bytes,
+    _form: CsrfForm,
 ) -> Response {
-    let form = form_pairs(&body);
-    if !verify_csrf(&m.user.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
     let org_id = m.org.id;
     let me = m.user.person.id;
     let admin = m.is_admin();
@@ -149,20 +148,18 @@ pub(super) async fn revoke(
         .await;
     match r {
         Ok(true) => back(&m.org.slug),
-        _ => bad_request(&m, "No such connection of yours in this organisation."),
+        Ok(false) => bad_request(&m, "No such connection of yours in this organisation."),
+        Err(e) => refused(&m, &e),
     }
 }
 
 pub(super) async fn set_policy(
     State(app): State<Arc<App>>,
     OrgAdmin(m): OrgAdmin,
-    body: Bytes,
+    form: CsrfForm,
 ) -> Response {
-    let form = form_pairs(&body);
-    if !verify_csrf(&m.user.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
-    let Ok(access) = field(&form, "connector_access")
+    let Ok(access) = form
+        .field("connector_access")
         .unwrap_or_default()
         .parse::<ConnectorAccess>()
     else {
@@ -174,7 +171,7 @@ pub(super) async fn set_policy(
         .await;
     match r {
         Ok(_) => back(&m.org.slug),
-        Err(e) => bad_request(&m, &e.to_string()),
+        Err(e) => refused(&m, &e),
     }
 }
 
@@ -182,13 +179,9 @@ pub(super) async fn set_may_connect(
     State(app): State<Arc<App>>,
     OrgAdmin(m): OrgAdmin,
     Path((_, person_id)): Path<(String, u64)>,
-    body: Bytes,
+    form: CsrfForm,
 ) -> Response {
-    let form = form_pairs(&body);
-    if !verify_csrf(&m.user.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
-    let may = match field(&form, "may_connect") {
+    let may = match form.field("may_connect") {
         Some("true") => true,
         Some("false") => false,
         _ => return bad_request(&m, "may_connect must be true or false."),
@@ -210,6 +203,6 @@ pub(super) async fn set_may_connect(
     match r {
         Ok(true) => back(&m.org.slug),
         Ok(false) => bad_request(&m, "No such member."),
-        Err(e) => bad_request(&m, &e.to_string()),
+        Err(e) => refused(&m, &e),
     }
 }

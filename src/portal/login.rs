@@ -3,19 +3,20 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::{Query, State};
+use axum::extract::{FromRequestParts, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, PreEscaped, html};
 
+use super::form::SessionCsrf;
 use super::{
-    AnySession, PRE_COOKIE, SESSION_COOKIE, csrf_field, csrf_rejected, csrf_token_for, field,
-    form_pairs, layout, load_session, login_step, page, safe_next, see_other, set_cookie,
-    update_session, verify_csrf, with_next,
+    AnySession, CsrfForm, PRE_COOKIE, SESSION_COOKIE, UncheckedForm, csrf_field, csrf_rejected,
+    csrf_token_for, layout, load_session, login_step, page, problem_page, safe_next, see_other,
+    set_cookie, update_session, with_next,
 };
 use crate::app::App;
-use crate::http::error::too_many_requests;
+use crate::http::error::{ToProblem, too_many_requests};
 use crate::identity::{self, IdentityError};
 use crate::store::SESSIONS;
 
@@ -70,19 +71,20 @@ pub(super) async fn login_submit(
     axum::Extension(limits): super::Limits,
     Query(q): Params,
     headers: HeaderMap,
-    body: Bytes,
+    form: UncheckedForm,
 ) -> Response {
     let next = next_of(&q);
-    let form = form_pairs(&body);
+    // The login form's token is bound to the pre-login cookie: there is no session yet.
     let Some(pre) = super::cookie(&headers, PRE_COOKIE) else {
         return csrf_rejected();
     };
     let csrf = csrf_token_for(&app, pre.as_bytes());
-    if !verify_csrf(&csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
-    let email = field(&form, "email").unwrap_or_default().to_owned();
-    let password = field(&form, "password").unwrap_or_default().to_owned();
+    let form = match form.verify(&csrf) {
+        Ok(f) => f,
+        Err(rejected) => return rejected.into_response(),
+    };
+    let email = form.field("email").unwrap_or_default().to_owned();
+    let password = form.field("password").unwrap_or_default().to_owned();
     let account = identity::normalize_email(&email).unwrap_or_else(|_| email.to_lowercase());
     if let Some(wait) = limits.login_failures.blocked(&account) {
         return too_many_requests(wait);
@@ -108,7 +110,7 @@ pub(super) async fn login_submit(
             if let Some(wait) = limits.login_failures.record_failure(&account) {
                 return too_many_requests(wait);
             }
-            let shown = field(&form, "email").unwrap_or_default();
+            let shown = form.field("email").unwrap_or_default();
             page(
                 StatusCode::UNAUTHORIZED,
                 layout(
@@ -119,26 +121,46 @@ pub(super) async fn login_submit(
                 ),
             )
         }
-        Err(e) => internal(e),
+        Err(e) => refused("Log in", &e),
     }
 }
 
-fn internal(e: impl std::fmt::Display) -> Response {
-    tracing::error!(error = %e, "portal error");
-    page(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        layout(
-            "Something went wrong",
-            None,
-            None,
-            html! { p { "The server could not complete this request. Try again later." } },
-        ),
-    )
+/// A refused or failed step of the login, as `http::error` maps it.
+fn refused(title: &str, e: &impl ToProblem) -> Response {
+    problem_page(title, None, None, &e.problem())
 }
 
 async fn session(app: &Arc<App>, headers: &HeaderMap) -> Option<AnySession> {
     let headers = headers.clone();
     app.blocking(move |app| load_session(app, &headers)).await
+}
+
+/// A session part-way through the login (second factor or terms still to come) and the
+/// `next` of the query: where to go when the login is complete. Without a session: to the
+/// login page. A [`CsrfForm`] after it checks the form against this session.
+pub(super) struct LoginStep {
+    s: AnySession,
+    next: String,
+}
+
+impl FromRequestParts<Arc<App>> for LoginStep {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Response> {
+        // Like `Query<HashMap<…>>`: the last `next` counts.
+        let next = parts.uri.query().and_then(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .filter(|(k, _)| k == "next")
+                .map(|(_, v)| v.into_owned())
+                .last()
+        });
+        let next = safe_next(next.as_deref());
+        let Some(s) = session(app, &parts.headers).await else {
+            return Err(see_other(&with_next("/login", &next)));
+        };
+        parts.extensions.insert(SessionCsrf(s.csrf.clone()));
+        Ok(LoginStep { s, next })
+    }
 }
 
 fn qr_svg(uri: &str) -> String {
@@ -175,13 +197,8 @@ fn totp_markup(s: &AnySession, next: &str, error: Option<&str>) -> Markup {
 
 pub(super) async fn totp_page(
     State(app): State<Arc<App>>,
-    Query(q): Params,
-    headers: HeaderMap,
+    LoginStep { mut s, next }: LoginStep,
 ) -> Response {
-    let next = next_of(&q);
-    let Some(mut s) = session(&app, &headers).await else {
-        return see_other(&with_next("/login", &next));
-    };
     if s.session.second_factor {
         return see_other(&login_step(&app, Some(&s), &next).unwrap_or(next));
     }
@@ -196,7 +213,7 @@ pub(super) async fn totp_page(
             .await;
         match person {
             Ok(p) => s.person = p,
-            Err(e) => return internal(e),
+            Err(e) => return refused("Second factor", &e),
         }
     }
     page(
@@ -208,23 +225,14 @@ pub(super) async fn totp_page(
 pub(super) async fn totp_submit(
     State(app): State<Arc<App>>,
     axum::Extension(limits): super::Limits,
-    Query(q): Params,
-    headers: HeaderMap,
-    body: Bytes,
+    LoginStep { s, next }: LoginStep,
+    form: CsrfForm,
 ) -> Response {
-    let next = next_of(&q);
-    let Some(s) = session(&app, &headers).await else {
-        return see_other(&with_next("/login", &next));
-    };
-    let form = form_pairs(&body);
-    if !verify_csrf(&s.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
     let account = s.person.email.clone();
     if let Some(wait) = limits.login_failures.blocked(&account) {
         return too_many_requests(wait);
     }
-    let code = field(&form, "code").unwrap_or_default().trim().to_owned();
+    let code = form.field("code").unwrap_or_default().trim().to_owned();
     let person_id = s.person.id;
     let hash = s.hash;
     let r = app
@@ -255,19 +263,14 @@ pub(super) async fn totp_submit(
                 ),
             )
         }
-        Err(e) => internal(e),
+        Err(e) => refused("Second factor", &e),
     }
 }
 
 pub(super) async fn terms_page(
     State(app): State<Arc<App>>,
-    Query(q): Params,
-    headers: HeaderMap,
+    LoginStep { s, next }: LoginStep,
 ) -> Response {
-    let next = next_of(&q);
-    let Some(s) = session(&app, &headers).await else {
-        return see_other(&with_next("/login", &next));
-    };
     if !s.session.second_factor {
         return see_other(&with_next("/login/totp", &next));
     }
@@ -292,22 +295,13 @@ pub(super) async fn terms_page(
 
 pub(super) async fn terms_submit(
     State(app): State<Arc<App>>,
-    Query(q): Params,
-    headers: HeaderMap,
-    body: Bytes,
+    LoginStep { s, next }: LoginStep,
+    form: CsrfForm,
 ) -> Response {
-    let next = next_of(&q);
-    let Some(s) = session(&app, &headers).await else {
-        return see_other(&with_next("/login", &next));
-    };
-    let form = form_pairs(&body);
-    if !verify_csrf(&s.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
     if !s.session.second_factor {
         return see_other(&with_next("/login/totp", &next));
     }
-    if field(&form, "accept").is_none() {
+    if form.field("accept").is_none() {
         return see_other(&with_next("/portal/terms", &next));
     }
     let id = s.person.id;
@@ -316,21 +310,20 @@ pub(super) async fn terms_submit(
         .await;
     match r {
         Ok(()) => see_other(&next),
-        Err(e) => internal(e),
+        Err(e) => refused("Terms of use", &e),
     }
 }
 
 pub(super) async fn logout(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
-    body: Bytes,
+    form: UncheckedForm,
 ) -> Response {
     let Some(s) = session(&app, &headers).await else {
         return see_other("/login");
     };
-    let form = form_pairs(&body);
-    if !verify_csrf(&s.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
+    if let Err(rejected) = form.verify(&s.csrf) {
+        return rejected.into_response();
     }
     let hash = s.hash;
     let _ = app

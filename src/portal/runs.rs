@@ -4,17 +4,15 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{Markup, html};
 
-use super::{
-    OrgAdmin, csrf_field, csrf_rejected, field, form_pairs, layout, page, see_other, verify_csrf,
-};
+use super::{CsrfForm, OrgAdmin, csrf_field, layout, page, problem_page, see_other};
 use crate::agents::{self, Step, Transcript};
 use crate::app::App;
+use crate::http::error::ToProblem;
 use crate::requests::{self, Kind, Request};
 
 fn not_found(m: &OrgAdmin) -> Response {
@@ -147,12 +145,8 @@ pub(super) async fn cancel(
     State(app): State<Arc<App>>,
     m: OrgAdmin,
     Path((_slug, id)): Path<(String, String)>,
-    body: Bytes,
+    _form: CsrfForm,
 ) -> Response {
-    let pairs = form_pairs(&body);
-    if !verify_csrf(&m.0.user.csrf, field(&pairs, "csrf_token")) {
-        return csrf_rejected();
-    }
     let Ok(id) = id.parse::<u64>() else {
         return not_found(&m);
     };
@@ -172,17 +166,6 @@ pub(super) async fn cancel(
         .await;
     match result {
         Ok(_) => see_other(&format!("/portal/o/{}/runs/{id}", m.0.org.slug)),
-        Err(e) => {
-            let (status, message) = crate::http::error::cancel_error(&e);
-            page(
-                status,
-                layout(
-                    "Run",
-                    Some(&m.0.user),
-                    Some(&m.0.org),
-                    html! { p.error { (message) } },
-                ),
-            )
-        }
+        Err(e) => problem_page("Run", Some(&m.0.user), Some(&m.0.org), &e.problem()),
     }
 }

@@ -5,17 +5,15 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{Markup, html};
 
-use super::{
-    OrgAdmin, csrf_field, csrf_rejected, field, form_pairs, layout, page, see_other, verify_csrf,
-};
+use super::{CsrfForm, OrgAdmin, csrf_field, layout, page, problem_page, see_other};
 use crate::agents::{self, Agent, AgentKind, Project, Rollout};
 use crate::app::App;
+use crate::http::error::ToProblem;
 use crate::triggers::{self, Change, NewTrigger, Trigger};
 
 struct Data {
@@ -30,6 +28,16 @@ fn load(app: &App, org_slug: &str, org_id: u64) -> Result<Data, triggers::Trigge
         agents: agents::list_agents(&app.store, org_id)?,
         projects: agents::list_projects(&app.store, org_id)?,
     })
+}
+
+/// A failure (or a refusal without the list to show it on), as `http::error` maps it.
+fn refused(m: &OrgAdmin, e: &impl ToProblem) -> Response {
+    problem_page(
+        "Event triggers",
+        Some(&m.0.user),
+        Some(&m.0.org),
+        &e.problem(),
+    )
 }
 
 fn rollout(r: Rollout) -> &'static str {
@@ -169,22 +177,18 @@ pub(super) async fn triggers_page(State(app): State<Arc<App>>, m: OrgAdmin) -> R
     let (slug, id) = (m.0.org.slug.clone(), m.0.org.id);
     match app.blocking(move |app| load(app, &slug, id)).await {
         Ok(d) => list_page(&app, &m, &d, None, StatusCode::OK),
-        Err(_) => see_other("/portal"),
+        Err(e) => refused(&m, &e),
     }
 }
 
-pub(super) async fn create(State(app): State<Arc<App>>, m: OrgAdmin, body: Bytes) -> Response {
-    let pairs = form_pairs(&body);
-    if !verify_csrf(&m.0.user.csrf, field(&pairs, "csrf_token")) {
-        return csrf_rejected();
-    }
-    let num = |n: &str| field(&pairs, n).and_then(|v| v.trim().parse::<u64>().ok());
+pub(super) async fn create(State(app): State<Arc<App>>, m: OrgAdmin, form: CsrfForm) -> Response {
+    let num = |n: &str| form.field(n).and_then(|v| v.trim().parse::<u64>().ok());
     let new = NewTrigger {
-        name: field(&pairs, "name").unwrap_or("").to_owned(),
+        name: form.field("name").unwrap_or("").to_owned(),
         agent_id: num("agent").unwrap_or(0),
         project_id: num("project").unwrap_or(0),
-        instructions: field(&pairs, "instructions").unwrap_or("").to_owned(),
-        cooldown_secs: match field(&pairs, "cooldown").map(str::trim) {
+        instructions: form.field("instructions").unwrap_or("").to_owned(),
+        cooldown_secs: match form.field("cooldown").map(str::trim) {
             None | Some("") => None,
             Some(v) => match v.parse() {
                 Ok(n) => Some(n),
@@ -201,8 +205,11 @@ pub(super) async fn create(State(app): State<Arc<App>>, m: OrgAdmin, body: Bytes
         .await;
     match result {
         (Ok(c), _) => secret_page(&app, &m, &c.trigger, &c.secret, false),
-        (Err(e), Ok(d)) => list_page(&app, &m, &d, Some(&e.to_string()), StatusCode::BAD_REQUEST),
-        (Err(_), Err(_)) => see_other("/portal"),
+        (Err(e), Ok(d)) => {
+            let p = e.problem();
+            list_page(&app, &m, &d, Some(&p.message), p.status)
+        }
+        (Err(e), Err(_)) => refused(&m, &e),
     }
 }
 
@@ -222,12 +229,8 @@ pub(super) async fn change(
     State(app): State<Arc<App>>,
     m: OrgAdmin,
     Path((_slug, id, action)): Path<(String, String, String)>,
-    body: Bytes,
+    _form: CsrfForm,
 ) -> Response {
-    let pairs = form_pairs(&body);
-    if !verify_csrf(&m.0.user.csrf, field(&pairs, "csrf_token")) {
-        return csrf_rejected();
-    }
     let what = match action.as_str() {
         "pause" => Change::Pause,
         "resume" => Change::Resume,
@@ -240,7 +243,8 @@ pub(super) async fn change(
         .blocking(move |app| triggers::change(&app.store, Some(org_id), &id, what, app.clock.now()))
         .await;
     match result {
-        Err(_) => not_found(&m),
+        Err(crate::triggers::TriggerError::UnknownTrigger) => not_found(&m),
+        Err(e) => refused(&m, &e),
         Ok((t, Some(secret))) => secret_page(&app, &m, &t, &secret, true),
         Ok(_) => see_other(&base(&m)),
     }
@@ -252,10 +256,8 @@ pub(super) async fn change(
 pub const PORTAL_KEY_PREFIX: &str = "KENNIS_LLM_";
 
 /// The agent form's settings, or why they are refused before the domain sees them.
-fn portal_agent(
-    pairs: &[(String, String)],
-) -> Result<(agents::NewAgent, agents::LlmOptions), String> {
-    let text = |n: &str| field(pairs, n).map(str::trim).filter(|v| !v.is_empty());
+fn portal_agent(form: &CsrfForm) -> Result<(agents::NewAgent, agents::LlmOptions), String> {
+    let text = |n: &str| form.field(n).map(str::trim).filter(|v| !v.is_empty());
     let num = |n: &str| -> Result<Option<u64>, String> {
         text(n)
             .map(|v| {
@@ -282,7 +284,7 @@ fn portal_agent(
         ));
     }
     let new = agents::NewAgent {
-        name: field(pairs, "name").unwrap_or("").to_owned(),
+        name: form.field("name").unwrap_or("").to_owned(),
         kind,
         exec: "llm".into(),
         program: None,
@@ -302,21 +304,21 @@ fn portal_agent(
 }
 
 /// Adds a language-model agent (admins).
-pub(super) async fn add_agent(State(app): State<Arc<App>>, m: OrgAdmin, body: Bytes) -> Response {
-    let pairs = form_pairs(&body);
-    if !verify_csrf(&m.0.user.csrf, field(&pairs, "csrf_token")) {
-        return csrf_rejected();
-    }
+pub(super) async fn add_agent(
+    State(app): State<Arc<App>>,
+    m: OrgAdmin,
+    form: CsrfForm,
+) -> Response {
     let (slug, org_id) = (m.0.org.slug.clone(), m.0.org.id);
     let result = app
         .blocking(move |app| {
-            let added = portal_agent(&pairs).and_then(|(new, llm)| {
+            let added = portal_agent(&form).and_then(|(new, llm)| {
                 let a =
                     agents::add_agent_with(&app.store, &slug, &new, Some(&llm), app.clock.now())
-                        .map_err(|e| crate::http::error::agent_error_message(&e))?;
+                        .map_err(|e| e.problem().message)?;
                 if a.kind == AgentKind::Feature {
                     let adopted = crate::requests::service::adopt_waiting(&app.store, org_id)
-                        .map_err(|e| crate::http::error::request_error_message(&e))?;
+                        .map_err(|e| e.problem().message)?;
                     adopted.into_iter().for_each(|id| agents::enqueue(app, id));
                 }
                 Ok(a)

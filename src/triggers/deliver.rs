@@ -137,6 +137,7 @@ where
     };
     match fired {
         Fired::Created(run_id) => {
+            app.metrics.run_created();
             agents::enqueue(app, run_id);
             Ok(Delivered::Created(run_id))
         }
