@@ -309,6 +309,15 @@ async fn wait_final(base: &str, h: &Hook, id: u64) -> Value {
     panic!("run {id} never finished");
 }
 
+/// Adds the agent with a trigger, fires one run and waits for it to end.
+async fn run_once(x: &Setup, a: LlmAgent<'_>) -> (agents::Agent, Hook, u64, Value) {
+    let agent = add_llm(x, a);
+    let h = trigger(x, &agent);
+    let id = fire_run(&h).await;
+    let v = wait_final(&x.t.base, &h, id).await;
+    (agent, h, id, v)
+}
+
 fn show(x: &Setup, id: u64) -> Value {
     run_json(
         x.t.data_dir(),
@@ -350,10 +359,7 @@ async fn a_run_searches_and_reads_before_answering() {
     }))
     .await;
     let x = setup().await;
-    let agent = add_llm(&x, LlmAgent::new(&model.url));
-    let h = trigger(&x, &agent);
-    let id = fire_run(&h).await;
-    let v = wait_final(&x.t.base, &h, id).await;
+    let (agent, _h, id, v) = run_once(&x, LlmAgent::new(&model.url)).await;
     assert_eq!(v["status"], "succeeded", "{v}");
     assert_eq!(
         v["result"],
@@ -588,10 +594,7 @@ async fn rate_limits_are_waited_out_and_server_errors_retried_until_the_budget_i
     }))
     .await;
     let x = setup().await;
-    let agent = add_llm(&x, LlmAgent::new(&model.url));
-    let h = trigger(&x, &agent);
-    let id = fire_run(&h).await;
-    let v = wait_final(&x.t.base, &h, id).await;
+    let (_agent, _h, id, v) = run_once(&x, LlmAgent::new(&model.url)).await;
     assert_eq!(
         (v["status"].as_str(), v["result"].as_str()),
         (Some("succeeded"), Some("Gelukt na even wachten."))
@@ -617,10 +620,7 @@ async fn rate_limits_are_waited_out_and_server_errors_retried_until_the_budget_i
         )
     }))
     .await;
-    let agent = add_llm(&x, LlmAgent::new(&broken.url));
-    let h = trigger(&x, &agent);
-    let id = fire_run(&h).await;
-    let v = wait_final(&x.t.base, &h, id).await;
+    let (_agent, _h, _id, v) = run_once(&x, LlmAgent::new(&broken.url)).await;
     assert_eq!(v["status"], "failed", "{v}");
     let result = v["result"].as_str().unwrap();
     assert!(
@@ -635,10 +635,7 @@ async fn rate_limits_are_waited_out_and_server_errors_retried_until_the_budget_i
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         format!("http://{}/v1", l.local_addr().unwrap())
     };
-    let agent = add_llm(&x, LlmAgent::new(&dead));
-    let h = trigger(&x, &agent);
-    let id = fire_run(&h).await;
-    let v = wait_final(&x.t.base, &h, id).await;
+    let (_agent, _h, _id, v) = run_once(&x, LlmAgent::new(&dead)).await;
     assert_eq!(v["status"], "failed", "{v}");
     assert!(v["result"].as_str().unwrap().contains("connect"), "{v}");
 }
@@ -657,10 +654,7 @@ async fn steps_and_tokens_are_bounded() {
     let x = setup().await;
     let mut a = LlmAgent::new(&looping.url);
     a.max_steps = Some(3);
-    let agent = add_llm(&x, a);
-    let h = trigger(&x, &agent);
-    let id = fire_run(&h).await;
-    let v = wait_final(&x.t.base, &h, id).await;
+    let (_agent, _h, id, v) = run_once(&x, a).await;
     assert_eq!(v["status"], "failed", "{v}");
     assert!(v["result"].as_str().unwrap().contains("--max-steps"), "{v}");
     assert_eq!(
@@ -681,10 +675,7 @@ async fn steps_and_tokens_are_bounded() {
     .await;
     let mut a = LlmAgent::new(&hungry.url);
     a.max_tokens = Some(2000);
-    let agent = add_llm(&x, a);
-    let h = trigger(&x, &agent);
-    let id = fire_run(&h).await;
-    let v = wait_final(&x.t.base, &h, id).await;
+    let (_agent, _h, _id, v) = run_once(&x, a).await;
     assert_eq!(v["status"], "failed", "{v}");
     assert!(
         v["result"].as_str().unwrap().contains("--max-tokens"),
@@ -722,10 +713,7 @@ async fn malformed_arguments_and_a_write_outside_aangeleverd_are_tool_errors_the
     }))
     .await;
     let x = setup().await;
-    let agent = add_llm(&x, LlmAgent::new(&model.url));
-    let h = trigger(&x, &agent);
-    let id = fire_run(&h).await;
-    let v = wait_final(&x.t.base, &h, id).await;
+    let (agent, _h, id, v) = run_once(&x, LlmAgent::new(&model.url)).await;
     assert_eq!(v["status"], "succeeded", "{v}");
     let seen = model.requests();
     let bad = tool_message(&seen[1].1, "call_bad");
@@ -780,10 +768,7 @@ async fn an_endpoint_that_never_answers_times_out_and_a_running_run_can_be_cance
     let x = setup().await;
     let mut a = LlmAgent::new(&model.url);
     a.timeout = Some(1);
-    let agent = add_llm(&x, a);
-    let h = trigger(&x, &agent);
-    let id = fire_run(&h).await;
-    let v = wait_final(&x.t.base, &h, id).await;
+    let (_agent, _h, _id, v) = run_once(&x, a).await;
     assert_eq!(v["status"], "timed_out", "{v}");
     assert!(v["result"].as_str().unwrap().contains("1 seconds"), "{v}");
 
