@@ -10,6 +10,7 @@ mod crash;
 mod domain;
 mod kb;
 mod layering;
+mod members;
 mod oauth;
 mod outside;
 mod portal;
