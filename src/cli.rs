@@ -207,6 +207,22 @@ pub enum UserCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Invite someone to organisation ORG: prints a one-time link (valid 7 days) to pass on.
+    Invite {
+        org: String,
+        email: String,
+        #[arg(long, default_value = "member")]
+        role: Role,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A one-time password-reset link (valid 24 hours); ends the person's sessions now, and
+    /// using it requires a new second factor.
+    Reset {
+        email: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -219,6 +235,30 @@ pub enum MemberCommand {
         role: Role,
         #[arg(long)]
         may_connect: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The members of an organisation.
+    List {
+        org: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change a member's role or right to connect (an organisation keeps one admin).
+    Set {
+        org: String,
+        email: String,
+        #[arg(long)]
+        role: Option<Role>,
+        #[arg(long, value_name = "true|false", action = clap::ArgAction::Set)]
+        may_connect: Option<bool>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a person from an organisation; their connections there are revoked at once.
+    Remove {
+        org: String,
+        email: String,
         #[arg(long)]
         json: bool,
     },

@@ -134,6 +134,71 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 format!("password changed for {}", v["email"].as_str().unwrap_or(""))
             });
         }
+        Command::User(UserCommand::Invite {
+            org,
+            email,
+            role,
+            json,
+        }) => {
+            let v = cli::run_admin(&config, AdminRequest::UserInvite { org, email, role })?;
+            cli::output(json, &v, |v| {
+                format!(
+                    "Pass this one-time link (valid 7 days) to {}:\n  {}",
+                    v["email"].as_str().unwrap_or(""),
+                    v["url"].as_str().unwrap_or("")
+                )
+            });
+        }
+        Command::User(UserCommand::Reset { email, json }) => {
+            let v = cli::run_admin(&config, AdminRequest::UserReset { email })?;
+            cli::output(json, &v, |v| {
+                format!(
+                    "Pass this one-time password-reset link (valid 24 hours):\n  {}",
+                    v["url"].as_str().unwrap_or("")
+                )
+            });
+        }
+        Command::Member(MemberCommand::List { org, json }) => {
+            let v = cli::run_admin(&config, AdminRequest::MemberList { org })?;
+            cli::output(json, &v, |v| {
+                cli::human_list(v, &["email", "name", "role", "may_connect"])
+            });
+        }
+        Command::Member(MemberCommand::Set {
+            org,
+            email,
+            role,
+            may_connect,
+            json,
+        }) => {
+            let v = cli::run_admin(
+                &config,
+                AdminRequest::MemberSet {
+                    org,
+                    email,
+                    role,
+                    may_connect,
+                },
+            )?;
+            cli::output(json, &v, |v| {
+                format!(
+                    "{}: role {}, may connect {}",
+                    v["email"].as_str().unwrap_or(""),
+                    v["role"].as_str().unwrap_or(""),
+                    v["may_connect"]
+                )
+            });
+        }
+        Command::Member(MemberCommand::Remove { org, email, json }) => {
+            let v = cli::run_admin(&config, AdminRequest::MemberRemove { org, email })?;
+            cli::output(json, &v, |v| {
+                format!(
+                    "removed {}; {} connection(s) revoked",
+                    v["email"].as_str().unwrap_or(""),
+                    v["connections_revoked"]
+                )
+            });
+        }
         Command::Member(MemberCommand::Add {
             org,
             email,

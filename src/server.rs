@@ -47,7 +47,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(crate::connector::http::routes(app.clone()))
         .merge(crate::hooks::routes())
         .merge(crate::oauth::routes::routes(clock.clone()))
-        .merge(crate::portal::routes(clock))
+        .merge(crate::portal::routes(app.clone()))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             observe::observe,

@@ -56,6 +56,31 @@ pub enum AdminRequest {
         role: Role,
         may_connect: bool,
     },
+    MemberList {
+        org: String,
+    },
+    /// Changes role and/or right to connect; the last admin cannot be demoted.
+    MemberSet {
+        org: String,
+        email: String,
+        role: Option<Role>,
+        may_connect: Option<bool>,
+    },
+    /// Removes a person from an organisation and revokes their connections there.
+    MemberRemove {
+        org: String,
+        email: String,
+    },
+    /// A one-time invitation link (7 days).
+    UserInvite {
+        org: String,
+        email: String,
+        role: Role,
+    },
+    /// A one-time password-reset link (24 hours); ends the person's sessions.
+    UserReset {
+        email: String,
+    },
     /// `path` is absolute: the server may run in another working directory.
     Backup {
         path: PathBuf,
@@ -324,6 +349,51 @@ pub fn execute(
                 "org_id": m.org_id, "person_id": m.person_id, "role": m.role,
                 "may_connect": m.may_connect, "created": created,
             })
+        }
+        AdminRequest::MemberList { org } => {
+            let org = identity::find_org(store, &org)?;
+            let items: Vec<Value> = store
+                .read(|tx| identity::members(tx, org.id))?
+                .iter()
+                .map(|(m, p)| {
+                    json!({"email": p.email, "name": p.name, "role": m.role,
+                           "may_connect": m.may_connect,
+                           "second_factor": p.has_second_factor()})
+                })
+                .collect();
+            json!({ "items": items })
+        }
+        AdminRequest::MemberSet {
+            org,
+            email,
+            role,
+            may_connect,
+        } => {
+            let org = identity::find_org(store, &org)?;
+            let (_, p) = store.read(|tx| identity::member_by_email(tx, org.id, &email))?;
+            let m = identity::set_member(
+                store,
+                org.id,
+                p.id,
+                identity::MemberChange { role, may_connect },
+            )?;
+            json!({"email": p.email, "role": m.role, "may_connect": m.may_connect})
+        }
+        AdminRequest::MemberRemove { org, email } => {
+            let org = identity::find_org(store, &org)?;
+            let (_, p) = store.read(|tx| identity::member_by_email(tx, org.id, &email))?;
+            let revoked = crate::oauth::remove_member(store, org.id, p.id, now)?;
+            json!({"email": p.email, "removed": true, "connections_revoked": revoked})
+        }
+        AdminRequest::UserInvite { org, email, role } => {
+            let org = identity::find_org(store, &org)?;
+            let (inv, token) = identity::invite(store, org.id, &email, role, None, now)?;
+            json!({"url": format!("{}/invite/{token}", ctx.public_url),
+                   "email": inv.email, "expires_at": inv.expires_at.to_string()})
+        }
+        AdminRequest::UserReset { email } => {
+            let token = identity::issue_reset(store, &email, now)?;
+            json!({"url": format!("{}/reset/{token}", ctx.public_url)})
         }
         AdminRequest::Backup { path } => {
             if !path.is_absolute() {

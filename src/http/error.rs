@@ -108,6 +108,12 @@ impl ToProblem for IdentityError {
             I::UnknownPerson(_) => (StatusCode::NOT_FOUND, "unknown_person"),
             I::BadCredentials => (StatusCode::UNAUTHORIZED, "bad_credentials"),
             I::BadSecondFactor => (StatusCode::UNAUTHORIZED, "bad_second_factor"),
+            I::NotMember(_) => (StatusCode::NOT_FOUND, "not_member"),
+            I::AlreadyMember(_) => (StatusCode::CONFLICT, "already_member"),
+            I::LastAdmin => (StatusCode::CONFLICT, "last_admin"),
+            I::LinkUnknown => (StatusCode::NOT_FOUND, "link_unknown"),
+            I::LinkUsed => (StatusCode::GONE, "link_used"),
+            I::LinkExpired => (StatusCode::GONE, "link_expired"),
         };
         Problem::refused(status, code, self)
     }

@@ -18,8 +18,8 @@ use super::{
 use crate::app::App;
 use crate::identity;
 use crate::store::{
-    OAUTH_CLIENTS, OAUTH_CODES, OAUTH_GRANTS, OAUTH_LAST_USED, OAUTH_TOKENS, Read, StoreError,
-    WriteTx, key,
+    OAUTH_CLIENTS, OAUTH_CODES, OAUTH_GRANTS, OAUTH_LAST_USED, OAUTH_TOKENS, Read, Store,
+    StoreError, WriteTx, key,
 };
 
 /// How often a grant's last-use time is written at most: the bearer check is a hot path, and
@@ -565,6 +565,32 @@ pub fn revoke_connection(
         }
         revoke_in(tx, grant_id, now)
     })?)
+}
+
+/// Removes a person from an organisation and revokes their connections there, in one
+/// transaction: their next connector call gets 401. Nothing else of theirs changes — grants in
+/// other organisations, portal sessions, the account. Refused for the last admin
+/// ([`identity::IdentityError::LastAdmin`]). Returns how many grants were revoked.
+pub fn remove_member(
+    store: &Store,
+    org_id: u64,
+    person_id: u64,
+    now: Timestamp,
+) -> Result<usize, identity::IdentityError> {
+    store.write(|tx| {
+        identity::remove_member_in(tx, org_id, person_id)?;
+        let theirs: Vec<u64> = tx
+            .scan::<Grant>(OAUTH_GRANTS, b"")?
+            .into_iter()
+            .filter(|(_, g)| g.org_id == org_id && g.person_id == person_id)
+            .filter(|(_, g)| g.revoked_at.is_none())
+            .map(|(_, g)| g.id)
+            .collect();
+        for id in &theirs {
+            revoke_in(tx, *id, now)?;
+        }
+        Ok(theirs.len())
+    })
 }
 
 #[cfg(test)]

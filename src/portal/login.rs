@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use maud::{Markup, PreEscaped, html};
 
 use super::form::SessionCsrf;
+use super::i18n::{t, ta};
 use super::{
     AnySession, CsrfForm, PRE_COOKIE, SESSION_COOKIE, UncheckedForm, csrf_field, csrf_rejected,
     csrf_token_for, layout, load_session, login_step, page, problem_page, safe_next, see_other,
@@ -28,12 +29,12 @@ fn next_of(q: &HashMap<String, String>) -> String {
 
 fn login_form(csrf: &str, next: &str, email: &str, error: Option<&str>) -> Markup {
     html! {
-        @if let Some(e) = error { p.error { (e) } }
-        form #login-form method="post" action={ "/login?" (form_urlencoded::Serializer::new(String::new()).append_pair("next", next).finish()) } {
+        @if let Some(e) = error { p.notice.error #error { (e) } }
+        form #login-form .stack.card method="post" action={ "/login?" (form_urlencoded::Serializer::new(String::new()).append_pair("next", next).finish()) } {
             (csrf_field(csrf))
-            label { "Email" input type="email" name="email" value=(email) autocomplete="username" required; }
-            label { "Password" input type="password" name="password" autocomplete="current-password" required; }
-            button type="submit" { "Log in" }
+            label { (t("field-email")) input type="email" name="email" value=(email) autocomplete="username" required; }
+            label { (t("field-password")) input type="password" name="password" autocomplete="current-password" required; }
+            button type="submit" { (t("action-log-in")) }
         }
     }
 }
@@ -53,7 +54,12 @@ pub(super) async fn login_page(
     let csrf = csrf_token_for(&app, pre.as_bytes());
     let mut resp = page(
         StatusCode::OK,
-        layout("Log in", None, None, login_form(&csrf, &next, "", None)),
+        layout(
+            &t("login-title"),
+            None,
+            None,
+            login_form(&csrf, &next, "", None),
+        ),
     );
     if existing.is_none() {
         resp.headers_mut().append(
@@ -114,14 +120,14 @@ pub(super) async fn login_submit(
             page(
                 StatusCode::UNAUTHORIZED,
                 layout(
-                    "Log in",
+                    &t("login-title"),
                     None,
                     None,
-                    login_form(&csrf, &next, shown, Some("Wrong email or password.")),
+                    login_form(&csrf, &next, shown, Some(&t("wrong-login"))),
                 ),
             )
         }
-        Err(e) => refused("Log in", &e),
+        Err(e) => refused(&t("login-title"), &e),
     }
 }
 
@@ -177,20 +183,20 @@ fn totp_markup(s: &AnySession, next: &str, error: Option<&str>) -> Markup {
     let enrolment = identity::pending_enrolment(&s.person);
     let needs_new = s.person.totp.is_none();
     html! {
-        @if let Some(e) = error { p.error { (e) } }
+        @if let Some(e) = error { p.notice.error #error { (e) } }
         @if let Some(en) = &enrolment {
-            p { "Set up your second factor: scan this code with an authenticator app, then enter the 6-digit code it shows." }
-            div #totp-qr { (PreEscaped(qr_svg(&en.otpauth_uri))) }
-            p.muted { "Or enter this key by hand: " code { (en.secret) } }
+            p { (t("totp-setup")) }
+            div #totp-qr .qr role="img" aria-label=(t("totp-qr-label")) { (PreEscaped(qr_svg(&en.otpauth_uri))) }
+            p { (t("totp-by-hand")) " " code #totp-secret { (en.secret) } }
         } @else if needs_new {
-            p { "Preparing your second factor…" }
+            p { (t("totp-preparing")) }
         } @else {
-            p { "Enter the 6-digit code from your authenticator app." }
+            p { (t("totp-enter")) }
         }
-        form #totp-form method="post" action={ "/login/totp?" (form_urlencoded::Serializer::new(String::new()).append_pair("next", next).finish()) } {
+        form #totp-form .stack method="post" action={ "/login/totp?" (form_urlencoded::Serializer::new(String::new()).append_pair("next", next).finish()) } {
             (csrf_field(&s.csrf))
-            label { "Code" input type="text" name="code" inputmode="numeric" autocomplete="one-time-code" pattern="[0-9]{6}" required; }
-            button type="submit" { "Continue" }
+            label { (t("field-code")) input type="text" name="code" inputmode="numeric" autocomplete="one-time-code" pattern="[0-9]{6}" required; }
+            button type="submit" { (t("action-continue")) }
         }
     }
 }
@@ -213,12 +219,12 @@ pub(super) async fn totp_page(
             .await;
         match person {
             Ok(p) => s.person = p,
-            Err(e) => return refused("Second factor", &e),
+            Err(e) => return refused(&t("totp-title"), &e),
         }
     }
     page(
         StatusCode::OK,
-        layout("Second factor", None, None, totp_markup(&s, &next, None)),
+        layout(&t("totp-title"), None, None, totp_markup(&s, &next, None)),
     )
 }
 
@@ -256,14 +262,14 @@ pub(super) async fn totp_submit(
             page(
                 StatusCode::UNAUTHORIZED,
                 layout(
-                    "Second factor",
+                    &t("totp-title"),
                     None,
                     None,
-                    totp_markup(&s, &next, Some("Wrong or already used code.")),
+                    totp_markup(&s, &next, Some(&t("wrong-code"))),
                 ),
             )
         }
-        Err(e) => refused("Second factor", &e),
+        Err(e) => refused(&t("totp-title"), &e),
     }
 }
 
@@ -278,15 +284,15 @@ pub(super) async fn terms_page(
     page(
         StatusCode::OK,
         layout(
-            "Terms of use",
+            &t("terms-title"),
             None,
             None,
             html! {
-                p { "Terms version " strong { (version) } ". By accepting, you agree that assistants you connect act on your behalf in your organisation, and that their calls are logged." }
-                @if let Some(old) = &s.person.accepted_terms { p.muted { "You accepted version " (old) " before." } }
+                div.card { p { (ta("terms-text", &[("version", version.clone())])) } }
+                @if let Some(old) = &s.person.accepted_terms { p.muted { (ta("terms-before", &[("version", old.clone())])) } }
                 form #terms-form method="post" action={ "/portal/terms?" (form_urlencoded::Serializer::new(String::new()).append_pair("next", &next).finish()) } {
                     (csrf_field(&s.csrf))
-                    button type="submit" name="accept" value="1" { "Accept terms" }
+                    button type="submit" name="accept" value="1" { (t("action-accept-terms")) }
                 }
             },
         ),
@@ -310,7 +316,7 @@ pub(super) async fn terms_submit(
         .await;
     match r {
         Ok(()) => see_other(&next),
-        Err(e) => refused("Terms of use", &e),
+        Err(e) => refused(&t("terms-title"), &e),
     }
 }
 

@@ -99,6 +99,11 @@ pub const TRIGGER_RUNS: Table = Table::new("trigger_runs");
 /// Signed deliveries already seen by (trigger UUID bytes, delivery id).
 pub const TRIGGER_DELIVERIES: Table = Table::new("trigger_deliveries");
 
+/// Invitations to an organisation by the SHA-256 of their one-time token.
+pub const INVITATIONS: Table = Table::new("invitations");
+/// Admin-issued password-reset links by the SHA-256 of their one-time token.
+pub const RESET_LINKS: Table = Table::new("reset_links");
+
 /// Every table, in the order backups copy them.
 pub const ALL_TABLES: &[Table] = &[
     META,
@@ -109,6 +114,8 @@ pub const ALL_TABLES: &[Table] = &[
     PEOPLE_BY_EMAIL,
     MEMBERSHIPS,
     MEMBERSHIPS_BY_PERSON,
+    INVITATIONS,
+    RESET_LINKS,
     AUDIT,
     KB_DOCS,
     KB_VERSIONS,

@@ -11,6 +11,7 @@ mod domain;
 mod kb;
 mod layering;
 mod llm;
+mod members;
 mod oauth;
 mod outside;
 mod portal;

@@ -99,7 +99,7 @@ fn detail_page(
             dt { "Updated" } dd { (time(r.updated_at)) }
         }
         h2 { "Description" }
-        pre #description style="white-space:pre-wrap" { (r.description) }
+        pre #description .pre-wrap { (r.description) }
 
         h2 { "Conversation" }
         @if r.conversation.is_empty() { p.muted { "No messages yet." } }
@@ -110,7 +110,7 @@ fn detail_page(
                         strong.author { (msg.author) }
                         " " span.muted.role { "(" (if msg.role == Role::Agent { "agent" } else { "person" }) ")" }
                         " " span.muted { (time(msg.at)) }
-                        pre style="white-space:pre-wrap" { (msg.text) }
+                        pre.pre-wrap { (msg.text) }
                     }
                 }
             }
