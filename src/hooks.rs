@@ -144,8 +144,14 @@ async fn fire_inner(
             .map_err(|_| TriggerError::InvalidKey("it must be plain ASCII".into())),
         None => Ok(param(&q, "key").map(str::to_owned)),
     };
-    let raw_delivery =
-        header_str(&headers, "webhook-id").or_else(|| header_str(&headers, "x-github-delivery"));
+    // A signed delivery is known by what its signature covers (see `Signature::delivery_id`),
+    // never by an unsigned header an attacker could change.
+    let raw_delivery = match &signed {
+        Some(sig) => Some(sig.delivery_id()),
+        None => {
+            header_str(&headers, "webhook-id").or_else(|| header_str(&headers, "x-github-delivery"))
+        }
+    };
     let now = app.clock.now();
     let has_sig = signed.is_some();
     // One snapshot: the trigger, the secret check (when a secret was sent), and the fate of the

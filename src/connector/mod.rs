@@ -211,17 +211,20 @@ pub fn call(
 ) -> Result<ToolOk, ToolError> {
     let started = Instant::now();
     let now = app.clock.now();
-    let result = match app.tool_limits.check(caller.org_id, tool.name, now) {
+    let result = match app.tool_limits.reserve(caller.org_id, tool.name, now) {
         Err(retry_after_seconds) => Err(ToolError::RateLimited {
             tool: tool.name,
             limit: limits::hourly_limit(tool.name).unwrap_or(0),
             retry_after_seconds,
         }),
-        Ok(()) => (tool.run)(app, caller, args),
+        Ok(reservation) => {
+            let result = (tool.run)(app, caller, args);
+            if let (Err(_), Some(r)) = (&result, reservation) {
+                app.tool_limits.release(r);
+            }
+            result
+        }
     };
-    if result.is_ok() {
-        app.tool_limits.record(caller.org_id, tool.name, now);
-    }
     let (outcome, error, target) = match &result {
         Ok(ok) => (Outcome::Ok, None, ok.target.clone()),
         Err(e) => {

@@ -86,11 +86,26 @@ pub fn oauth_error(e: &crate::oauth::OAuthError) -> Response {
 }
 
 /// Counts a request of `key` against `limiter`; the 429 response when over.
-pub fn rate_limited<K: std::hash::Hash + Eq + Clone>(
+pub fn rate_limited<K: crate::ratelimit::LimitKey>(
     limiter: &crate::ratelimit::Limiter<K>,
     key: K,
 ) -> Option<Response> {
     limiter.check(&key).err().map(too_many_requests)
+}
+
+/// The answer to a login refused by its limits: 429 (too many attempts) or 503 (every
+/// password hasher busy), both with `Retry-After`; `None` for other identity errors.
+pub fn login_refusal(e: &crate::identity::IdentityError) -> Option<Response> {
+    use crate::identity::IdentityError as I;
+    match e {
+        I::TooManyAttempts { retry_after } => Some(too_many_requests(*retry_after)),
+        I::Busy { retry_after } => {
+            let mut r = too_many_requests(*retry_after);
+            *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            Some(r)
+        }
+        _ => None,
+    }
 }
 
 /// 429 with `Retry-After` in whole seconds.

@@ -1,7 +1,9 @@
 //! Organisations, people, memberships, passwords, second factor and terms — and the one
 //! question every connector call asks again: may this person still act in this organisation?
 
+pub mod login;
 mod password;
+pub mod sessions;
 mod totp;
 
 use jiff::Timestamp;
@@ -12,6 +14,7 @@ use crate::store::{
     StoreError, key,
 };
 
+pub use login::LoginGuard;
 pub use password::{check_strength, hash_password, verify_password_hash};
 pub use totp::{TotpEnrolment, code_at};
 
@@ -34,8 +37,30 @@ pub enum IdentityError {
     BadCredentials,
     #[error("wrong or already used code")]
     BadSecondFactor,
+    #[error("too many attempts; retry in {} seconds", crate::ratelimit::retry_after_secs(*retry_after))]
+    TooManyAttempts { retry_after: std::time::Duration },
+    #[error("the server is busy checking other logins; retry in {} seconds", crate::ratelimit::retry_after_secs(*retry_after))]
+    Busy { retry_after: std::time::Duration },
+    #[error("the check was interrupted")]
+    Interrupted,
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// A fresh secret: `prefix` + 256 random bits, base64url without padding.
+pub fn new_secret(prefix: &str) -> String {
+    use base64::Engine;
+    let bytes: [u8; 32] = rand::random();
+    format!(
+        "{prefix}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
+}
+
+/// SHA-256 of a secret: the only form in which secrets are stored and looked up.
+pub fn hash_secret(secret: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(secret.as_bytes()).into()
 }
 
 /// Who in an organisation may connect an assistant.

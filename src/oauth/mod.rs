@@ -18,8 +18,6 @@ mod grants;
 pub mod redirect;
 pub mod routes;
 
-use sha2::{Digest, Sha256};
-
 use crate::app::CONNECTOR_PATH;
 use crate::identity::AccessDenied;
 use crate::store::StoreError;
@@ -111,20 +109,7 @@ impl OAuthError {
     }
 }
 
-/// A fresh secret: `prefix` + 256 random bits, base64url without padding.
-pub fn new_secret(prefix: &str) -> String {
-    use base64::Engine;
-    let bytes: [u8; 32] = rand::random();
-    format!(
-        "{prefix}{}",
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-    )
-}
-
-/// SHA-256 of a secret: the only form in which secrets are stored and looked up.
-pub fn hash_secret(secret: &str) -> [u8; 32] {
-    Sha256::digest(secret.as_bytes()).into()
-}
+pub use crate::identity::{hash_secret, new_secret};
 
 /// Splits a space-separated scope string into the known scopes, in [`SCOPES`] order, dropping
 /// unknown ones (clients ask for things like `offline_access`).

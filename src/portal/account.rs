@@ -9,11 +9,12 @@ use axum::response::Response;
 use maud::html;
 
 use super::{
-    PortalUser, csrf_field, csrf_rejected, field, form_pairs, layout, page, see_other,
-    update_session, verify_csrf,
+    PortalUser, csrf_field, csrf_rejected, field, form_pairs, layout, page, see_other, verify_csrf,
 };
 use crate::app::App;
-use crate::identity::{self, IdentityError, Role};
+use crate::http::client_ip::CallerIp;
+use crate::http::error::login_refusal;
+use crate::identity::{IdentityError, Role, sessions};
 
 pub(super) async fn home(State(app): State<Arc<App>>, user: PortalUser) -> Response {
     let orgs = {
@@ -83,7 +84,7 @@ pub(super) async fn account_page(State(app): State<Arc<App>>, user: PortalUser) 
 
 pub(super) async fn change_password(
     State(app): State<Arc<App>>,
-    axum::Extension(limits): super::Limits,
+    CallerIp(ip): CallerIp,
     user: PortalUser,
     body: Bytes,
 ) -> Response {
@@ -91,36 +92,40 @@ pub(super) async fn change_password(
     if !verify_csrf(&user.csrf, field(&form, "csrf_token")) {
         return csrf_rejected();
     }
-    if let Some(wait) = limits.login_failures.blocked(&user.person.email) {
-        return crate::http::error::too_many_requests(wait);
-    }
-    let current = field(&form, "current_password")
-        .unwrap_or_default()
-        .to_owned();
-    let new = field(&form, "new_password").unwrap_or_default().to_owned();
-    let email = user.person.email.clone();
+    let current = field(&form, "current_password").unwrap_or_default();
+    let new = field(&form, "new_password").unwrap_or_default();
     let r = app
-        .blocking(move |app| {
-            identity::verify_login(&app.store, &email, &current)?;
-            identity::set_password(&app.store, &email, &new)
-        })
+        .login
+        .change_password(
+            &app.store,
+            &user.person,
+            user.session_hash,
+            current,
+            new,
+            ip,
+        )
         .await;
     let (status, msg) = match &r {
-        Ok(()) => (StatusCode::OK, ("Password changed.".to_owned(), false)),
-        Err(IdentityError::BadCredentials) => {
-            if let Some(wait) = limits.login_failures.record_failure(&user.person.email) {
-                return crate::http::error::too_many_requests(wait);
-            }
+        Ok(0) => (StatusCode::OK, ("Password changed.".to_owned(), false)),
+        Ok(n) => (
+            StatusCode::OK,
             (
-                StatusCode::UNAUTHORIZED,
-                ("The current password is wrong.".to_owned(), true),
-            )
-        }
+                format!("Password changed; {n} other session(s) were logged out."),
+                false,
+            ),
+        ),
+        Err(IdentityError::BadCredentials) => (
+            StatusCode::UNAUTHORIZED,
+            ("The current password is wrong.".to_owned(), true),
+        ),
         Err(IdentityError::WeakPassword(why)) => (
             StatusCode::BAD_REQUEST,
             (format!("New password refused: {why}."), true),
         ),
         Err(e) => {
+            if let Some(refused) = login_refusal(e) {
+                return refused;
+            }
             tracing::error!(error = %e, "password change failed");
             (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -148,14 +153,9 @@ pub(super) async fn reset_totp(
     if !verify_csrf(&user.csrf, field(&form, "csrf_token")) {
         return csrf_rejected();
     }
-    let email = user.person.email.clone();
-    let hash = user.session_hash;
+    let (id, hash) = (user.person.id, user.session_hash);
     let r = app
-        .blocking(move |app| {
-            identity::reset_totp(&app.store, &email)?;
-            update_session(app, &hash, |s| s.second_factor = false)?;
-            Ok::<_, IdentityError>(())
-        })
+        .blocking(move |app| sessions::reset_second_factor(&app.store, id, &hash))
         .await;
     match r {
         Ok(()) => see_other("/login/totp?next=%2Fportal%2Faccount"),

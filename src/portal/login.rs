@@ -6,18 +6,18 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use maud::{Markup, PreEscaped, html};
 
 use super::{
     AnySession, PRE_COOKIE, SESSION_COOKIE, csrf_field, csrf_rejected, csrf_token_for, field,
     form_pairs, layout, load_session, login_step, page, safe_next, see_other, set_cookie,
-    update_session, verify_csrf, with_next,
+    verify_csrf, with_next,
 };
 use crate::app::App;
-use crate::http::error::too_many_requests;
-use crate::identity::{self, IdentityError};
-use crate::store::SESSIONS;
+use crate::http::client_ip::CallerIp;
+use crate::http::error::login_refusal;
+use crate::identity::{self, IdentityError, sessions};
 
 type Params = Query<HashMap<String, String>>;
 
@@ -55,19 +55,14 @@ pub(super) async fn login_page(
         layout("Log in", None, None, login_form(&csrf, &next, "", None)),
     );
     if existing.is_none() {
-        resp.headers_mut().append(
-            header::SET_COOKIE,
-            set_cookie(&app, PRE_COOKIE, &pre, 3600)
-                .parse()
-                .expect("cookie"),
-        );
+        append_cookie(&mut resp, set_cookie(&app, PRE_COOKIE, &pre, 3600));
     }
     resp
 }
 
 pub(super) async fn login_submit(
     State(app): State<Arc<App>>,
-    axum::Extension(limits): super::Limits,
+    CallerIp(ip): CallerIp,
     Query(q): Params,
     headers: HeaderMap,
     body: Bytes,
@@ -81,45 +76,39 @@ pub(super) async fn login_submit(
     if !verify_csrf(&csrf, field(&form, "csrf_token")) {
         return csrf_rejected();
     }
-    let email = field(&form, "email").unwrap_or_default().to_owned();
-    let password = field(&form, "password").unwrap_or_default().to_owned();
-    let account = identity::normalize_email(&email).unwrap_or_else(|_| email.to_lowercase());
-    if let Some(wait) = limits.login_failures.blocked(&account) {
-        return too_many_requests(wait);
-    }
-    let result = app
-        .blocking(move |app| {
-            let person = identity::verify_login(&app.store, &email, &password)?;
-            Ok::<_, IdentityError>(super::create_session(app, person.id)?)
-        })
-        .await;
-    match result {
-        Ok(token) => {
+    let email = field(&form, "email").unwrap_or_default();
+    let password = field(&form, "password").unwrap_or_default();
+    match app
+        .login
+        .password_login(&app.store, email, password, ip)
+        .await
+    {
+        Ok((token, _)) => {
             let mut resp = see_other(&with_next("/login/totp", &next));
-            resp.headers_mut().append(
-                header::SET_COOKIE,
-                set_cookie(&app, SESSION_COOKIE, &token, super::SESSION_LIFETIME_SECS)
-                    .parse()
-                    .expect("cookie"),
+            append_cookie(
+                &mut resp,
+                set_cookie(&app, SESSION_COOKIE, &token, super::SESSION_LIFETIME_SECS),
             );
             resp
         }
-        Err(IdentityError::BadCredentials) => {
-            if let Some(wait) = limits.login_failures.record_failure(&account) {
-                return too_many_requests(wait);
-            }
-            let shown = field(&form, "email").unwrap_or_default();
-            page(
-                StatusCode::UNAUTHORIZED,
-                layout(
-                    "Log in",
-                    None,
-                    None,
-                    login_form(&csrf, &next, shown, Some("Wrong email or password.")),
-                ),
-            )
-        }
-        Err(e) => internal(e),
+        Err(IdentityError::BadCredentials) => page(
+            StatusCode::UNAUTHORIZED,
+            layout(
+                "Log in",
+                None,
+                None,
+                login_form(&csrf, &next, email, Some("Wrong email or password.")),
+            ),
+        ),
+        Err(e) => login_refusal(&e).unwrap_or_else(|| internal(e)),
+    }
+}
+
+/// Adds a `Set-Cookie` header (the value is built from tokens and fixed attributes; one that
+/// would not be a header value is dropped rather than panicking).
+fn append_cookie(resp: &mut Response, cookie: String) {
+    if let Ok(v) = header::HeaderValue::try_from(cookie) {
+        resp.headers_mut().append(header::SET_COOKIE, v);
     }
 }
 
@@ -207,7 +196,7 @@ pub(super) async fn totp_page(
 
 pub(super) async fn totp_submit(
     State(app): State<Arc<App>>,
-    axum::Extension(limits): super::Limits,
+    CallerIp(ip): CallerIp,
     Query(q): Params,
     headers: HeaderMap,
     body: Bytes,
@@ -220,19 +209,10 @@ pub(super) async fn totp_submit(
     if !verify_csrf(&s.csrf, field(&form, "csrf_token")) {
         return csrf_rejected();
     }
-    let account = s.person.email.clone();
-    if let Some(wait) = limits.login_failures.blocked(&account) {
-        return too_many_requests(wait);
-    }
-    let code = field(&form, "code").unwrap_or_default().trim().to_owned();
-    let person_id = s.person.id;
-    let hash = s.hash;
+    let code = field(&form, "code").unwrap_or_default().trim();
     let r = app
-        .blocking(move |app| {
-            identity::verify_totp(&app.store, person_id, &code, app.clock.now())?;
-            update_session(app, &hash, |s| s.second_factor = true)?;
-            identity::find_person(&app.store, &account)
-        })
+        .login
+        .second_factor(&app.store, s.hash, &s.person, code, ip)
         .await;
     match r {
         Ok(person) => {
@@ -241,21 +221,16 @@ pub(super) async fn totp_submit(
             s.session.second_factor = true;
             see_other(&login_step(&app, Some(&s), &next).unwrap_or(next))
         }
-        Err(IdentityError::BadSecondFactor) => {
-            if let Some(wait) = limits.login_failures.record_failure(&s.person.email) {
-                return too_many_requests(wait);
-            }
-            page(
-                StatusCode::UNAUTHORIZED,
-                layout(
-                    "Second factor",
-                    None,
-                    None,
-                    totp_markup(&s, &next, Some("Wrong or already used code.")),
-                ),
-            )
-        }
-        Err(e) => internal(e),
+        Err(IdentityError::BadSecondFactor) => page(
+            StatusCode::UNAUTHORIZED,
+            layout(
+                "Second factor",
+                None,
+                None,
+                totp_markup(&s, &next, Some("Wrong or already used code.")),
+            ),
+        ),
+        Err(e) => login_refusal(&e).unwrap_or_else(|| internal(e)),
     }
 }
 
@@ -333,15 +308,13 @@ pub(super) async fn logout(
         return csrf_rejected();
     }
     let hash = s.hash;
-    let _ = app
-        .blocking(move |app| app.store.write(|tx| tx.delete(SESSIONS, &hash)))
-        .await;
+    if let Err(e) = app
+        .blocking(move |app| sessions::end(&app.store, &hash))
+        .await
+    {
+        return internal(e);
+    }
     let mut resp = see_other("/login");
-    resp.headers_mut().append(
-        header::SET_COOKIE,
-        set_cookie(&app, SESSION_COOKIE, "", 0)
-            .parse()
-            .expect("cookie"),
-    );
-    resp.into_response()
+    append_cookie(&mut resp, set_cookie(&app, SESSION_COOKIE, "", 0));
+    resp
 }

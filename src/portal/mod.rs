@@ -36,24 +36,19 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use hmac::{Hmac, Mac};
-use jiff::{SignedDuration, Timestamp};
 use maud::{DOCTYPE, Markup, html};
-use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
 use crate::app::App;
 use crate::clock::SharedClock;
-use crate::identity::{self, Membership, Org, Person, Role};
-use crate::oauth::{hash_secret, new_secret};
-use crate::ratelimit::{FailureLimiter, Limiter, WINDOW};
-use crate::store::{PEOPLE, SESSIONS, StoreError, key};
+use crate::identity::{self, Membership, Org, Person, Role, sessions};
+use crate::ratelimit::{Limiter, WINDOW};
+use crate::store::{StoreError, key};
 
 /// Name of the session cookie.
 pub const SESSION_COOKIE: &str = "kb_session";
 /// Name of the cookie that binds the CSRF token of the login form (no session yet).
 const PRE_COOKIE: &str = "kb_pre";
-/// Sessions end 12 hours after login, whatever happens in between.
-pub const SESSION_LIFETIME_SECS: i64 = 12 * 60 * 60;
 
 /// Navigation entries inside an organisation: (label, path after `/portal/o/{slug}`). Other
 /// areas add their pages here.
@@ -66,32 +61,19 @@ pub const NAV: &[(&str, &str)] = &[
     ("Audit log", "/audit"),
 ];
 
-/// A portal session as stored (under the SHA-256 of its token).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Session {
-    pub person_id: u64,
-    pub created_at: Timestamp,
-    pub expires_at: Timestamp,
-    /// Whether the second factor was passed in this session.
-    pub second_factor: bool,
-}
+pub use crate::identity::sessions::{SESSION_LIFETIME_SECS, Session};
 
 /// Limits the portal's own endpoints keep (in memory, per window; README "Security notes").
+/// Login failures are the domain's (`identity::LoginGuard`, held by `App`).
 pub struct PortalLimits {
     /// `/authorize` requests per client address.
     pub authorize: Limiter<std::net::IpAddr>,
-    /// Failed password and second-factor attempts per account (normalised email).
-    pub login_failures: FailureLimiter<String>,
 }
-
-/// Failed password or second-factor attempts allowed per account per 15 minutes.
-pub const LOGIN_FAILURES_PER_WINDOW: u32 = 10;
 
 impl PortalLimits {
     fn new(clock: SharedClock) -> PortalLimits {
         PortalLimits {
-            authorize: Limiter::new(100, WINDOW, clock.clone()),
-            login_failures: FailureLimiter::new(LOGIN_FAILURES_PER_WINDOW, WINDOW, clock),
+            authorize: Limiter::new(100, WINDOW, clock),
         }
     }
 }
@@ -286,58 +268,12 @@ pub struct AnySession {
 
 fn load_session(app: &App, headers: &HeaderMap) -> Option<AnySession> {
     let token = cookie(headers, SESSION_COOKIE)?;
-    if !token.starts_with("kb_sess_") || token.len() > 100 {
-        return None;
-    }
-    let hash = hash_secret(token);
-    let now = app.clock.now();
-    let found = app.store.read(|tx| -> Result<_, StoreError> {
-        let Some(s) = tx.get::<Session>(SESSIONS, &hash)? else {
-            return Ok(None);
-        };
-        let p: Option<Person> = tx.get(PEOPLE, &key::id(s.person_id))?;
-        Ok(p.map(|p| (s, p)))
-    });
-    let (session, person) = found.ok()??;
-    if now >= session.expires_at {
-        return None;
-    }
+    let (hash, session, person) = sessions::load(&app.store, token, app.clock.now()).ok()??;
     Some(AnySession {
         hash,
         csrf: csrf_token_for(app, &hash),
         session,
         person,
-    })
-}
-
-/// Starts a session for a person whose password was checked; returns the cookie token.
-pub fn create_session(app: &App, person_id: u64) -> Result<String, StoreError> {
-    let token = new_secret("kb_sess_");
-    let now = app.clock.now();
-    let s = Session {
-        person_id,
-        created_at: now,
-        expires_at: now
-            .checked_add(SignedDuration::from_secs(SESSION_LIFETIME_SECS))
-            .expect("in range"),
-        second_factor: false,
-    };
-    app.store
-        .write(|tx| tx.put(SESSIONS, &hash_secret(&token), &s))?;
-    Ok(token)
-}
-
-fn update_session(
-    app: &App,
-    hash: &[u8; 32],
-    f: impl FnOnce(&mut Session),
-) -> Result<(), StoreError> {
-    app.store.write(|tx| {
-        if let Some(mut s) = tx.get::<Session>(SESSIONS, hash)? {
-            f(&mut s);
-            tx.put(SESSIONS, hash, &s)?;
-        }
-        Ok(())
     })
 }
 

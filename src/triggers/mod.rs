@@ -59,7 +59,8 @@ pub struct Trigger {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Slot {
     pub run_id: Option<u64>,
-    /// When the last run started: the cooldown counts from here.
+    /// When the last run was created; the cooldown counts from the run's own `started_at`
+    /// once a worker started it, from here only for a run that never started.
     pub started_at: Option<Timestamp>,
 }
 
@@ -258,7 +259,10 @@ fn slot_skip(
     if run.is_some_and(|r| !r.status.is_final()) {
         return Some(Skip::InFlight);
     }
-    if let Some(start) = slot.started_at {
+    // The cooldown starts when the run starts (spec), not when it was queued: a run that
+    // waited for a busy worker pool cools down from the moment a worker took it.
+    let started = run.and_then(|r| r.started_at).or(slot.started_at);
+    if let Some(start) = started {
         let cooldown = SignedDuration::from_secs(trigger.cooldown_secs as i64);
         if now < start.saturating_add(cooldown).unwrap_or(start) {
             return Some(Skip::Cooldown);

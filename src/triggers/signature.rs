@@ -34,6 +34,27 @@ pub enum Signature {
     },
 }
 
+impl Signature {
+    /// The id a signed delivery is remembered by, derived from what the signature covers so
+    /// that a captured delivery cannot be replayed under another key or delivery id to start
+    /// more runs: Standard Webhooks sign their `webhook-id`; GitHub signs only the body, so
+    /// its delivery is known by its signature (the same body, the same signature) and the
+    /// unsigned `X-GitHub-Delivery` header is not used. Repeats answer `duplicate`, whatever
+    /// event key they name.
+    pub fn delivery_id(&self) -> String {
+        match self {
+            Signature::Standard { id, .. } => id.clone(),
+            Signature::GitHub { signature } => {
+                use sha2::Digest;
+                format!(
+                    "github-sig:{}",
+                    hex::encode(Sha256::digest(signature.trim().as_bytes()))
+                )
+            }
+        }
+    }
+}
+
 fn key_bytes(server_key: &[u8; 32], trigger: &Trigger) -> [u8; 32] {
     let mut mac = Hmac::<Sha256>::new_from_slice(server_key).expect("any key length");
     mac.update(b"kennis trigger signing key\0");
