@@ -4,6 +4,11 @@
 //! ([`mcp`]) lists and calls only the tools of the grant's scopes. Every call is audited and
 //! limited per organisation per hour.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 pub mod args;
 pub mod http;
 pub mod kb_tools;
@@ -96,10 +101,14 @@ impl ToolError {
             ToolError::RateLimited {
                 retry_after_seconds,
                 ..
-            } => error["retry_after_seconds"] = json!(retry_after_seconds),
+            } => args::set(
+                &mut error,
+                "retry_after_seconds",
+                json!(retry_after_seconds),
+            ),
             ToolError::Kb(KbError::VersionConflict {
                 current_version, ..
-            }) => error["current_version"] = json!(current_version),
+            }) => args::set(&mut error, "current_version", json!(current_version)),
             _ => {}
         }
         json!({ "error": error })

@@ -1,6 +1,11 @@
 //! Where module errors become HTTP responses: one place, so statuses stay consistent. Each
 //! module keeps its own `thiserror` enum free of axum types; the mapping lives here.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;

@@ -1,6 +1,11 @@
 //! Organisations, people, memberships, passwords, second factor and terms — and the one
 //! question every connector call asks again: may this person still act in this organisation?
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 pub mod login;
 mod password;
 pub mod sessions;
@@ -475,7 +480,9 @@ pub fn add_member(
 pub fn organisations_of(tx: &ReadTx, person_id: u64) -> Result<Vec<(Org, Membership)>, StoreError> {
     let mut out = Vec::new();
     for (k, ()) in tx.scan::<()>(MEMBERSHIPS_BY_PERSON, &key::id(person_id))? {
-        let org_id = key::id_at(&k, 8).expect("pair key");
+        let Some(org_id) = key::id_at(&k, 8) else {
+            continue;
+        };
         let m: Option<Membership> = tx.get(MEMBERSHIPS, &key::pair(org_id, person_id))?;
         let org: Option<Org> = tx.get(ORGS, &key::id(org_id))?;
         if let (Some(org), Some(m)) = (org, m) {

@@ -2,6 +2,11 @@
 //! and the parameter checks of `/authorize` (whose pages live in the portal). Handlers parse,
 //! call the domain functions of this module's parent, and map errors in `http::error`.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -137,9 +142,9 @@ async fn register(
                 "response_types": ["code"],
                 "scope": SCOPES.join(" "),
             });
-            if let Some(secret) = reg.client_secret {
-                body["client_secret"] = json!(secret);
-                body["client_secret_expires_at"] = json!(0);
+            if let (Some(secret), Some(fields)) = (reg.client_secret, body.as_object_mut()) {
+                fields.insert("client_secret".into(), json!(secret));
+                fields.insert("client_secret_expires_at".into(), json!(0));
             }
             (
                 StatusCode::CREATED,

@@ -1,5 +1,10 @@
 //! Login, second factor (with first-time enrolment), terms, logout.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 use std::collections::HashMap;
 use std::sync::Arc;
 

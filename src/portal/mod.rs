@@ -18,6 +18,11 @@
 //! Sessions: cookie [`SESSION_COOKIE`] holds a `kb_sess_` token; the store keeps its SHA-256
 //! only. Cookies are HttpOnly, SameSite=Lax, and Secure when the public URL is https.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 mod account;
 mod apps;
 mod connections;
@@ -204,6 +209,7 @@ pub fn csrf_field(token: &str) -> Markup {
 
 /// The CSRF token bound to `binding` (a session's hash, or the pre-login cookie): an HMAC
 /// with the server key, so nothing needs storing and it cannot be forged without the key.
+#[allow(clippy::expect_used, reason = "HMAC takes keys of any length")]
 pub fn csrf_token_for(app: &App, binding: &[u8]) -> String {
     use base64::Engine;
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&app.server_key).expect("any key length");
@@ -352,10 +358,11 @@ impl FromRequestParts<Arc<App>> for PortalUser {
     async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Response> {
         let headers = parts.headers.clone();
         let s = app.blocking(move |app| load_session(app, &headers)).await;
-        if let Some(to) = login_step(app, s.as_ref(), &here(parts)) {
-            return Err(see_other(&to));
-        }
-        let s = s.expect("checked above");
+        let s = match (login_step(app, s.as_ref(), &here(parts)), s) {
+            (None, Some(s)) => s,
+            (Some(to), _) => return Err(see_other(&to)),
+            (None, None) => return Err(see_other("/login")),
+        };
         Ok(PortalUser {
             person: s.person,
             session_hash: s.hash,

@@ -7,6 +7,11 @@
 //! create at most one run per slot. A read-only [`precheck`] answers skipped deliveries without
 //! touching the writer, which keeps skips cheap; the write transaction checks again.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 mod signature;
 
 use jiff::{SignedDuration, Timestamp};
@@ -191,6 +196,7 @@ pub fn validate_key(key: Option<&str>) -> Result<Option<String>, TriggerError> {
 
 /// The trigger's instructions with the payload appended as JSON, the JSON cut after 8 KB at
 /// the last character boundary that fits.
+#[allow(clippy::expect_used, reason = "a JSON value always serialises")]
 pub fn instructions_with_payload(instructions: &str, payload: &Value) -> String {
     let json = serde_json::to_string(payload).expect("JSON values serialise");
     let mut out = String::with_capacity(instructions.len() + json.len().min(PAYLOAD_LIMIT) + 80);
