@@ -203,7 +203,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
             let app = Arc::downgrade(&app);
             Arc::new(move |id| {
                 if let Some(app) = app.upgrade() {
-                    app.queue_agent_job(id);
+                    crate::agents::enqueue(&app, id);
                 }
             })
         }),

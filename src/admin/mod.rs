@@ -361,7 +361,7 @@ pub fn execute(
             json!({ "items": items })
         }
         AdminRequest::TriggerChange { id, change } => {
-            let (t, secret) = triggers::change(store, &id, change, now)?;
+            let (t, secret) = triggers::change(store, None, &id, change, now)?;
             match secret {
                 Some(secret) => {
                     let server_key = crate::app::load_or_create_key(&ctx.data_dir)?;

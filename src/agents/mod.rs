@@ -11,10 +11,10 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::identity;
-use crate::store::{AGENTS, PROJECTS, ReadTx, Store, StoreError, key};
+use crate::store::{AGENTS, PROJECTS, Read, ReadTx, Store, StoreError, key};
 
 pub use exec::{AgentEvent, EventSink, Job, JobAgent, Outcome, dispatch};
-pub use runtime::{RunQueue, recover, start_workers};
+pub use runtime::{RunQueue, enqueue, recover, start_workers};
 
 /// Longest allowed executor timeout: one hour.
 pub const MAX_TIMEOUT_SECS: u64 = 3600;
@@ -227,11 +227,11 @@ pub fn add_project(
     })
 }
 
-pub fn get_agent(tx: &ReadTx, id: u64) -> Result<Option<Agent>, StoreError> {
+pub fn get_agent(tx: &impl Read, id: u64) -> Result<Option<Agent>, StoreError> {
     tx.get(AGENTS, &key::id(id))
 }
 
-pub fn get_project(tx: &ReadTx, id: u64) -> Result<Option<Project>, StoreError> {
+pub fn get_project(tx: &impl Read, id: u64) -> Result<Option<Project>, StoreError> {
     tx.get(PROJECTS, &key::id(id))
 }
 

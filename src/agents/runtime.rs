@@ -44,6 +44,14 @@ impl RunQueue {
     }
 }
 
+/// The one way to hand a stored, queued agent job (a trigger's run or a feature request's
+/// job) to the workers: counts it in the queue gauge, which the worker that picks it up counts
+/// down again, and wakes a worker.
+pub fn enqueue(app: &App, id: u64) {
+    app.metrics.run_queue.inc();
+    app.runs.wake(id);
+}
+
 /// A run that was `running` when the server stopped this many times is failed, not retried.
 const MAX_ATTEMPTS: u32 = 2;
 
@@ -58,7 +66,7 @@ pub fn recover(store: &Store, now: jiff::Timestamp) -> Result<Vec<u64>, StoreErr
             .collect();
         let mut queue = Vec::new();
         for id in ids {
-            let Some(mut run) = requests::get_for_update(tx, id)? else {
+            let Some(mut run) = requests::get(tx, id)? else {
                 tx.delete(ACTIVE_RUNS, &key::id(id))?;
                 continue;
             };
@@ -147,10 +155,8 @@ pub fn start_workers(
     app: &Arc<App>,
     stop: watch::Receiver<bool>,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, StoreError> {
-    let pending = recover(&app.store, app.clock.now())?;
-    app.metrics.run_queue.set(pending.len() as i64);
-    for id in pending {
-        app.runs.wake(id);
+    for id in recover(&app.store, app.clock.now())? {
+        enqueue(app, id);
     }
     let rx = app
         .runs
@@ -236,7 +242,7 @@ async fn execute_run(app: &Arc<App>, id: u64) {
     let claim = app
         .commits
         .write(move |tx| {
-            let Some(mut run) = requests::get_for_update(tx, id)? else {
+            let Some(mut run) = requests::get(tx, id)? else {
                 return Ok(Claim::Skip);
             };
             if run.kind == Kind::FeatureRequest {
@@ -322,7 +328,7 @@ async fn execute_run(app: &Arc<App>, id: u64) {
     let saved = app
         .commits
         .write(move |tx| {
-            let Some(mut run) = requests::get_for_update(tx, run_id)? else {
+            let Some(mut run) = requests::get(tx, run_id)? else {
                 return Ok(());
             };
             if run.status.is_final() {
@@ -410,7 +416,7 @@ async fn execute_feature(app: &Arc<App>, job: Job, agent: super::Agent) {
     let saved = app
         .commits
         .write(move |tx| {
-            let Some(mut r) = requests::get_for_update(tx, id)? else {
+            let Some(mut r) = requests::get(tx, id)? else {
                 return Ok(false);
             };
             for event in &sink.events {
@@ -460,7 +466,7 @@ async fn execute_feature(app: &Arc<App>, job: Job, agent: super::Agent) {
         })
         .await;
     match saved {
-        Ok(true) => app.queue_agent_job(id),
+        Ok(true) => enqueue(app, id),
         Ok(false) => {}
         Err(e) => {
             tracing::error!(request = id, error = %e, "could not store a feature agent's events")

@@ -21,13 +21,13 @@ use serde_json::json;
 use tower::ServiceExt;
 
 use super::mcp::KennisMcp;
-use super::{Caller, SCOPE_KB, SCOPE_REQUESTS};
+use super::{CONNECTOR_PATH, Caller, SCOPE_KB, SCOPE_REQUESTS};
 use crate::app::App;
 use crate::http::client_ip::CallerIp;
+use crate::http::error::{ToProblem, too_many_requests};
 use crate::oauth::{self, BearerError};
-use crate::ratelimit::{FailureLimiter, WINDOW, retry_after_secs};
+use crate::ratelimit::{FailureLimiter, WINDOW};
 
-pub const PATH: &str = crate::app::CONNECTOR_PATH;
 /// Failed token checks one address may make per window before it gets 429.
 pub const TOKEN_FAILURES_PER_WINDOW: u32 = 300;
 pub const MAX_BODY: usize = 1024 * 1024;
@@ -100,7 +100,7 @@ pub fn routes(app: Arc<App>) -> Router<Arc<App>> {
         token_failures: FailureLimiter::new(TOKEN_FAILURES_PER_WINDOW, WINDOW, app.clock.clone()),
     });
     Router::new().route(
-        PATH,
+        CONNECTOR_PATH,
         post(
             move |State(app): State<Arc<App>>, CallerIp(ip): CallerIp, req: Request| {
                 let service = service.clone();
@@ -135,16 +135,6 @@ fn auth_error(app: &App, status: StatusCode, code: &str, description: &str) -> R
             .unwrap_or_else(|_| HeaderValue::from_static("Bearer")),
         )],
         axum::Json(json!({"error": code, "error_description": description})),
-    )
-        .into_response()
-}
-
-fn too_many(wait: std::time::Duration) -> Response {
-    let secs = retry_after_secs(wait);
-    (
-        StatusCode::TOO_MANY_REQUESTS,
-        [(header::RETRY_AFTER, secs.to_string())],
-        axum::Json(json!({"error": "too_many_requests", "error_description": format!("too many failed token checks; retry in {secs} seconds")})),
     )
         .into_response()
 }
@@ -192,7 +182,7 @@ async fn handle(
         return (StatusCode::PAYLOAD_TOO_LARGE, axum::Json(json!({"error": "payload_too_large", "error_description": "request body is larger than 1 MB"}))).into_response();
     }
     if let Some(wait) = guard.token_failures.blocked(&ip) {
-        return too_many(wait);
+        return too_many_requests(wait);
     }
     let Some(token) = bearer(headers) else {
         return auth_error(
@@ -209,9 +199,10 @@ async fn handle(
             if !matches!(e, BearerError::Denied(_))
                 && let Some(wait) = guard.token_failures.record_failure(&ip)
             {
-                return too_many(wait);
+                return too_many_requests(wait);
             }
-            return auth_error(&app, StatusCode::UNAUTHORIZED, "invalid_token", &e.reason());
+            let p = e.problem();
+            return auth_error(&app, p.status, p.code, &p.message);
         }
     };
     let scopes = connector_scopes(&access.scopes);

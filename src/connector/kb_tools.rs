@@ -180,19 +180,18 @@ pub fn write(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolErro
         Some(v) => Expect::Version(v as u64),
         None => Expect::Create,
     };
-    let now = app.clock.now();
-    let outcome = app.store.write(|tx| {
-        kb::put_document(
-            tx,
-            caller.org_id,
-            &p,
-            content.as_bytes(),
+    let outcome = kb::write(
+        &app.store,
+        &app.kb_index,
+        kb::NewVersion {
+            org_id: caller.org_id,
+            path: &p,
+            bytes: content.as_bytes(),
             expect,
-            Some(caller.person_id),
-            now,
-        )
-    })?;
-    app.kb_index.catch_up(&app.store)?;
+            by: Some(caller.person_id),
+            now: app.clock.now(),
+        },
+    )?;
     let text = format!(
         "{} {} (version {}, {} bytes).",
         if outcome.created {

@@ -19,6 +19,8 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
+pub use crate::config::CONNECTOR_PATH;
+
 use crate::app::App;
 use crate::audit::{self, AuditRecord, Outcome, limits};
 use crate::kb::KbError;

@@ -15,8 +15,8 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::store::{
-    MEMBERSHIPS, MEMBERSHIPS_BY_PERSON, ORG_SLUGS, ORGS, PEOPLE, PEOPLE_BY_EMAIL, ReadTx, Store,
-    StoreError, key,
+    MEMBERSHIPS, MEMBERSHIPS_BY_PERSON, ORG_SLUGS, ORGS, PEOPLE, PEOPLE_BY_EMAIL, Read, ReadTx,
+    Store, StoreError, key,
 };
 
 pub use login::LoginGuard;
@@ -246,7 +246,7 @@ pub fn list_orgs(store: &Store) -> Result<Vec<Org>, IdentityError> {
         .collect())
 }
 
-pub fn org_by_slug(tx: &ReadTx, slug: &str) -> Result<Option<Org>, StoreError> {
+pub fn org_by_slug(tx: &impl Read, slug: &str) -> Result<Option<Org>, StoreError> {
     match tx.get::<u64>(ORG_SLUGS, slug.as_bytes())? {
         Some(id) => tx.get(ORGS, &key::id(id)),
         None => Ok(None),
@@ -487,6 +487,32 @@ pub fn organisations_of(tx: &ReadTx, person_id: u64) -> Result<Vec<(Org, Members
         let org: Option<Org> = tx.get(ORGS, &key::id(org_id))?;
         if let (Some(org), Some(m)) = (org, m) {
             out.push((org, m));
+        }
+    }
+    Ok(out)
+}
+
+/// One person by id.
+pub fn person(tx: &impl Read, person_id: u64) -> Result<Option<Person>, StoreError> {
+    tx.get(PEOPLE, &key::id(person_id))
+}
+
+/// A member of the organisation with their membership; `None` when they are not one.
+pub fn member(
+    tx: &impl Read,
+    org_id: u64,
+    person_id: u64,
+) -> Result<Option<(Membership, Person)>, StoreError> {
+    let m: Option<Membership> = tx.get(MEMBERSHIPS, &key::pair(org_id, person_id))?;
+    Ok(m.zip(person(tx, person_id)?))
+}
+
+/// The organisation's members with their memberships, by person id.
+pub fn members(tx: &impl Read, org_id: u64) -> Result<Vec<(Membership, Person)>, StoreError> {
+    let mut out = Vec::new();
+    for (_, m) in tx.scan::<Membership>(MEMBERSHIPS, &key::id(org_id))? {
+        if let Some(p) = person(tx, m.person_id)? {
+            out.push((m, p));
         }
     }
     Ok(out)

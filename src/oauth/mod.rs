@@ -23,7 +23,7 @@ mod grants;
 pub mod redirect;
 pub mod routes;
 
-use crate::app::CONNECTOR_PATH;
+use crate::config::CONNECTOR_PATH;
 use crate::identity::AccessDenied;
 use crate::store::StoreError;
 
@@ -31,9 +31,9 @@ pub use clients::{
     Client, ClientMetadata, RegisteredClient, authenticate_client, get_client, register_client,
 };
 pub use grants::{
-    AccessContext, CodeExchange, Grant, NewCode, NewGrant, TokenPair, check_bearer, create_code,
-    exchange_code, grant_last_used, grants_of_org, issue_grant, refresh, revoke_grant,
-    revoke_token,
+    AccessContext, CodeExchange, Connection, Grant, NewCode, NewGrant, TokenPair, check_bearer,
+    connections_visible_to, create_code, exchange_code, grant_last_used, grants_of_org,
+    issue_grant, refresh, revoke_connection, revoke_grant, revoke_token,
 };
 
 /// Every scope the connector knows, in the order shown on the consent page.

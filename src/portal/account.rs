@@ -7,18 +7,15 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use maud::html;
 
-use super::{
-    PortalUser, csrf_field, csrf_rejected, field, form_pairs, layout, page, see_other, verify_csrf,
-};
+use super::{CsrfForm, PortalUser, csrf_field, layout, page, see_other};
 use crate::app::App;
 use crate::http::client_ip::CallerIp;
-use crate::http::error::login_refusal;
+use crate::http::error::{ToProblem, login_refusal};
 use crate::identity::{IdentityError, Role, sessions};
 
 pub(super) async fn home(State(app): State<Arc<App>>, user: PortalUser) -> Response {
@@ -91,14 +88,10 @@ pub(super) async fn change_password(
     State(app): State<Arc<App>>,
     CallerIp(ip): CallerIp,
     user: PortalUser,
-    body: Bytes,
+    form: CsrfForm,
 ) -> Response {
-    let form = form_pairs(&body);
-    if !verify_csrf(&user.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
-    let current = field(&form, "current_password").unwrap_or_default();
-    let new = field(&form, "new_password").unwrap_or_default();
+    let current = form.field("current_password").unwrap_or_default();
+    let new = form.field("new_password").unwrap_or_default();
     let r = app
         .login
         .change_password(
@@ -123,19 +116,12 @@ pub(super) async fn change_password(
             StatusCode::UNAUTHORIZED,
             ("The current password is wrong.".to_owned(), true),
         ),
-        Err(IdentityError::WeakPassword(why)) => (
-            StatusCode::BAD_REQUEST,
-            (format!("New password refused: {why}."), true),
-        ),
         Err(e) => {
             if let Some(refused) = login_refusal(e) {
                 return refused;
             }
-            tracing::error!(error = %e, "password change failed");
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                ("Could not change the password.".to_owned(), true),
-            )
+            let p = e.problem();
+            (p.status, (p.message, true))
         }
     };
     page(
@@ -152,12 +138,8 @@ pub(super) async fn change_password(
 pub(super) async fn reset_totp(
     State(app): State<Arc<App>>,
     user: PortalUser,
-    body: Bytes,
+    _form: CsrfForm,
 ) -> Response {
-    let form = form_pairs(&body);
-    if !verify_csrf(&user.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
     let (id, hash) = (user.person.id, user.session_hash);
     let r = app
         .blocking(move |app| sessions::reset_second_factor(&app.store, id, &hash))
@@ -165,8 +147,16 @@ pub(super) async fn reset_totp(
     match r {
         Ok(()) => see_other("/login/totp?next=%2Fportal%2Faccount"),
         Err(e) => {
-            tracing::error!(error = %e, "second-factor reset failed");
-            see_other("/portal/account")
+            let p = e.problem();
+            page(
+                p.status,
+                layout(
+                    "Account",
+                    Some(&user),
+                    None,
+                    account_markup(&app, &user, Some((&p.message, true))),
+                ),
+            )
         }
     }
 }

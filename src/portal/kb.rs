@@ -15,6 +15,7 @@ use serde::Deserialize;
 use super::{OrgAdmin, OrgMember, csrf_field, csrf_rejected, layout, page, see_other, verify_csrf};
 use crate::app::App;
 use crate::audit;
+use crate::http::error::ToProblem;
 use crate::kb::{self, DocKind, Entry, KbError, Version, link, path};
 use crate::store::StoreError;
 
@@ -35,6 +36,12 @@ pub fn router() -> Router<Arc<App>> {
 #[derive(Deserialize)]
 pub(super) struct PathQuery {
     path: Option<String>,
+}
+
+/// A refused operation (or a failure), as `http::error` maps it.
+fn refused(m: &OrgMember, e: &impl ToProblem) -> Response {
+    let p = e.problem();
+    error_page(m, p.status, &p.message)
 }
 
 fn error_page(m: &OrgMember, status: StatusCode, msg: &str) -> Response {
@@ -64,7 +71,7 @@ fn url_escape(s: &str) -> String {
 async fn browse(State(app): State<Arc<App>>, m: OrgMember, Query(q): Query<PathQuery>) -> Response {
     let folder = match path::normalize_folder(q.path.as_deref()) {
         Ok(f) => f,
-        Err(e) => return error_page(&m, StatusCode::BAD_REQUEST, &e.to_string()),
+        Err(e) => return refused(&m, &e),
     };
     let org_id = m.org.id;
     let f = folder.clone();
@@ -74,7 +81,7 @@ async fn browse(State(app): State<Arc<App>>, m: OrgMember, Query(q): Query<PathQ
     let entries: Vec<Entry> = match listed {
         Ok(e) => e,
         Err(KbError::NotFound(_)) if folder.is_none() => Vec::new(),
-        Err(e) => return error_page(&m, StatusCode::NOT_FOUND, &e.to_string()),
+        Err(e) => return refused(&m, &e),
     };
     let slug = &m.org.slug;
     let here = folder.clone().unwrap_or_default();
@@ -135,7 +142,7 @@ async fn document(
 ) -> Response {
     let p = match path::normalize(q.path.as_deref().unwrap_or("")) {
         Ok(p) => p,
-        Err(e) => return error_page(&m, StatusCode::BAD_REQUEST, &e.to_string()),
+        Err(e) => return refused(&m, &e),
     };
     let org_id = m.org.id;
     let p2 = p.clone();
@@ -155,8 +162,10 @@ async fn document(
             })
         })
         .await;
-    let Ok(Some((doc, versions, text))) = found else {
-        return error_page(&m, StatusCode::NOT_FOUND, "No such document.");
+    let (doc, versions, text) = match found {
+        Ok(Some(found)) => found,
+        Ok(None) => return error_page(&m, StatusCode::NOT_FOUND, "No such document."),
+        Err(e) => return refused(&m, &e),
     };
     let now = app.clock.now();
     let link_for = |v: &Version| {
@@ -244,21 +253,23 @@ async fn upload(State(app): State<Arc<App>>, m: OrgMember, mut form: Multipart) 
     let (org_id, person_id) = (m.org.id, m.user.person.id);
     let stored = app
         .blocking(move |app| {
-            let out = kb::store_document(
+            kb::write(
                 &app.store,
-                org_id,
-                &target,
-                &bytes,
-                Some(person_id),
-                app.clock.now(),
-            )?;
-            app.kb_index.catch_up(&app.store)?;
-            Ok::<_, KbError>(out)
+                &app.kb_index,
+                kb::NewVersion {
+                    org_id,
+                    path: &target,
+                    bytes: &bytes,
+                    expect: kb::Expect::Any,
+                    by: Some(person_id),
+                    now: app.clock.now(),
+                },
+            )
         })
         .await;
     match stored {
         Ok(_) => see_other(&kb_url(&m.org.slug, &folder)),
-        Err(e) => error_page(&m, StatusCode::BAD_REQUEST, &e.to_string()),
+        Err(e) => refused(&m, &e),
     }
 }
 

@@ -1,4 +1,5 @@
-//! Login, second factor (with first-time enrolment), terms, logout.
+//! Login, second factor (with first-time enrolment), terms, logout. The checks and their
+//! limits are the domain's (`identity::LoginGuard`); these handlers parse and render.
 
 #![cfg_attr(
     not(test),
@@ -8,20 +9,21 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::{Query, State};
+use axum::extract::{FromRequestParts, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use maud::{Markup, PreEscaped, html};
 
+use super::form::SessionCsrf;
 use super::{
-    AnySession, PRE_COOKIE, SESSION_COOKIE, csrf_field, csrf_rejected, csrf_token_for, field,
-    form_pairs, layout, load_session, login_step, page, safe_next, see_other, set_cookie,
-    verify_csrf, with_next,
+    AnySession, CsrfForm, PRE_COOKIE, SESSION_COOKIE, UncheckedForm, csrf_field, csrf_rejected,
+    csrf_token_for, layout, load_session, login_step, page, problem_page, safe_next, see_other,
+    set_cookie, with_next,
 };
 use crate::app::App;
 use crate::http::client_ip::CallerIp;
-use crate::http::error::login_refusal;
+use crate::http::error::{ToProblem, login_refusal};
 use crate::identity::{self, IdentityError, sessions};
 
 type Params = Query<HashMap<String, String>>;
@@ -70,19 +72,20 @@ pub(super) async fn login_submit(
     CallerIp(ip): CallerIp,
     Query(q): Params,
     headers: HeaderMap,
-    body: Bytes,
+    form: UncheckedForm,
 ) -> Response {
     let next = next_of(&q);
-    let form = form_pairs(&body);
+    // The login form's token is bound to the pre-login cookie: there is no session yet.
     let Some(pre) = super::cookie(&headers, PRE_COOKIE) else {
         return csrf_rejected();
     };
     let csrf = csrf_token_for(&app, pre.as_bytes());
-    if !verify_csrf(&csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
-    let email = field(&form, "email").unwrap_or_default();
-    let password = field(&form, "password").unwrap_or_default();
+    let form = match form.verify(&csrf) {
+        Ok(f) => f,
+        Err(rejected) => return rejected.into_response(),
+    };
+    let email = form.field("email").unwrap_or_default();
+    let password = form.field("password").unwrap_or_default();
     match app
         .login
         .password_login(&app.store, email, password, ip)
@@ -105,34 +108,54 @@ pub(super) async fn login_submit(
                 login_form(&csrf, &next, email, Some("Wrong email or password.")),
             ),
         ),
-        Err(e) => login_refusal(&e).unwrap_or_else(|| internal(e)),
+        Err(e) => login_refusal(&e).unwrap_or_else(|| refused("Log in", &e)),
     }
 }
 
-/// Adds a `Set-Cookie` header (the value is built from tokens and fixed attributes; one that
-/// would not be a header value is dropped rather than panicking).
+/// Adds a `Set-Cookie` header (built from tokens and fixed attributes; a value that would not
+/// be a header is dropped rather than panicking).
 fn append_cookie(resp: &mut Response, cookie: String) {
     if let Ok(v) = header::HeaderValue::try_from(cookie) {
         resp.headers_mut().append(header::SET_COOKIE, v);
     }
 }
 
-fn internal(e: impl std::fmt::Display) -> Response {
-    tracing::error!(error = %e, "portal error");
-    page(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        layout(
-            "Something went wrong",
-            None,
-            None,
-            html! { p { "The server could not complete this request. Try again later." } },
-        ),
-    )
+/// A refused or failed step of the login, as `http::error` maps it.
+fn refused(title: &str, e: &impl ToProblem) -> Response {
+    problem_page(title, None, None, &e.problem())
 }
 
 async fn session(app: &Arc<App>, headers: &HeaderMap) -> Option<AnySession> {
     let headers = headers.clone();
     app.blocking(move |app| load_session(app, &headers)).await
+}
+
+/// A session part-way through the login (second factor or terms still to come) and the
+/// `next` of the query: where to go when the login is complete. Without a session: to the
+/// login page. A [`CsrfForm`] after it checks the form against this session.
+pub(super) struct LoginStep {
+    s: AnySession,
+    next: String,
+}
+
+impl FromRequestParts<Arc<App>> for LoginStep {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Response> {
+        // Like `Query<HashMap<…>>`: the last `next` counts.
+        let next = parts.uri.query().and_then(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .filter(|(k, _)| k == "next")
+                .map(|(_, v)| v.into_owned())
+                .last()
+        });
+        let next = safe_next(next.as_deref());
+        let Some(s) = session(app, &parts.headers).await else {
+            return Err(see_other(&with_next("/login", &next)));
+        };
+        parts.extensions.insert(SessionCsrf(s.csrf.clone()));
+        Ok(LoginStep { s, next })
+    }
 }
 
 fn qr_svg(uri: &str) -> String {
@@ -169,13 +192,8 @@ fn totp_markup(s: &AnySession, next: &str, error: Option<&str>) -> Markup {
 
 pub(super) async fn totp_page(
     State(app): State<Arc<App>>,
-    Query(q): Params,
-    headers: HeaderMap,
+    LoginStep { mut s, next }: LoginStep,
 ) -> Response {
-    let next = next_of(&q);
-    let Some(mut s) = session(&app, &headers).await else {
-        return see_other(&with_next("/login", &next));
-    };
     if s.session.second_factor {
         return see_other(&login_step(&app, Some(&s), &next).unwrap_or(next));
     }
@@ -190,7 +208,7 @@ pub(super) async fn totp_page(
             .await;
         match person {
             Ok(p) => s.person = p,
-            Err(e) => return internal(e),
+            Err(e) => return refused("Second factor", &e),
         }
     }
     page(
@@ -202,19 +220,10 @@ pub(super) async fn totp_page(
 pub(super) async fn totp_submit(
     State(app): State<Arc<App>>,
     CallerIp(ip): CallerIp,
-    Query(q): Params,
-    headers: HeaderMap,
-    body: Bytes,
+    LoginStep { s, next }: LoginStep,
+    form: CsrfForm,
 ) -> Response {
-    let next = next_of(&q);
-    let Some(s) = session(&app, &headers).await else {
-        return see_other(&with_next("/login", &next));
-    };
-    let form = form_pairs(&body);
-    if !verify_csrf(&s.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
-    let code = field(&form, "code").unwrap_or_default().trim();
+    let code = form.field("code").unwrap_or_default().trim();
     let r = app
         .login
         .second_factor(&app.store, s.hash, &s.person, code, ip)
@@ -235,19 +244,14 @@ pub(super) async fn totp_submit(
                 totp_markup(&s, &next, Some("Wrong or already used code.")),
             ),
         ),
-        Err(e) => login_refusal(&e).unwrap_or_else(|| internal(e)),
+        Err(e) => login_refusal(&e).unwrap_or_else(|| refused("Second factor", &e)),
     }
 }
 
 pub(super) async fn terms_page(
     State(app): State<Arc<App>>,
-    Query(q): Params,
-    headers: HeaderMap,
+    LoginStep { s, next }: LoginStep,
 ) -> Response {
-    let next = next_of(&q);
-    let Some(s) = session(&app, &headers).await else {
-        return see_other(&with_next("/login", &next));
-    };
     if !s.session.second_factor {
         return see_other(&with_next("/login/totp", &next));
     }
@@ -272,22 +276,13 @@ pub(super) async fn terms_page(
 
 pub(super) async fn terms_submit(
     State(app): State<Arc<App>>,
-    Query(q): Params,
-    headers: HeaderMap,
-    body: Bytes,
+    LoginStep { s, next }: LoginStep,
+    form: CsrfForm,
 ) -> Response {
-    let next = next_of(&q);
-    let Some(s) = session(&app, &headers).await else {
-        return see_other(&with_next("/login", &next));
-    };
-    let form = form_pairs(&body);
-    if !verify_csrf(&s.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
     if !s.session.second_factor {
         return see_other(&with_next("/login/totp", &next));
     }
-    if field(&form, "accept").is_none() {
+    if form.field("accept").is_none() {
         return see_other(&with_next("/portal/terms", &next));
     }
     let id = s.person.id;
@@ -296,28 +291,27 @@ pub(super) async fn terms_submit(
         .await;
     match r {
         Ok(()) => see_other(&next),
-        Err(e) => internal(e),
+        Err(e) => refused("Terms of use", &e),
     }
 }
 
 pub(super) async fn logout(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
-    body: Bytes,
+    form: UncheckedForm,
 ) -> Response {
     let Some(s) = session(&app, &headers).await else {
         return see_other("/login");
     };
-    let form = form_pairs(&body);
-    if !verify_csrf(&s.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
+    if let Err(rejected) = form.verify(&s.csrf) {
+        return rejected.into_response();
     }
     let hash = s.hash;
     if let Err(e) = app
         .blocking(move |app| sessions::end(&app.store, &hash))
         .await
     {
-        return internal(e);
+        return refused("Log out", &e);
     }
     let mut resp = see_other("/login");
     append_cookie(&mut resp, set_cookie(&app, SESSION_COOKIE, "", 0));

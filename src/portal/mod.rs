@@ -9,8 +9,11 @@
 //!   check membership (and the admin role) of the organisation named by the `slug` path
 //!   parameter and answer 404 otherwise, so outsiders cannot tell which organisations exist.
 //! - [`layout`]: the page frame (title, navigation, body).
-//! - [`csrf_field`] renders the hidden `csrf_token` input of a form; [`verify_csrf`] checks a
-//!   submitted token. Every POST form must carry and check it.
+//! - [`csrf_field`] renders the hidden `csrf_token` input of a form; every POST form must carry
+//!   it. Handlers take the body as [`CsrfForm`], which checks the token against the session's
+//!   before the handler runs; multipart forms check theirs with [`verify_csrf`].
+//! - [`problem_page`]: the page for a failed operation; status and what may be shown come from
+//!   [`crate::http::error`], never from the page.
 //! - [`page`]: an HTML response with the security headers every portal page needs
 //!   (`frame-ancestors 'none'`, `X-Frame-Options: DENY`, no referrer, no caching).
 //! - [`NAV`]: the navigation entries of an organisation; add an area's link there.
@@ -27,6 +30,7 @@ mod account;
 mod apps;
 mod connections;
 mod consent;
+mod form;
 mod kb;
 mod login;
 mod requests;
@@ -44,8 +48,11 @@ use hmac::{Hmac, Mac};
 use maud::{DOCTYPE, Markup, html};
 use subtle::ConstantTimeEq;
 
+pub use form::{CsrfForm, CsrfRejected, UncheckedForm};
+
 use crate::app::App;
 use crate::clock::SharedClock;
+use crate::http::error::Problem;
 use crate::identity::{self, Membership, Org, Person, Role, sessions};
 use crate::ratelimit::{Limiter, WINDOW};
 use crate::store::{StoreError, key};
@@ -236,6 +243,25 @@ pub fn csrf_rejected() -> Response {
     )
 }
 
+/// The page for a failed operation. [`Problem`] (from [`crate::http::error`]) decides the status
+/// and what may be shown; an internal failure only says that something went wrong.
+pub fn problem_page(
+    title: &str,
+    user: Option<&PortalUser>,
+    org: Option<&Org>,
+    problem: &Problem,
+) -> Response {
+    let (title, body) = if problem.is_internal() {
+        (
+            "Something went wrong",
+            html! { p { "The server could not complete this request. Try again later." } },
+        )
+    } else {
+        (title, html! { p.error #error { (problem.message) } })
+    };
+    page(problem.status, layout(title, user, org, body))
+}
+
 /// A 303 redirect (after a POST the browser must GET the target).
 pub fn see_other(to: &str) -> Response {
     Redirect::to(to).into_response()
@@ -363,6 +389,8 @@ impl FromRequestParts<Arc<App>> for PortalUser {
             (Some(to), _) => return Err(see_other(&to)),
             (None, None) => return Err(see_other("/login")),
         };
+        // For a `CsrfForm` among the handler's arguments: no second session lookup.
+        parts.extensions.insert(form::SessionCsrf(s.csrf.clone()));
         Ok(PortalUser {
             person: s.person,
             session_hash: s.hash,
@@ -459,7 +487,8 @@ impl FromRequestParts<Arc<App>> for OrgAdmin {
     }
 }
 
-/// Parses a form body, keeping repeated fields (checkbox groups such as `scope`).
+/// Parses a form body, keeping repeated fields (checkbox groups such as `scope`). Handlers take
+/// a [`CsrfForm`] instead; the consent page still parses and checks by hand.
 pub fn form_pairs(body: &[u8]) -> Vec<(String, String)> {
     form_urlencoded::parse(body)
         .map(|(k, v)| (k.into_owned(), v.into_owned()))

@@ -5,17 +5,15 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{Markup, html};
 
-use super::{
-    OrgAdmin, csrf_field, csrf_rejected, field, form_pairs, layout, page, see_other, verify_csrf,
-};
+use super::{CsrfForm, OrgAdmin, csrf_field, layout, page, problem_page, see_other};
 use crate::agents::{self, Agent, AgentKind, Project, Rollout};
 use crate::app::App;
+use crate::http::error::ToProblem;
 use crate::triggers::{self, Change, NewTrigger, Trigger};
 
 struct Data {
@@ -30,6 +28,16 @@ fn load(app: &App, org_slug: &str, org_id: u64) -> Result<Data, triggers::Trigge
         agents: agents::list_agents(&app.store, org_id)?,
         projects: agents::list_projects(&app.store, org_id)?,
     })
+}
+
+/// A failure (or a refusal without the list to show it on), as `http::error` maps it.
+fn refused(m: &OrgAdmin, e: &impl ToProblem) -> Response {
+    problem_page(
+        "Event triggers",
+        Some(&m.0.user),
+        Some(&m.0.org),
+        &e.problem(),
+    )
 }
 
 fn rollout(r: Rollout) -> &'static str {
@@ -153,22 +161,18 @@ pub(super) async fn triggers_page(State(app): State<Arc<App>>, m: OrgAdmin) -> R
     let (slug, id) = (m.0.org.slug.clone(), m.0.org.id);
     match app.blocking(move |app| load(app, &slug, id)).await {
         Ok(d) => list_page(&app, &m, &d, None, StatusCode::OK),
-        Err(_) => see_other("/portal"),
+        Err(e) => refused(&m, &e),
     }
 }
 
-pub(super) async fn create(State(app): State<Arc<App>>, m: OrgAdmin, body: Bytes) -> Response {
-    let pairs = form_pairs(&body);
-    if !verify_csrf(&m.0.user.csrf, field(&pairs, "csrf_token")) {
-        return csrf_rejected();
-    }
-    let num = |n: &str| field(&pairs, n).and_then(|v| v.trim().parse::<u64>().ok());
+pub(super) async fn create(State(app): State<Arc<App>>, m: OrgAdmin, form: CsrfForm) -> Response {
+    let num = |n: &str| form.field(n).and_then(|v| v.trim().parse::<u64>().ok());
     let new = NewTrigger {
-        name: field(&pairs, "name").unwrap_or("").to_owned(),
+        name: form.field("name").unwrap_or("").to_owned(),
         agent_id: num("agent").unwrap_or(0),
         project_id: num("project").unwrap_or(0),
-        instructions: field(&pairs, "instructions").unwrap_or("").to_owned(),
-        cooldown_secs: match field(&pairs, "cooldown").map(str::trim) {
+        instructions: form.field("instructions").unwrap_or("").to_owned(),
+        cooldown_secs: match form.field("cooldown").map(str::trim) {
             None | Some("") => None,
             Some(v) => match v.parse() {
                 Ok(n) => Some(n),
@@ -185,16 +189,12 @@ pub(super) async fn create(State(app): State<Arc<App>>, m: OrgAdmin, body: Bytes
         .await;
     match result {
         (Ok(c), _) => secret_page(&app, &m, &c.trigger, &c.secret, false),
-        (Err(e), Ok(d)) => list_page(&app, &m, &d, Some(&e.to_string()), StatusCode::BAD_REQUEST),
-        (Err(_), Err(_)) => see_other("/portal"),
+        (Err(e), Ok(d)) => {
+            let p = e.problem();
+            list_page(&app, &m, &d, Some(&p.message), p.status)
+        }
+        (Err(e), Err(_)) => refused(&m, &e),
     }
-}
-
-fn owned(app: &App, m: &OrgAdmin, id: &str) -> Option<Trigger> {
-    let id = uuid::Uuid::parse_str(id).ok()?;
-    triggers::get(&app.store, id)
-        .ok()
-        .filter(|t| t.org_id == m.0.org.id)
 }
 
 fn not_found(m: &OrgAdmin) -> Response {
@@ -213,12 +213,8 @@ pub(super) async fn change(
     State(app): State<Arc<App>>,
     m: OrgAdmin,
     Path((_slug, id, action)): Path<(String, String, String)>,
-    body: Bytes,
+    _form: CsrfForm,
 ) -> Response {
-    let pairs = form_pairs(&body);
-    if !verify_csrf(&m.0.user.csrf, field(&pairs, "csrf_token")) {
-        return csrf_rejected();
-    }
     let what = match action.as_str() {
         "pause" => Change::Pause,
         "resume" => Change::Resume,
@@ -226,22 +222,15 @@ pub(super) async fn change(
         "delete" => Change::Delete,
         _ => return not_found(&m),
     };
-    let m2 = m.clone();
+    let org_id = m.0.org.id;
     let result = app
-        .blocking(move |app| {
-            let t = owned(app, &m2, &id)?;
-            Some(triggers::change(
-                &app.store,
-                &t.id.to_string(),
-                what,
-                app.clock.now(),
-            ))
-        })
+        .blocking(move |app| triggers::change(&app.store, Some(org_id), &id, what, app.clock.now()))
         .await;
     match result {
-        None | Some(Err(_)) => not_found(&m),
-        Some(Ok((t, Some(secret)))) => secret_page(&app, &m, &t, &secret, true),
-        Some(Ok(_)) => see_other(&base(&m)),
+        Err(crate::triggers::TriggerError::UnknownTrigger) => not_found(&m),
+        Err(e) => refused(&m, &e),
+        Ok((t, Some(secret))) => secret_page(&app, &m, &t, &secret, true),
+        Ok(_) => see_other(&base(&m)),
     }
 }
 
@@ -271,12 +260,16 @@ pub(super) async fn detail(
     m: OrgAdmin,
     Path((_slug, id)): Path<(String, String)>,
 ) -> Response {
-    let m2 = m.clone();
+    let org_id = m.0.org.id;
     let found = app
         .blocking(move |app| {
-            let t = owned(app, &m2, &id)?;
-            let runs = triggers::recent_runs(&app.store, t.id, 50).ok()?;
-            Some((t, runs))
+            let id = uuid::Uuid::parse_str(&id).ok()?;
+            app.store
+                .read(|tx| {
+                    let t = triggers::get(tx, org_id, id)?;
+                    Ok::<_, triggers::TriggerError>((t, triggers::recent_runs(tx, org_id, id, 50)?))
+                })
+                .ok()
         })
         .await;
     let Some((t, runs)) = found else {

@@ -474,15 +474,18 @@ impl<'a> Browser<'a> {
         }
     }
 
-    pub async fn get(&mut self, path: &str) -> Page {
-        let resp = self
-            .t
+    async fn send_get(&self, path: &str) -> reqwest::Response {
+        self.t
             .client
             .get(self.abs(path))
             .header("cookie", self.cookie_header())
             .send()
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    pub async fn get(&mut self, path: &str) -> Page {
+        let resp = self.send_get(path).await;
         self.finish(resp).await
     }
 
@@ -547,14 +550,7 @@ impl<'a> Browser<'a> {
 
     /// A GET returning the raw bytes (downloads): status, headers, body.
     pub async fn get_bytes(&self, path: &str) -> (u16, reqwest::header::HeaderMap, Vec<u8>) {
-        let resp = self
-            .t
-            .client
-            .get(self.abs(path))
-            .header("cookie", self.cookie_header())
-            .send()
-            .await
-            .unwrap();
+        let resp = self.send_get(path).await;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         (status, headers, resp.bytes().await.unwrap().to_vec())

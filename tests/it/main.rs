@@ -7,6 +7,7 @@ mod cli;
 mod conformance;
 mod connector;
 mod crash;
+mod domain;
 mod kb;
 mod layering;
 mod oauth;
