@@ -209,13 +209,13 @@ impl<K: LimitKey> Limiter<K> {
         (self.live(slot, now) && slot.count >= self.limit).then(|| self.wait(slot, now))
     }
 
-    /// Counts one request whatever the state; `Some(retry_after)` when the window is now used
-    /// up (for failures: this one reached the limit, the next request is refused).
+    /// Counts one request whatever the state; `Some(retry_after)` when it went over the
+    /// limit (the `limit`-th is still answered; from then on [`Limiter::blocked`] refuses).
     pub fn record(&self, key: &K) -> Option<RetryAfter> {
         let now = self.clock.now();
         self.with_slot(key, |slot, limit| {
             slot.count = slot.count.saturating_add(1);
-            (slot.count >= limit).then(|| self.wait(slot, now))
+            (slot.count > limit).then(|| self.wait(slot, now))
         })
     }
 
@@ -308,6 +308,8 @@ mod tests {
         assert_eq!(f.record_failure(&ip), None);
         assert_eq!(f.record_failure(&ip), None);
         assert_eq!(f.blocked(&ip), None);
+        assert_eq!(f.record_failure(&ip), None);
+        assert_eq!(f.blocked(&ip), Some(WINDOW));
         assert_eq!(f.record_failure(&ip), Some(WINDOW));
         clock.advance(SignedDuration::from_secs(600));
         assert_eq!(f.blocked(&ip), Some(Duration::from_secs(300)));

@@ -2,12 +2,14 @@
 
 mod fixture;
 
+mod attacks;
 mod backup;
 mod cli;
 mod conformance;
 mod connector;
 mod crash;
 mod domain;
+mod fuzz;
 mod kb;
 mod layering;
 mod oauth;
@@ -18,4 +20,5 @@ mod portal_requests;
 mod requests;
 mod search_reference;
 mod server;
+mod soak;
 mod triggers;
