@@ -6,7 +6,7 @@ use clap::Parser;
 use kennis::admin::AdminRequest;
 use kennis::cli::{
     self, AgentCommand, AppCommand, AuditCommand, Cli, CliError, Command, KbCommand, MemberCommand,
-    OrgCommand, ProjectCommand, TriggerCommand, UserCommand,
+    OrgCommand, ProjectCommand, RunCommand, TriggerCommand, UserCommand,
 };
 use kennis::config::Settings;
 use kennis::triggers::{Change, NewTrigger};
@@ -216,8 +216,23 @@ fn run(cli: Cli) -> Result<(), CliError> {
             args,
             url,
             timeout,
+            model,
+            api_key_env,
+            api_key_file,
+            max_steps,
+            max_tokens,
+            system_prompt_file,
             json,
         }) => {
+            let llm = cli::llm_options(
+                &exec,
+                model,
+                api_key_env,
+                api_key_file,
+                max_steps,
+                max_tokens,
+                system_prompt_file,
+            )?;
             let agent = kennis::agents::NewAgent {
                 name,
                 kind,
@@ -227,7 +242,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 url,
                 timeout_secs: timeout,
             };
-            let v = cli::run_admin(&config, AdminRequest::AgentAdd { org, agent })?;
+            let v = cli::run_admin(&config, AdminRequest::AgentAdd { org, agent, llm })?;
             cli::output(json, &serde_json::json!({"id": v["id"]}), |_| {
                 let waiting = v["waiting_requests"].as_u64().unwrap_or(0);
                 format!(
@@ -243,6 +258,14 @@ fn run(cli: Cli) -> Result<(), CliError> {
                     }
                 )
             });
+        }
+        Command::Run(RunCommand::Show { id, json }) => {
+            let v = cli::run_admin(&config, AdminRequest::RunShow { id })?;
+            cli::output(json, &v, cli::human_run);
+        }
+        Command::Run(RunCommand::Cancel { id, json }) => {
+            let v = cli::run_admin(&config, AdminRequest::RunCancel { id })?;
+            cli::output(json, &v, |v| format!("run {} cancelled", v["id"]));
         }
         Command::App(AppCommand::Add {
             org,

@@ -207,6 +207,14 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
                 }
             })
         }),
+        stop_run: Some({
+            let app = Arc::downgrade(&app);
+            Arc::new(move |id| {
+                if let Some(app) = app.upgrade() {
+                    app.runs.stop(id);
+                }
+            })
+        }),
     };
     let admin_shutdown = wait_stop(stop_rx.clone());
     let admin_listener = admin::bind_socket(&admin_ctx.data_dir)?;

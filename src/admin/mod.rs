@@ -78,6 +78,17 @@ pub enum AdminRequest {
     AgentAdd {
         org: String,
         agent: agents::NewAgent,
+        /// The settings of an `llm` agent.
+        #[serde(default)]
+        llm: Option<agents::LlmOptions>,
+    },
+    /// A run (or a feature request's agent jobs) with its transcript.
+    RunShow {
+        id: u64,
+    },
+    /// Cancels a queued or running run.
+    RunCancel {
+        id: u64,
     },
     ProjectAdd {
         org: String,
@@ -169,6 +180,45 @@ pub struct AdminContext {
     pub kb_index: Arc<SearchIndex>,
     pub public_url: String,
     pub wake_jobs: Option<JobWaker>,
+    /// Stops a running server's executor of a cancelled run (`None` without a server).
+    pub stop_run: Option<JobWaker>,
+}
+
+impl From<agents::CancelError> for AdminError {
+    fn from(e: agents::CancelError) -> Self {
+        match e {
+            agents::CancelError::Store(s) => AdminError::Store(s),
+            other => AdminError::Refused(other.to_string()),
+        }
+    }
+}
+
+/// `run show`: the request as a run, its agent, and its transcript (null before a job ended).
+fn run_json(store: &Store, id: u64) -> Result<Value, AdminError> {
+    let found = store.read(|tx| {
+        let Some(r) = requests::get(tx, id)? else {
+            return Ok(None);
+        };
+        let agent = agents::get_agent(tx, r.agent_id)?;
+        let org: Option<identity::Org> = tx.get(store::ORGS, &store::key::id(r.org_id))?;
+        let transcript = agents::get_transcript(tx, id)?;
+        Ok::<_, StoreError>(Some((r, agent, org, transcript)))
+    })?;
+    let Some((r, agent, org, transcript)) = found else {
+        return Err(AdminError::Refused(format!("no run {id}")));
+    };
+    Ok(json!({
+        "id": r.id,
+        "kind": r.kind,
+        "organisation": org.map(|o| o.slug),
+        "agent": agent.map(|a| json!({"id": a.id, "name": a.name, "exec": a.executor.name()})),
+        "trigger_id": r.trigger_id,
+        "status": r.status,
+        "created_at": r.created_at.to_string(),
+        "updated_at": r.updated_at.to_string(),
+        "result": r.result,
+        "transcript": transcript,
+    }))
 }
 
 impl From<KbError> for AdminError {
@@ -305,8 +355,8 @@ pub fn execute(
             let items = store.read(|tx| crate::audit::records(tx, org.id, since))?;
             json!({ "items": items })
         }
-        AdminRequest::AgentAdd { org, agent } => {
-            let a = agents::add_agent(store, &org, &agent, now)?;
+        AdminRequest::AgentAdd { org, agent, llm } => {
+            let a = agents::add_agent_with(store, &org, &agent, llm.as_ref(), now)?;
             // Requests filed while the organisation had no feature agent go to this one.
             let adopted = match a.kind {
                 AgentKind::Feature => requests::service::adopt_waiting(store, a.org_id)?,
@@ -317,6 +367,14 @@ pub fn execute(
             }
             json!({"id": a.id, "name": a.name, "kind": a.kind, "exec": a.executor.name(),
                    "waiting_requests": adopted.len()})
+        }
+        AdminRequest::RunShow { id } => run_json(store, id)?,
+        AdminRequest::RunCancel { id } => {
+            let r = agents::cancel_run(store, None, None, id, "an administrator", now)?;
+            if let Some(stop) = &ctx.stop_run {
+                stop(id);
+            }
+            json!({"id": r.id, "status": r.status, "result": r.result})
         }
         AdminRequest::ProjectAdd { org, name, ready } => {
             let rollout = if ready {

@@ -214,12 +214,12 @@ async fn handle(
             "the token has none of the connector's scopes",
         );
     }
-    req.extensions_mut().insert(Caller {
-        org_id: access.org_id,
-        person_id: access.person_id,
-        grant_id: access.grant_id,
+    req.extensions_mut().insert(Caller::person(
+        access.org_id,
+        access.person_id,
+        access.grant_id,
         scopes,
-    });
+    ));
     let (parts, body) = req.into_parts();
     let body = Body::new(http_body_util::Limited::new(body, MAX_BODY));
     match service.oneshot(Request::from_parts(parts, body)).await {

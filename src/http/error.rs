@@ -17,7 +17,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::agents::AgentError;
+use crate::agents::{AgentError, CancelError};
 use crate::identity::IdentityError;
 use crate::kb::KbError;
 use crate::kb::link::LinkError;
@@ -169,6 +169,19 @@ impl ToProblem for AgentError {
     }
 }
 
+impl ToProblem for CancelError {
+    fn problem(&self) -> Problem {
+        let (status, code) = match self {
+            CancelError::Store(s) => return s.problem(),
+            CancelError::NotFound(_) | CancelError::NotARun(_) => {
+                (StatusCode::NOT_FOUND, "not_found")
+            }
+            CancelError::Final { .. } => (StatusCode::CONFLICT, "run_ended"),
+        };
+        Problem::refused(status, code, self)
+    }
+}
+
 impl ToProblem for OAuthError {
     fn problem(&self) -> Problem {
         let status = match self {
@@ -250,6 +263,7 @@ json_error_from!(
     TriggerError,
     RequestError,
     AgentError,
+    CancelError,
     LinkError
 );
 

@@ -34,6 +34,7 @@ mod form;
 mod kb;
 mod login;
 mod requests;
+mod runs;
 mod triggers;
 
 use std::sync::Arc;
@@ -128,6 +129,9 @@ pub fn routes(clock: SharedClock) -> Router<Arc<App>> {
             get(triggers::triggers_page).post(triggers::create),
         )
         .route("/portal/o/{slug}/triggers/{id}", get(triggers::detail))
+        .route("/portal/o/{slug}/agents", post(triggers::add_agent))
+        .route("/portal/o/{slug}/runs/{id}", get(runs::run_page))
+        .route("/portal/o/{slug}/runs/{id}/cancel", post(runs::cancel))
         .route(
             "/portal/o/{slug}/triggers/{id}/{action}",
             post(triggers::change),

@@ -118,8 +118,24 @@ fn list_page(
         table #agents {
             tr { th { "Id" } th { "Name" } th { "Kind" } th { "Executor" } th { "Timeout" } }
             @for a in &d.agents {
-                tr { td { (a.id) } td { (a.name) } td { @if a.kind == AgentKind::Generic { "generic" } @else { "feature" } } td { (a.executor.name()) } td { (a.timeout_secs) " s" } }
+                tr { td { (a.id) } td { (a.name) } td { @if a.kind == AgentKind::Generic { "generic" } @else { "feature" } } td { (a.executor.name()) @if let agents::Executor::Llm(l) = &a.executor { " · " (l.model) " at " code { (l.url) } } } td { (a.timeout_secs) " s" } }
             }
+        }
+        h2 { "New language-model agent" }
+        p.muted { "A model behind an OpenAI-compatible chat-completions API (hosted, or local such as Ollama or llama.cpp's server) that works with this organisation's knowledge base. The API key stays in the server's environment: name a variable starting with " code { (PORTAL_KEY_PREFIX) } " that the server's administrator has set. Command and http agents are added by the server's administrator (kennis agent add)." }
+        form #agent-form method="post" action={ "/portal/o/" (m.0.org.slug) "/agents" } {
+            (csrf_field(csrf))
+            input type="hidden" name="exec" value="llm";
+            label { "Name " input type="text" name="name" required maxlength="100"; }
+            label { "Kind " select name="kind" { option value="generic" { "generic (trigger runs)" } option value="feature" { "feature (feature requests)" } } }
+            label { "Base URL " input type="url" name="url" required placeholder="https://api.openai.com/v1"; }
+            label { "Model " input type="text" name="model" required maxlength="200"; }
+            label { "API key variable " input type="text" name="api_key_env" placeholder={ (PORTAL_KEY_PREFIX) "OPENAI" }; }
+            label { "Most tool calls per run " input type="number" name="max_steps" value=(agents::DEFAULT_MAX_STEPS) min="1" max=(agents::MAX_MAX_STEPS); }
+            label { "Most tokens per run " input type="number" name="max_tokens" value=(agents::DEFAULT_MAX_TOKENS); }
+            label { "Timeout (seconds) " input type="number" name="timeout" value=(agents::DEFAULT_LLM_TIMEOUT_SECS) min="1" max=(agents::MAX_TIMEOUT_SECS); }
+            label { "System prompt (optional) " textarea name="system_prompt" rows="4" cols="60" {} }
+            button type="submit" { "Add agent" }
         }
         h2 { "Projects" }
         table #projects {
@@ -234,7 +250,90 @@ pub(super) async fn change(
     }
 }
 
-fn runs_table(runs: &[crate::requests::Request]) -> Markup {
+/// The environment variables organisation admins may name for an API key in the portal: the
+/// server's administrator decides which keys exist, and no other variable (or any file) of
+/// the server can be sent to an endpoint an organisation admin chose.
+pub const PORTAL_KEY_PREFIX: &str = "KENNIS_LLM_";
+
+/// The agent form's settings, or why they are refused before the domain sees them.
+fn portal_agent(form: &CsrfForm) -> Result<(agents::NewAgent, agents::LlmOptions), String> {
+    let text = |n: &str| form.field(n).map(str::trim).filter(|v| !v.is_empty());
+    let num = |n: &str| -> Result<Option<u64>, String> {
+        text(n)
+            .map(|v| {
+                v.parse::<u64>()
+                    .map_err(|_| format!("{n} must be a whole number"))
+            })
+            .transpose()
+    };
+    if text("exec") != Some("llm") {
+        return Err("the portal adds language-model agents only; command and http agents are added by the server's administrator".into());
+    }
+    let kind = match text("kind") {
+        Some("generic") => AgentKind::Generic,
+        Some("feature") => AgentKind::Feature,
+        _ => return Err("kind must be generic or feature".into()),
+    };
+    let api_key_env = text("api_key_env").map(str::to_owned);
+    if api_key_env
+        .as_deref()
+        .is_some_and(|v| !v.starts_with(PORTAL_KEY_PREFIX) || v.len() == PORTAL_KEY_PREFIX.len())
+    {
+        return Err(format!(
+            "the API key variable must start with {PORTAL_KEY_PREFIX} (ask the server's administrator to set one)"
+        ));
+    }
+    let new = agents::NewAgent {
+        name: form.field("name").unwrap_or("").to_owned(),
+        kind,
+        exec: "llm".into(),
+        program: None,
+        args: Vec::new(),
+        url: text("url").map(str::to_owned),
+        timeout_secs: num("timeout")?,
+    };
+    let llm = agents::LlmOptions {
+        model: text("model").unwrap_or("").to_owned(),
+        api_key_env,
+        api_key_file: None,
+        max_steps: num("max_steps")?.map(|n| n.min(u32::MAX as u64) as u32),
+        max_tokens: num("max_tokens")?,
+        system_prompt: text("system_prompt").map(str::to_owned),
+    };
+    Ok((new, llm))
+}
+
+/// Adds a language-model agent (admins).
+pub(super) async fn add_agent(
+    State(app): State<Arc<App>>,
+    m: OrgAdmin,
+    form: CsrfForm,
+) -> Response {
+    let (slug, org_id) = (m.0.org.slug.clone(), m.0.org.id);
+    let result = app
+        .blocking(move |app| {
+            let added = portal_agent(&form).and_then(|(new, llm)| {
+                let a =
+                    agents::add_agent_with(&app.store, &slug, &new, Some(&llm), app.clock.now())
+                        .map_err(|e| e.problem().message)?;
+                if a.kind == AgentKind::Feature {
+                    let adopted = crate::requests::service::adopt_waiting(&app.store, org_id)
+                        .map_err(|e| e.problem().message)?;
+                    adopted.into_iter().for_each(|id| agents::enqueue(app, id));
+                }
+                Ok(a)
+            });
+            (added, load(app, &slug, org_id))
+        })
+        .await;
+    match result {
+        (Ok(_), _) => see_other(&base(&m)),
+        (Err(e), Ok(d)) => list_page(&app, &m, &d, Some(&e), StatusCode::BAD_REQUEST),
+        (Err(_), Err(_)) => see_other("/portal"),
+    }
+}
+
+fn runs_table(org: &str, runs: &[crate::requests::Request]) -> Markup {
     html! {
         @if runs.is_empty() { p.muted { "No runs yet." } }
         @else {
@@ -242,7 +341,7 @@ fn runs_table(runs: &[crate::requests::Request]) -> Markup {
                 tr { th { "Run" } th { "Key" } th { "Status" } th { "Created" } th { "Updated" } th { "Result" } }
                 @for r in runs {
                     tr {
-                        td { (r.id) }
+                        td { a href={ "/portal/o/" (org) "/runs/" (r.id) } { (r.id) } }
                         td { (r.event_key.as_deref().unwrap_or("—")) }
                         td { (r.status.as_str()) }
                         td { (r.created_at.strftime("%Y-%m-%d %H:%M:%S UTC")) }
@@ -281,7 +380,7 @@ pub(super) async fn detail(
         h2 { "Instructions" }
         pre { (t.instructions) }
         h2 { "Recent runs" }
-        (runs_table(&runs))
+        (runs_table(&m.0.org.slug, &runs))
         p { a href=(base(&m)) { "Back to triggers" } }
     };
     page(

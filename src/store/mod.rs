@@ -76,6 +76,8 @@ pub const REQUESTS: Table = Table::new("requests");
 /// Runs not yet final and feature requests with an agent job pending, by id: what recovery
 /// after a crash looks at.
 pub const ACTIVE_RUNS: Table = Table::new("active_runs");
+/// What an agent job did (model messages, tool calls, tokens, timings) by request id.
+pub const RUN_TRANSCRIPTS: Table = Table::new("run_transcripts");
 /// Feature requests of an organisation by (org id, request id); values are `true`.
 pub const FEATURE_REQUESTS: Table = Table::new("feature_requests");
 /// Apps by (org id, app id), so every lookup is bound to an organisation.
@@ -115,6 +117,7 @@ pub const ALL_TABLES: &[Table] = &[
     KB_CHANGES,
     REQUESTS,
     ACTIVE_RUNS,
+    RUN_TRANSCRIPTS,
     FEATURE_REQUESTS,
     APPS,
     ATTACHMENTS,

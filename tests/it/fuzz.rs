@@ -92,21 +92,22 @@ fn redirect_allow_list_never_panics_and_never_allows_a_foreign_https_host() {
     runner()
         .run(&uri, |u| {
             let ok = kennis::oauth::redirect::allowed_at_registration(&list, &u);
-            if ok && let Ok(url) = url::Url::parse(&u) {
-                if url.scheme() == "https" {
-                    let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
-                    prop_assert!(
-                        [
-                            "claude.ai",
-                            "claude.com",
-                            "chatgpt.com",
-                            "cursor.com",
-                            "www.cursor.com"
-                        ]
-                        .contains(&host.as_str()),
-                        "{u:?} allowed"
-                    );
-                }
+            if ok
+                && let Ok(url) = url::Url::parse(&u)
+                && url.scheme() == "https"
+            {
+                let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
+                prop_assert!(
+                    [
+                        "claude.ai",
+                        "claude.com",
+                        "chatgpt.com",
+                        "cursor.com",
+                        "www.cursor.com"
+                    ]
+                    .contains(&host.as_str()),
+                    "{u:?} allowed"
+                );
             }
             let _ = kennis::oauth::redirect::matches_registered(std::slice::from_ref(&u), &u);
             Ok(())

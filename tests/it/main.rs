@@ -12,6 +12,7 @@ mod domain;
 mod fuzz;
 mod kb;
 mod layering;
+mod llm;
 mod oauth;
 mod outside;
 mod portal;

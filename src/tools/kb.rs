@@ -188,7 +188,7 @@ pub fn write(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolErro
             path: &p,
             bytes: content.as_bytes(),
             expect,
-            by: Some(caller.person_id),
+            by: caller.person_id(),
             now: app.clock.now(),
         },
     )?;
