@@ -183,10 +183,8 @@ async fn concurrent_creates_stop_at_the_hourly_limit() {
     assert_eq!(stored, 30, "exactly the limit was created");
 }
 
-fn echo_hook(t: &TestServer, s: &Seeded, cooldown: u64) -> (uuid::Uuid, String) {
-    let app = t.app();
-    let now = app.clock.now();
-    let echo = NewAgent {
+fn echo() -> NewAgent {
+    NewAgent {
         name: "Echo".into(),
         kind: AgentKind::Generic,
         exec: "echo".into(),
@@ -194,14 +192,34 @@ fn echo_hook(t: &TestServer, s: &Seeded, cooldown: u64) -> (uuid::Uuid, String) 
         args: vec![],
         url: None,
         timeout_secs: None,
-    };
-    let a = agents::add_agent(&app.store, &s.org.slug, &echo, now).unwrap();
-    let p = agents::add_project(&app.store, &s.org.slug, "P", Rollout::Ready, now).unwrap();
+    }
+}
+
+/// A command agent running `program` (timeout `secs`).
+fn command(program: &Path, secs: u64) -> NewAgent {
+    NewAgent {
+        name: "Script".into(),
+        kind: AgentKind::Generic,
+        exec: "command".into(),
+        program: Some(program.to_str().unwrap().into()),
+        args: vec![],
+        url: None,
+        timeout_secs: Some(secs),
+    }
+}
+
+/// A trigger of `agent` (with its own ready project) in Seeded's organisation: its id and
+/// secret.
+fn hook(t: &TestServer, s: &Seeded, agent: NewAgent, cooldown: u64) -> (uuid::Uuid, String) {
+    let app = t.app();
+    let now = app.clock.now();
+    let a = agents::add_agent(&app.store, &s.org.slug, &agent, now).unwrap();
+    let p = agents::add_project(&app.store, &s.org.slug, &agent.name, Rollout::Ready, now).unwrap();
     let c = triggers::add(
         &app.store,
         &s.org.slug,
         &NewTrigger {
-            name: "T".into(),
+            name: agent.name.clone(),
             agent_id: a.id,
             project_id: p.id,
             instructions: "Handle it.".into(),
@@ -211,6 +229,10 @@ fn echo_hook(t: &TestServer, s: &Seeded, cooldown: u64) -> (uuid::Uuid, String) 
     )
     .unwrap();
     (c.trigger.id, c.secret)
+}
+
+fn echo_hook(t: &TestServer, s: &Seeded, cooldown: u64) -> (uuid::Uuid, String) {
+    hook(t, s, echo(), cooldown)
 }
 
 /// 3. One captured GitHub-signed delivery, replayed with other event keys and delivery ids,
@@ -435,50 +457,20 @@ async fn an_endless_agent_line_fails_the_run() {
     )
     .unwrap();
     std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let app = t.app();
-    let now = app.clock.now();
-    let a = agents::add_agent(
-        &app.store,
-        &s.org.slug,
-        &NewAgent {
-            name: "Flood".into(),
-            kind: AgentKind::Generic,
-            exec: "command".into(),
-            program: Some(prog.to_str().unwrap().into()),
-            args: vec![],
-            url: None,
-            timeout_secs: Some(30),
-        },
-        now,
-    )
-    .unwrap();
-    let p = agents::add_project(&app.store, &s.org.slug, "P", Rollout::Ready, now).unwrap();
-    let c = triggers::add(
-        &app.store,
-        &s.org.slug,
-        &NewTrigger {
-            name: "T".into(),
-            agent_id: a.id,
-            project_id: p.id,
-            instructions: "x".into(),
-            cooldown_secs: Some(0),
-        },
-        now,
-    )
-    .unwrap();
+    let (id, secret) = hook(&t, &s, command(&prog, 30), 0);
     let r = t
         .client
-        .post(t.url(&format!("/api/hooks/events/{}", c.trigger.id)))
-        .bearer_auth(&c.secret)
+        .post(t.url(&format!("/api/hooks/events/{id}")))
+        .bearer_auth(&secret)
         .json(&json!({}))
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 202);
-    let id = r.json::<Value>().await.unwrap()["featureRequestId"]
+    let run = r.json::<Value>().await.unwrap()["featureRequestId"]
         .as_u64()
         .unwrap();
-    let v = wait_result(&t, id, &c.secret).await;
+    let v = wait_result(&t, run, &secret).await;
     assert_eq!(v["status"], "failed", "{v}");
     assert!(v["result"].as_str().unwrap().contains("over 1 MB"), "{v}");
 }
@@ -578,37 +570,7 @@ async fn cooldown_counts_from_the_start_of_a_queued_run() {
     )
     .unwrap();
     std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let app = t.app();
-    let now = app.clock.now();
-    let busy = agents::add_agent(
-        &app.store,
-        &s.org.slug,
-        &NewAgent {
-            name: "Busy".into(),
-            kind: AgentKind::Generic,
-            exec: "command".into(),
-            program: Some(prog.to_str().unwrap().into()),
-            args: vec![],
-            url: None,
-            timeout_secs: Some(120),
-        },
-        now,
-    )
-    .unwrap();
-    let p = agents::add_project(&app.store, &s.org.slug, "P", Rollout::Ready, now).unwrap();
-    let blocker = triggers::add(
-        &app.store,
-        &s.org.slug,
-        &NewTrigger {
-            name: "Blocker".into(),
-            agent_id: busy.id,
-            project_id: p.id,
-            instructions: "x".into(),
-            cooldown_secs: Some(0),
-        },
-        now,
-    )
-    .unwrap();
+    let (blocker, blocker_secret) = hook(&t, &s, command(&prog, 120), 0);
     let (cool, cool_secret) = echo_hook(&t, &s, 300);
     let fire = |id: uuid::Uuid, secret: String| {
         let c = t.client.clone();
@@ -624,7 +586,7 @@ async fn cooldown_counts_from_the_start_of_a_queued_run() {
             (r.status().as_u16(), r.json::<Value>().await.unwrap())
         }
     };
-    let (st, _) = fire(blocker.trigger.id, blocker.secret.clone()).await;
+    let (st, _) = fire(blocker, blocker_secret).await;
     assert_eq!(st, 202);
     // Wait until the only worker is busy with the blocker.
     tokio::time::sleep(Duration::from_millis(300)).await;
