@@ -13,6 +13,7 @@
 //! is stored only as its SHA-256.
 
 pub mod authorize;
+pub mod cimd;
 mod clients;
 mod grants;
 pub mod redirect;

@@ -3,6 +3,7 @@
 mod fixture;
 
 mod backup;
+mod cimd;
 mod cli;
 mod conformance;
 mod connector;
