@@ -2,6 +2,7 @@
 
 mod fixture;
 
+mod acme;
 mod backup;
 mod cimd;
 mod cli;
@@ -15,6 +16,7 @@ mod outside;
 mod portal;
 mod portal_kb;
 mod portal_requests;
+mod proxy;
 mod requests;
 mod search_reference;
 mod server;
