@@ -15,9 +15,6 @@ use crate::kb::index::SearchIndex;
 use crate::metrics::Metrics;
 use crate::store::{BatchWriter, GroupCommit, Store, StoreError};
 
-/// Where the MCP connector is served: the one spelling of its path.
-pub const CONNECTOR_PATH: &str = "/mcp/kennisbank";
-
 /// Directory of the search index inside the data directory.
 pub const INDEX_DIR: &str = "index";
 
@@ -100,16 +97,9 @@ impl App {
             .expect("blocking task panicked")
     }
 
-    /// Hands a stored, queued agent job (a feature request's) to the workers and counts it
-    /// in the queue gauge; the worker counts it out when it picks it up.
-    pub fn queue_agent_job(&self, id: u64) {
-        self.metrics.run_queue.inc();
-        self.runs.wake(id);
-    }
-
     /// The connector's URL: the OAuth audience and what people paste into an assistant.
     pub fn connector_url(&self) -> String {
-        format!("{}{}", self.public_url, CONNECTOR_PATH)
+        format!("{}{}", self.public_url, crate::config::CONNECTOR_PATH)
     }
 }
 

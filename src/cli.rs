@@ -90,6 +90,27 @@ pub enum Command {
     /// Audit records.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Agent runs: what one did, and cancelling one.
+    #[command(subcommand)]
+    Run(RunCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunCommand {
+    /// A run (or feature request's agent jobs) with its transcript: model messages, tool
+    /// calls with arguments and shortened results, tokens and timings.
+    Show {
+        id: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a queued or running run: it becomes `cancelled`, its executor is stopped and
+    /// its trigger slot is free again.
+    Cancel {
+        id: u64,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -196,6 +217,22 @@ pub enum UserCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Invite someone to organisation ORG: prints a one-time link (valid 7 days) to pass on.
+    Invite {
+        org: String,
+        email: String,
+        #[arg(long, default_value = "member")]
+        role: Role,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A one-time password-reset link (valid 24 hours); ends the person's sessions now, and
+    /// using it requires a new second factor.
+    Reset {
+        email: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -211,6 +248,30 @@ pub enum MemberCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The members of an organisation.
+    List {
+        org: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change a member's role or right to connect (an organisation keeps one admin).
+    Set {
+        org: String,
+        email: String,
+        #[arg(long)]
+        role: Option<Role>,
+        #[arg(long, value_name = "true|false", action = clap::ArgAction::Set)]
+        may_connect: Option<bool>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a person from an organisation; their connections there are revoked at once.
+    Remove {
+        org: String,
+        email: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -221,7 +282,7 @@ pub enum AgentCommand {
         name: String,
         #[arg(long)]
         kind: crate::agents::AgentKind,
-        #[arg(long = "exec", value_parser = ["echo", "command", "http"])]
+        #[arg(long = "exec", value_parser = ["echo", "command", "http", "llm"])]
         exec: String,
         /// Program of a `command` agent (absolute path; started without a shell).
         #[arg(long, value_name = "PATH")]
@@ -229,12 +290,31 @@ pub enum AgentCommand {
         /// Argument for the program; repeatable.
         #[arg(long = "arg", value_name = "A", allow_hyphen_values = true)]
         args: Vec<String>,
-        /// URL of an `http` agent.
+        /// URL of an `http` agent; for `llm`, the API's base URL (POST {BASE}/chat/completions).
         #[arg(long)]
         url: Option<String>,
-        /// Seconds before the agent is stopped (default 60, at most 3600).
+        /// Seconds before the agent is stopped (default 60, for `llm` 600; at most 3600).
         #[arg(long, value_name = "SECONDS")]
         timeout: Option<u64>,
+        /// Model of an `llm` agent, e.g. gpt-4.1-mini or qwen2.5:7b.
+        #[arg(long, value_name = "M")]
+        model: Option<String>,
+        /// Environment variable of the server that holds the API key (read at run time).
+        #[arg(long, value_name = "VAR", conflicts_with = "api_key_file")]
+        api_key_env: Option<String>,
+        /// File that holds the API key (absolute path, read at run time).
+        #[arg(long, value_name = "F")]
+        api_key_file: Option<PathBuf>,
+        /// Most tool calls one `llm` run may make (default 20, at most 200).
+        #[arg(long, value_name = "N")]
+        max_steps: Option<u32>,
+        /// Most tokens (prompt + completion, from the endpoint's `usage`) one `llm` run may
+        /// use (default 200000).
+        #[arg(long, value_name = "N")]
+        max_tokens: Option<u64>,
+        /// File with the system prompt of an `llm` agent (read now and stored with the agent).
+        #[arg(long, value_name = "F")]
+        system_prompt_file: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -421,6 +501,7 @@ pub fn run_admin(config: &Config, req: AdminRequest) -> Result<Value, CliError> 
         kb_index: std::sync::Arc::new(kb_index),
         public_url: offline_public_url(config),
         wake_jobs: None,
+        stop_run: None,
     };
     Ok(admin::execute(&ctx, req, &mut progress)?)
 }
@@ -522,6 +603,114 @@ pub fn human_list(v: &Value, fields: &[&str]) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The `llm` settings of `agent add`: `None` when no llm flag is given and the executor is
+/// another. The system prompt file is read here; the key file is only named (made absolute,
+/// as the server may run in another directory) and read by the server at run time.
+pub fn llm_options(
+    exec: &str,
+    model: Option<String>,
+    api_key_env: Option<String>,
+    api_key_file: Option<PathBuf>,
+    max_steps: Option<u32>,
+    max_tokens: Option<u64>,
+    system_prompt_file: Option<PathBuf>,
+) -> Result<Option<crate::agents::LlmOptions>, CliError> {
+    let any = model.is_some()
+        || api_key_env.is_some()
+        || api_key_file.is_some()
+        || max_steps.is_some()
+        || max_tokens.is_some()
+        || system_prompt_file.is_some();
+    if exec != "llm" && !any {
+        return Ok(None);
+    }
+    let system_prompt = match system_prompt_file {
+        Some(f) => Some(std::fs::read_to_string(&f).map_err(|e| {
+            CliError::Failed(format!("reading the system prompt {}: {e}", f.display()))
+        })?),
+        None => None,
+    };
+    let api_key_file = match api_key_file {
+        Some(f) => Some(absolute(&f)?.to_string_lossy().into_owned()),
+        None => None,
+    };
+    Ok(Some(crate::agents::LlmOptions {
+        model: model.unwrap_or_default(),
+        api_key_env,
+        api_key_file,
+        max_steps,
+        max_tokens,
+        system_prompt,
+    }))
+}
+
+/// Human rendering of `run show`: the run, then its transcript one line per entry.
+pub fn human_run(v: &Value) -> String {
+    let s = |x: &Value| match x {
+        Value::String(t) => t.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    let mut out = format!(
+        "run {} ({}) · agent {} · {} · created {} · updated {}\nresult: {}\n",
+        v["id"],
+        s(&v["kind"]),
+        s(&v["agent"]["name"]),
+        s(&v["status"]),
+        s(&v["created_at"]),
+        s(&v["updated_at"]),
+        s(&v["result"])
+    );
+    let t = &v["transcript"];
+    if t.is_null() {
+        out.push_str("no transcript yet\n");
+        return out;
+    }
+    out.push_str(&format!(
+        "tokens: {} prompt + {} completion = {}; tool calls: {}\n",
+        t["prompt_tokens"], t["completion_tokens"], t["total_tokens"], t["tool_calls"]
+    ));
+    for e in t["entries"].as_array().into_iter().flatten() {
+        let line = match e["type"].as_str().unwrap_or("") {
+            "job" => format!("job ({}) {}", s(&e["executor"]), s(&e["model"])),
+            "model" => {
+                let calls: Vec<String> = e["tool_calls"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|c| format!("{}({})", s(&c["name"]), s(&c["arguments"])))
+                    .collect();
+                format!(
+                    "model [{} ms, {}+{} tokens, {}] {}{}",
+                    e["duration_ms"],
+                    e["prompt_tokens"],
+                    e["completion_tokens"],
+                    s(&e["finish_reason"]),
+                    e["content"].as_str().unwrap_or(""),
+                    if calls.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" → {}", calls.join(", "))
+                    }
+                )
+            }
+            "tool" => format!(
+                "tool {} [{} ms, {}] {}",
+                s(&e["name"]),
+                e["duration_ms"],
+                if e["ok"] == true { "ok" } else { "error" },
+                s(&e["result"])
+            ),
+            "retry" => format!("retry in {} ms: {}", e["wait_ms"], s(&e["reason"])),
+            "event" => format!("event {}", e["event"]),
+            "end" => format!("end {}: {}", s(&e["status"]), s(&e["note"])),
+            other => format!("{other}: {e}"),
+        };
+        out.push_str(&format!("{:>8} ms  {line}\n", e["elapsed_ms"]));
+    }
+    out
 }
 
 /// `kennis serve`.

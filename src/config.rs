@@ -8,6 +8,12 @@ use std::path::{Path, PathBuf};
 use ipnet::IpNet;
 use serde::Deserialize;
 
+/// Where the MCP connector is served, under the public URL. The public URL plus this path is
+/// the connector's URL: the OAuth audience, and what people paste into an assistant. Lives
+/// here, with the public URL, so that `app` and `oauth` can name it without importing the
+/// connector; `connector::CONNECTOR_PATH` is the same constant.
+pub const CONNECTOR_PATH: &str = "/mcp/kennisbank";
+
 /// Why a configuration could not be used. Every variant names the field.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

@@ -5,7 +5,7 @@ use serde_json::json;
 
 use crate::app::App;
 use crate::identity::{self, NewPerson, Role};
-use crate::kb;
+use crate::kb::{self, index::SearchIndex};
 use crate::requests::RequestError;
 use crate::requests::apps::{self, AppStatus};
 use crate::store::{META, Store};
@@ -86,18 +86,19 @@ pub enum DemoSetup {
     Existing { email: String },
 }
 
-/// Creates the demo organisation, person and knowledge base if this data directory has none
-/// yet, and brings the search index up to date.
+/// Creates the demo organisation, person and knowledge base (searchable at once) if this data
+/// directory has none yet.
 pub fn ensure(app: &App) -> Result<DemoSetup, identity::IdentityError> {
-    let setup = create(&app.store, app.clock.now())?;
+    let setup = create(&app.store, &app.kb_index, app.clock.now())?;
     demo_feature_requests(&app.store, app.clock.now())?;
-    app.kb_index.catch_up(&app.store).map_err(|e| {
-        identity::IdentityError::InvalidInput(format!("indexing the demo documents: {e}"))
-    })?;
     Ok(setup)
 }
 
-fn create(store: &Store, now: jiff::Timestamp) -> Result<DemoSetup, identity::IdentityError> {
+fn create(
+    store: &Store,
+    index: &SearchIndex,
+    now: jiff::Timestamp,
+) -> Result<DemoSetup, identity::IdentityError> {
     if store.read(|tx| tx.get::<bool>(META, DEMO_MARKER))? == Some(true) {
         return Ok(DemoSetup::Existing {
             email: DEMO_EMAIL.into(),
@@ -128,11 +129,23 @@ fn create(store: &Store, now: jiff::Timestamp) -> Result<DemoSetup, identity::Id
     let enrolment = identity::reset_totp(store, DEMO_EMAIL)?;
     identity::confirm_totp_unchecked(store, person.id)?;
     identity::add_member(store, &org.slug, DEMO_EMAIL, Role::Admin, true, now)?;
+    let mut writer = kb::Writer::new(store, index);
     for (path, text) in DEMO_DOCS {
-        kb::store_document(store, org.id, path, text.as_bytes(), None, now).map_err(|e| {
+        let version = kb::NewVersion {
+            org_id: org.id,
+            path,
+            bytes: text.as_bytes(),
+            expect: kb::Expect::Any,
+            by: None,
+            now,
+        };
+        writer.put(version).map_err(|e| {
             identity::IdentityError::InvalidInput(format!("demo document {path}: {e}"))
         })?;
     }
+    writer.finish().map_err(|e| {
+        identity::IdentityError::InvalidInput(format!("indexing the demo documents: {e}"))
+    })?;
     let (trigger_id, trigger_secret) = demo_trigger(store, &org.slug, now)?;
     store.write(|tx| tx.put(META, DEMO_MARKER, &true))?;
     Ok(DemoSetup::Created {

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::app::App;
 use crate::http::error::JsonError;
-use crate::triggers::{self, Fired, Signature, Skip, TriggerError};
+use crate::triggers::{self, Delivered, Delivery, RawKey, Signature, Skip, TriggerError};
 
 /// The hook endpoints' routes.
 pub fn routes() -> Router<Arc<App>> {
@@ -86,7 +86,7 @@ fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Signature headers, when the delivery carries no secret.
+/// Signature headers (they count only when the delivery carries no secret).
 fn signature(headers: &HeaderMap) -> Option<Signature> {
     if let (Some(id), Some(timestamp), Some(signatures)) = (
         header_str(headers, "webhook-id"),
@@ -115,14 +115,6 @@ async fn read_bytes(headers: &HeaderMap, body: Body) -> Result<axum::body::Bytes
         .map_err(|_| TriggerError::BodyTooLarge)
 }
 
-fn parse_payload(bytes: &[u8]) -> Result<Value, TriggerError> {
-    // An empty body is taken as `null`: some senders ping without a payload.
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Value::Null);
-    }
-    serde_json::from_slice(bytes).map_err(|e| TriggerError::BadBody(e.to_string()))
-}
-
 async fn fire_inner(
     app: &Arc<App>,
     uuid: String,
@@ -130,80 +122,28 @@ async fn fire_inner(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, TriggerError> {
-    let secret = secret(&headers, &q);
-    // Without a secret, a signature may authenticate the delivery instead.
-    let signed = if secret.is_none() {
-        signature(&headers)
-    } else {
-        None
+    let key = match headers.get(EVENT_KEY_HEADER) {
+        Some(v) => match v.to_str() {
+            Ok(s) => RawKey::Given(s.to_owned()),
+            Err(_) => RawKey::NotText,
+        },
+        None => match param(&q, "key") {
+            Some(k) => RawKey::Given(k.to_owned()),
+            None => RawKey::Absent,
+        },
     };
-    let raw_key: Result<Option<String>, TriggerError> = match headers.get(EVENT_KEY_HEADER) {
-        Some(v) => v
-            .to_str()
-            .map(|s| Some(s.to_owned()))
-            .map_err(|_| TriggerError::InvalidKey("it must be plain ASCII".into())),
-        None => Ok(param(&q, "key").map(str::to_owned)),
+    let delivery = Delivery {
+        uuid,
+        secret: secret(&headers, &q),
+        signature: signature(&headers),
+        key,
+        delivery_id: header_str(&headers, "webhook-id")
+            .or_else(|| header_str(&headers, "x-github-delivery")),
+        now: app.clock.now(),
     };
-    let raw_delivery =
-        header_str(&headers, "webhook-id").or_else(|| header_str(&headers, "x-github-delivery"));
-    let now = app.clock.now();
-    let has_sig = signed.is_some();
-    // One snapshot: the trigger, the secret check (when a secret was sent), and the fate of the
-    // delivery. With a signature, the 401/400 checks wait for the body below.
-    let (trigger, checks, pre) = app
-        .blocking(move |app| {
-            app.store.read(|tx| {
-                let trigger = if has_sig {
-                    triggers::lookup(tx, &uuid)?
-                } else {
-                    triggers::authenticate(tx, &uuid, secret.as_deref())?
-                };
-                let checks = raw_key
-                    .and_then(|k| triggers::validate_key(k.as_deref()))
-                    .and_then(|k| {
-                        triggers::validate_delivery_id(raw_delivery.as_deref()).map(|d| (k, d))
-                    });
-                let pre = match &checks {
-                    Ok((k, d)) => {
-                        triggers::precheck(tx, &trigger, k.as_deref(), d.as_deref(), now)?
-                    }
-                    Err(_) => None,
-                };
-                Ok::<_, TriggerError>((trigger, checks, pre))
-            })
-        })
-        .await?;
-    // A signature covers the body, so it is read before the signature check; otherwise the
-    // key is checked first (DESIGN.md order: 401, 400 key, then the body).
-    let bytes = match &signed {
-        Some(sig) => {
-            let bytes = read_bytes(&headers, body).await?;
-            triggers::verify(&app.server_key, &trigger, sig, &bytes, now)?;
-            let (key, delivery) = checks?;
-            (bytes, key, delivery)
-        }
-        None => {
-            let (key, delivery) = checks?;
-            (read_bytes(&headers, body).await?, key, delivery)
-        }
-    };
-    let (bytes, key, delivery) = bytes;
-    let payload = parse_payload(&bytes)?;
-    let fired = match pre {
-        Some(outcome) => outcome,
-        None => {
-            let instructions = triggers::instructions_with_payload(&trigger.instructions, &payload);
-            let (id, key) = (trigger.id, key.clone());
-            app.commits
-                .write(move |tx| triggers::fire_in(tx, id, key, delivery, instructions, now))
-                .await?
-        }
-    };
-    match fired {
-        Fired::Created(run_id) => {
+    match triggers::deliver(app, delivery, read_bytes(&headers, body)).await? {
+        Delivered::Created(run_id) => {
             app.metrics.delivery("dispatched");
-            app.metrics.run_queued();
-            app.runs.wake(run_id);
             let location = triggers::run_url(&app.public_url, run_id);
             Ok((
                 StatusCode::ACCEPTED,
@@ -212,7 +152,7 @@ async fn fire_inner(
             )
                 .into_response())
         }
-        Fired::Duplicate(run_id) => {
+        Delivered::Duplicate(run_id) => {
             app.metrics.delivery("duplicate");
             Ok((
                 StatusCode::OK,
@@ -220,11 +160,10 @@ async fn fire_inner(
             )
                 .into_response())
         }
-        Fired::Skipped(skip) => {
+        Delivered::Skipped { skip, key } => {
             app.metrics.delivery(skip.as_str());
             Ok(skipped(skip, key.as_deref()))
         }
-        Fired::Gone => Err(TriggerError::UnknownTrigger),
     }
 }
 

@@ -25,4 +25,5 @@ pub mod ratelimit;
 pub mod requests;
 pub mod server;
 pub mod store;
+pub mod tools;
 pub mod triggers;

@@ -6,7 +6,7 @@ use clap::Parser;
 use kennis::admin::AdminRequest;
 use kennis::cli::{
     self, AgentCommand, AppCommand, AuditCommand, Cli, CliError, Command, KbCommand, MemberCommand,
-    OrgCommand, ProjectCommand, TriggerCommand, UserCommand,
+    OrgCommand, ProjectCommand, RunCommand, TriggerCommand, UserCommand,
 };
 use kennis::config::Settings;
 use kennis::triggers::{Change, NewTrigger};
@@ -141,6 +141,71 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 format!("password changed for {}", v["email"].as_str().unwrap_or(""))
             });
         }
+        Command::User(UserCommand::Invite {
+            org,
+            email,
+            role,
+            json,
+        }) => {
+            let v = cli::run_admin(&config, AdminRequest::UserInvite { org, email, role })?;
+            cli::output(json, &v, |v| {
+                format!(
+                    "Pass this one-time link (valid 7 days) to {}:\n  {}",
+                    v["email"].as_str().unwrap_or(""),
+                    v["url"].as_str().unwrap_or("")
+                )
+            });
+        }
+        Command::User(UserCommand::Reset { email, json }) => {
+            let v = cli::run_admin(&config, AdminRequest::UserReset { email })?;
+            cli::output(json, &v, |v| {
+                format!(
+                    "Pass this one-time password-reset link (valid 24 hours):\n  {}",
+                    v["url"].as_str().unwrap_or("")
+                )
+            });
+        }
+        Command::Member(MemberCommand::List { org, json }) => {
+            let v = cli::run_admin(&config, AdminRequest::MemberList { org })?;
+            cli::output(json, &v, |v| {
+                cli::human_list(v, &["email", "name", "role", "may_connect"])
+            });
+        }
+        Command::Member(MemberCommand::Set {
+            org,
+            email,
+            role,
+            may_connect,
+            json,
+        }) => {
+            let v = cli::run_admin(
+                &config,
+                AdminRequest::MemberSet {
+                    org,
+                    email,
+                    role,
+                    may_connect,
+                },
+            )?;
+            cli::output(json, &v, |v| {
+                format!(
+                    "{}: role {}, may connect {}",
+                    v["email"].as_str().unwrap_or(""),
+                    v["role"].as_str().unwrap_or(""),
+                    v["may_connect"]
+                )
+            });
+        }
+        Command::Member(MemberCommand::Remove { org, email, json }) => {
+            let v = cli::run_admin(&config, AdminRequest::MemberRemove { org, email })?;
+            cli::output(json, &v, |v| {
+                format!(
+                    "removed {}; {} connection(s) revoked",
+                    v["email"].as_str().unwrap_or(""),
+                    v["connections_revoked"]
+                )
+            });
+        }
         Command::Member(MemberCommand::Add {
             org,
             email,
@@ -220,8 +285,23 @@ fn run(cli: Cli) -> Result<(), CliError> {
             args,
             url,
             timeout,
+            model,
+            api_key_env,
+            api_key_file,
+            max_steps,
+            max_tokens,
+            system_prompt_file,
             json,
         }) => {
+            let llm = cli::llm_options(
+                &exec,
+                model,
+                api_key_env,
+                api_key_file,
+                max_steps,
+                max_tokens,
+                system_prompt_file,
+            )?;
             let agent = kennis::agents::NewAgent {
                 name,
                 kind,
@@ -231,7 +311,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 url,
                 timeout_secs: timeout,
             };
-            let v = cli::run_admin(&config, AdminRequest::AgentAdd { org, agent })?;
+            let v = cli::run_admin(&config, AdminRequest::AgentAdd { org, agent, llm })?;
             cli::output(json, &serde_json::json!({"id": v["id"]}), |_| {
                 let waiting = v["waiting_requests"].as_u64().unwrap_or(0);
                 format!(
@@ -247,6 +327,14 @@ fn run(cli: Cli) -> Result<(), CliError> {
                     }
                 )
             });
+        }
+        Command::Run(RunCommand::Show { id, json }) => {
+            let v = cli::run_admin(&config, AdminRequest::RunShow { id })?;
+            cli::output(json, &v, cli::human_run);
+        }
+        Command::Run(RunCommand::Cancel { id, json }) => {
+            let v = cli::run_admin(&config, AdminRequest::RunCancel { id })?;
+            cli::output(json, &v, |v| format!("run {} cancelled", v["id"]));
         }
         Command::App(AppCommand::Add {
             org,

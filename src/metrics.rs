@@ -132,12 +132,11 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts a run created and waiting.
-    pub fn run_queued(&self) {
+    /// Counts a run created (the queue gauge is counted by `agents::enqueue`).
+    pub fn run_created(&self) {
         self.runs
             .get_or_create(&StatusLabels { status: "queued" })
             .inc();
-        self.run_queue.inc();
     }
 
     /// Counts a run that reached a final status after `seconds` of execution.

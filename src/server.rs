@@ -47,7 +47,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(crate::connector::http::routes(app.clone()))
         .merge(crate::hooks::routes())
         .merge(crate::oauth::routes::routes(clock.clone()))
-        .merge(crate::portal::routes(clock))
+        .merge(crate::portal::routes(app.clone()))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             observe::observe,
@@ -201,7 +201,15 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
             let app = Arc::downgrade(&app);
             Arc::new(move |id| {
                 if let Some(app) = app.upgrade() {
-                    app.queue_agent_job(id);
+                    crate::agents::enqueue(&app, id);
+                }
+            })
+        }),
+        stop_run: Some({
+            let app = Arc::downgrade(&app);
+            Arc::new(move |id| {
+                if let Some(app) = app.upgrade() {
+                    app.runs.stop(id);
                 }
             })
         }),

@@ -49,6 +49,7 @@ pub fn import_dir(
         skipped: Vec::new(),
     };
     let now = ctx.clock.now();
+    let mut writer = kb::Writer::new(&ctx.store, &ctx.kb_index);
     for (i, rel) in files.iter().enumerate() {
         let full = dir.join(rel);
         let rel_str = rel.to_string_lossy().replace('\\', "/");
@@ -65,7 +66,15 @@ pub fn import_dir(
         }
         let bytes = std::fs::read(&full)
             .map_err(|e| AdminError::Refused(format!("{}: {e}", full.display())))?;
-        match kb::store_document(&ctx.store, org_id, &path, &bytes, None, now) {
+        let version = kb::NewVersion {
+            org_id,
+            path: &path,
+            bytes: &bytes,
+            expect: kb::Expect::Any,
+            by: None,
+            now,
+        };
+        match writer.put(version) {
             Ok(o) if !o.changed => summary.unchanged += 1,
             Ok(o) if o.created => summary.created += 1,
             Ok(_) => summary.revised += 1,
@@ -76,7 +85,7 @@ pub fn import_dir(
             progress(&format!("imported {} of {total} files", i + 1));
         }
     }
-    let indexed = ctx.kb_index.catch_up(&ctx.store)?;
+    let indexed = writer.finish()?;
     progress(&format!(
         "done: {} created, {} revised, {} unchanged, {} skipped; {indexed} index updates",
         summary.created,

@@ -56,6 +56,31 @@ pub enum AdminRequest {
         role: Role,
         may_connect: bool,
     },
+    MemberList {
+        org: String,
+    },
+    /// Changes role and/or right to connect; the last admin cannot be demoted.
+    MemberSet {
+        org: String,
+        email: String,
+        role: Option<Role>,
+        may_connect: Option<bool>,
+    },
+    /// Removes a person from an organisation and revokes their connections there.
+    MemberRemove {
+        org: String,
+        email: String,
+    },
+    /// A one-time invitation link (7 days).
+    UserInvite {
+        org: String,
+        email: String,
+        role: Role,
+    },
+    /// A one-time password-reset link (24 hours); ends the person's sessions.
+    UserReset {
+        email: String,
+    },
     /// `path` is absolute: the server may run in another working directory.
     Backup {
         path: PathBuf,
@@ -78,6 +103,17 @@ pub enum AdminRequest {
     AgentAdd {
         org: String,
         agent: agents::NewAgent,
+        /// The settings of an `llm` agent.
+        #[serde(default)]
+        llm: Option<agents::LlmOptions>,
+    },
+    /// A run (or a feature request's agent jobs) with its transcript.
+    RunShow {
+        id: u64,
+    },
+    /// Cancels a queued or running run.
+    RunCancel {
+        id: u64,
     },
     ProjectAdd {
         org: String,
@@ -169,6 +205,45 @@ pub struct AdminContext {
     pub kb_index: Arc<SearchIndex>,
     pub public_url: String,
     pub wake_jobs: Option<JobWaker>,
+    /// Stops a running server's executor of a cancelled run (`None` without a server).
+    pub stop_run: Option<JobWaker>,
+}
+
+impl From<agents::CancelError> for AdminError {
+    fn from(e: agents::CancelError) -> Self {
+        match e {
+            agents::CancelError::Store(s) => AdminError::Store(s),
+            other => AdminError::Refused(other.to_string()),
+        }
+    }
+}
+
+/// `run show`: the request as a run, its agent, and its transcript (null before a job ended).
+fn run_json(store: &Store, id: u64) -> Result<Value, AdminError> {
+    let found = store.read(|tx| {
+        let Some(r) = requests::get(tx, id)? else {
+            return Ok(None);
+        };
+        let agent = agents::get_agent(tx, r.agent_id)?;
+        let org: Option<identity::Org> = tx.get(store::ORGS, &store::key::id(r.org_id))?;
+        let transcript = agents::get_transcript(tx, id)?;
+        Ok::<_, StoreError>(Some((r, agent, org, transcript)))
+    })?;
+    let Some((r, agent, org, transcript)) = found else {
+        return Err(AdminError::Refused(format!("no run {id}")));
+    };
+    Ok(json!({
+        "id": r.id,
+        "kind": r.kind,
+        "organisation": org.map(|o| o.slug),
+        "agent": agent.map(|a| json!({"id": a.id, "name": a.name, "exec": a.executor.name()})),
+        "trigger_id": r.trigger_id,
+        "status": r.status,
+        "created_at": r.created_at.to_string(),
+        "updated_at": r.updated_at.to_string(),
+        "result": r.result,
+        "transcript": transcript,
+    }))
 }
 
 impl From<KbError> for AdminError {
@@ -275,6 +350,51 @@ pub fn execute(
                 "may_connect": m.may_connect, "created": created,
             })
         }
+        AdminRequest::MemberList { org } => {
+            let org = identity::find_org(store, &org)?;
+            let items: Vec<Value> = store
+                .read(|tx| identity::members(tx, org.id))?
+                .iter()
+                .map(|(m, p)| {
+                    json!({"email": p.email, "name": p.name, "role": m.role,
+                           "may_connect": m.may_connect,
+                           "second_factor": p.has_second_factor()})
+                })
+                .collect();
+            json!({ "items": items })
+        }
+        AdminRequest::MemberSet {
+            org,
+            email,
+            role,
+            may_connect,
+        } => {
+            let org = identity::find_org(store, &org)?;
+            let (_, p) = store.read(|tx| identity::member_by_email(tx, org.id, &email))?;
+            let m = identity::set_member(
+                store,
+                org.id,
+                p.id,
+                identity::MemberChange { role, may_connect },
+            )?;
+            json!({"email": p.email, "role": m.role, "may_connect": m.may_connect})
+        }
+        AdminRequest::MemberRemove { org, email } => {
+            let org = identity::find_org(store, &org)?;
+            let (_, p) = store.read(|tx| identity::member_by_email(tx, org.id, &email))?;
+            let revoked = crate::oauth::remove_member(store, org.id, p.id, now)?;
+            json!({"email": p.email, "removed": true, "connections_revoked": revoked})
+        }
+        AdminRequest::UserInvite { org, email, role } => {
+            let org = identity::find_org(store, &org)?;
+            let (inv, token) = identity::invite(store, org.id, &email, role, None, now)?;
+            json!({"url": format!("{}/invite/{token}", ctx.public_url),
+                   "email": inv.email, "expires_at": inv.expires_at.to_string()})
+        }
+        AdminRequest::UserReset { email } => {
+            let token = identity::issue_reset(store, &email, now)?;
+            json!({"url": format!("{}/reset/{token}", ctx.public_url)})
+        }
         AdminRequest::Backup { path } => {
             if !path.is_absolute() {
                 return Err(AdminError::Refused("backup path must be absolute".into()));
@@ -305,8 +425,8 @@ pub fn execute(
             let items = store.read(|tx| crate::audit::records(tx, org.id, since))?;
             json!({ "items": items })
         }
-        AdminRequest::AgentAdd { org, agent } => {
-            let a = agents::add_agent(store, &org, &agent, now)?;
+        AdminRequest::AgentAdd { org, agent, llm } => {
+            let a = agents::add_agent_with(store, &org, &agent, llm.as_ref(), now)?;
             // Requests filed while the organisation had no feature agent go to this one.
             let adopted = match a.kind {
                 AgentKind::Feature => requests::service::adopt_waiting(store, a.org_id)?,
@@ -317,6 +437,14 @@ pub fn execute(
             }
             json!({"id": a.id, "name": a.name, "kind": a.kind, "exec": a.executor.name(),
                    "waiting_requests": adopted.len()})
+        }
+        AdminRequest::RunShow { id } => run_json(store, id)?,
+        AdminRequest::RunCancel { id } => {
+            let r = agents::cancel_run(store, None, None, id, "an administrator", now)?;
+            if let Some(stop) = &ctx.stop_run {
+                stop(id);
+            }
+            json!({"id": r.id, "status": r.status, "result": r.result})
         }
         AdminRequest::ProjectAdd { org, name, ready } => {
             let rollout = if ready {
@@ -361,7 +489,7 @@ pub fn execute(
             json!({ "items": items })
         }
         AdminRequest::TriggerChange { id, change } => {
-            let (t, secret) = triggers::change(store, &id, change, now)?;
+            let (t, secret) = triggers::change(store, None, &id, change, now)?;
             match secret {
                 Some(secret) => {
                     let server_key = crate::app::load_or_create_key(&ctx.data_dir)?;

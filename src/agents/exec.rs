@@ -3,12 +3,16 @@
 //! pool, and feature requests (issue 6) call it with their own job and event sink.
 
 use std::process::Stdio;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use super::{Agent, Executor};
+use super::protocol::{AgentEvent, EventSink, Job, Outcome, http_client};
+use super::transcript::{Step, Transcript};
+use super::{Agent, Executor, llm};
+use crate::app::App;
 
 /// Longest line or response body we read from an agent: a misbehaving agent cannot make the
 /// server buffer without bound.
@@ -16,71 +20,71 @@ const MAX_OUTPUT: usize = 1024 * 1024;
 /// How much of stderr / an error body ends up in a failure reason.
 const REASON_TAIL: usize = 2000;
 
-/// The agent as named in a job.
-#[derive(Debug, Clone, Serialize)]
-pub struct JobAgent {
-    pub id: u64,
-    pub name: String,
+/// What a job runs with: the app (the `llm` executor's tools act in it) and the job's
+/// transcript, shared so that it survives a job that is stopped or times out.
+#[derive(Clone)]
+pub struct JobContext {
+    pub app: Arc<App>,
+    pub transcript: Arc<Mutex<Transcript>>,
 }
 
-/// One job, as the agent receives it (stdin for `command`, the POST body for `http`).
-#[derive(Debug, Clone, Serialize)]
-pub struct Job {
-    pub job_id: u64,
-    /// `run` or `feature_request`.
-    pub kind: &'static str,
-    /// The organisation's slug.
-    pub organisation: String,
-    pub agent: JobAgent,
-    pub instructions: String,
-    /// Further members for other kinds of jobs (issue 6: `feature_request`).
-    #[serde(flatten)]
-    pub extra: serde_json::Map<String, serde_json::Value>,
+impl JobContext {
+    pub fn new(app: &Arc<App>) -> JobContext {
+        JobContext {
+            app: app.clone(),
+            transcript: Arc::default(),
+        }
+    }
+
+    /// The transcript so far, taken out of the context.
+    pub fn take_transcript(&self) -> Transcript {
+        std::mem::take(&mut *self.transcript.lock().expect("transcript lock"))
+    }
 }
 
-/// One event from an agent.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum AgentEvent {
-    Message {
-        text: String,
-    },
-    Question {
-        text: String,
-        #[serde(default)]
-        options: Vec<serde_json::Value>,
-        #[serde(default)]
-        allow_other: bool,
-    },
-    Status {
-        status: String,
-    },
-    Result {
-        text: String,
-    },
+/// Notes every event of an agent in the transcript on its way to the sink.
+struct Noting<'a> {
+    inner: &'a mut dyn EventSink,
+    ctx: &'a JobContext,
+    started: Instant,
 }
 
-/// Receives an agent's events as they arrive.
-pub trait EventSink: Send {
-    fn event(&mut self, event: AgentEvent);
-}
-
-/// How a job ended, as far as the executor can tell. What it means for the request (e.g. a run
-/// without a `result` event) is the caller's decision.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
-    /// Exit 0 / HTTP 2xx.
-    Completed,
-    /// Non-zero exit, non-2xx, unreadable output, or the agent could not be started.
-    Failed(String),
-    /// The agent's timeout passed; a command was killed.
-    TimedOut,
+impl EventSink for Noting<'_> {
+    fn event(&mut self, event: AgentEvent) {
+        self.ctx.transcript.lock().expect("transcript lock").push(
+            self.ctx.app.clock.now(),
+            self.started.elapsed().as_millis() as u64,
+            Step::Event {
+                event: event.clone(),
+            },
+        );
+        self.inner.event(event);
+    }
 }
 
 /// Executes `job` on `agent`, feeding events to `sink`, within the agent's timeout.
-pub async fn dispatch(agent: &Agent, job: &Job, sink: &mut dyn EventSink) -> Outcome {
+pub async fn dispatch(
+    ctx: &JobContext,
+    agent: &Agent,
+    job: &Job,
+    sink: &mut dyn EventSink,
+) -> Outcome {
     let limit = Duration::from_secs(agent.timeout_secs);
+    if let Executor::Llm(settings) = &agent.executor {
+        let work = llm::run(&ctx.app, agent, settings, job, sink, &ctx.transcript);
+        return match tokio::time::timeout(limit, work).await {
+            Ok(outcome) => outcome,
+            Err(_) => Outcome::TimedOut,
+        };
+    }
+    let mut noting = Noting {
+        inner: sink,
+        ctx,
+        started: Instant::now(),
+    };
+    let sink: &mut dyn EventSink = &mut noting;
     match &agent.executor {
+        Executor::Llm(_) => unreachable!("handled above"),
         Executor::Echo => {
             sink.event(match job.extra.get("feature_request") {
                 Some(request) => AgentEvent::Message {
@@ -117,7 +121,7 @@ fn echo_feature(request: &serde_json::Value) -> String {
         .as_str()
         .map_or(0, |d| d.chars().count());
     format!(
-        "Echo agent (built in, for trying kennis out): I received request {} \"{}\" with {} characters of description, {} conversation message(s) and {} answer(s). I only repeat what I receive and do not work on requests; an administrator can connect a real feature agent with `kennis agent add ORG NAME --kind feature --exec command|http`.",
+        "Echo agent (built in, for trying kennis out): I received request {} \"{}\" with {} characters of description, {} conversation message(s) and {} answer(s). I only repeat what I receive and do not work on requests; an administrator can connect a real feature agent with `kennis agent add ORG NAME --kind feature --exec llm|command|http`.",
         request["id"],
         title,
         described,
@@ -229,17 +233,6 @@ async fn run_command(
 struct HttpReply {
     #[serde(default)]
     events: Vec<AgentEvent>,
-}
-
-fn http_client() -> &'static reqwest::Client {
-    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    CLIENT.get_or_init(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .expect("http client")
-    })
 }
 
 async fn post_job(url: &str, job: &Job, sink: &mut dyn EventSink, limit: Duration) -> Outcome {

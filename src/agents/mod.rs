@@ -1,25 +1,44 @@
 //! Agents and projects of an organisation, and the runtime that executes runs.
 //!
 //! An agent is `generic` (started by event triggers) or `feature` (works on feature requests),
-//! and has an executor: the built-in `echo`, a `command` started without a shell, or an `http`
-//! endpoint. Projects carry a rollout state; triggers may only be saved for `ready` projects.
+//! and has an executor: the built-in `echo`, a `command` started without a shell, an `http`
+//! endpoint, or `llm`, a language model behind an OpenAI-compatible chat-completions API that
+//! works with the organisation's knowledge-base tools in-process. Projects carry a rollout
+//! state; triggers may only be saved for `ready` projects.
 
 mod exec;
+mod llm;
+mod protocol;
 mod runtime;
+mod transcript;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::identity;
-use crate::store::{AGENTS, PROJECTS, ReadTx, Store, StoreError, key};
+use crate::store::{AGENTS, PROJECTS, Read, ReadTx, Store, StoreError, key};
 
-pub use exec::{AgentEvent, EventSink, Job, JobAgent, Outcome, dispatch};
-pub use runtime::{RunQueue, recover, start_workers};
+pub use exec::{JobContext, dispatch};
+pub use llm::{LlmSettings, read_api_key};
+pub use protocol::{AgentEvent, EventSink, Job, JobAgent, Outcome};
+pub use runtime::{CancelError, RunQueue, cancel_run, enqueue, recover, start_workers};
+pub use transcript::{Entry, Step, Transcript, get_transcript};
 
 /// Longest allowed executor timeout: one hour.
 pub const MAX_TIMEOUT_SECS: u64 = 3600;
 /// Executor timeout when none is given.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
+/// Wall time of an `llm` run when no `--timeout` is given: models take their time.
+pub const DEFAULT_LLM_TIMEOUT_SECS: u64 = 600;
+/// Tool calls an `llm` run may make when no `--max-steps` is given, and at most.
+pub const DEFAULT_MAX_STEPS: u32 = 20;
+pub const MAX_MAX_STEPS: u32 = 200;
+/// Tokens (prompt + completion, as the endpoint's `usage` counts them) an `llm` run may use
+/// when no `--max-tokens` is given, and the range allowed.
+pub const DEFAULT_MAX_TOKENS: u64 = 200_000;
+pub const MAX_TOKENS_RANGE: std::ops::RangeInclusive<u64> = 1_000..=10_000_000;
+/// Longest system prompt an `llm` agent may have (characters).
+pub const SYSTEM_PROMPT_MAX: usize = 20_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
@@ -35,8 +54,16 @@ pub enum AgentKind {
 #[serde(tag = "exec", rename_all = "snake_case")]
 pub enum Executor {
     Echo,
-    Command { program: String, args: Vec<String> },
-    Http { url: String },
+    Command {
+        program: String,
+        args: Vec<String>,
+    },
+    Http {
+        url: String,
+    },
+    /// A model behind `POST {url}/chat/completions`. The API key is read at run time from the
+    /// server's environment or a file; only the variable's name or the file's path is stored.
+    Llm(LlmSettings),
 }
 
 impl Executor {
@@ -45,6 +72,7 @@ impl Executor {
             Executor::Echo => "echo",
             Executor::Command { .. } => "command",
             Executor::Http { .. } => "http",
+            Executor::Llm(_) => "llm",
         }
     }
 }
@@ -88,12 +116,29 @@ pub enum AgentError {
     Store(#[from] StoreError),
 }
 
+/// What `agent add --exec llm` adds to [`NewAgent`] (whose `url` is the API's base URL).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LlmOptions {
+    pub model: String,
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    #[serde(default)]
+    pub api_key_file: Option<String>,
+    #[serde(default)]
+    pub max_steps: Option<u32>,
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    /// The system prompt's text (the command line reads `--system-prompt-file`).
+    #[serde(default)]
+    pub system_prompt: Option<String>,
+}
+
 /// What `agent add` asks for; checked by [`add_agent`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NewAgent {
     pub name: String,
     pub kind: AgentKind,
-    /// `echo`, `command` or `http`.
+    /// `echo`, `command`, `http` or `llm` (whose settings come in [`LlmOptions`]).
     pub exec: String,
     #[serde(default)]
     pub program: Option<String>,
@@ -115,8 +160,91 @@ fn check_name(what: &str, name: &str) -> Result<String, AgentError> {
     Ok(name.to_owned())
 }
 
-fn executor_of(new: &NewAgent) -> Result<Executor, AgentError> {
+fn check_url(url: &str, flag: &str) -> Result<(), AgentError> {
+    if !(url.starts_with("http://") || url.starts_with("https://"))
+        || url.len() > 2000
+        || url.chars().any(|c| c.is_control() || c == ' ')
+    {
+        return Err(AgentError::InvalidInput(format!(
+            "{flag} must be an http:// or https:// URL"
+        )));
+    }
+    Ok(())
+}
+
+fn llm_executor(new: &NewAgent, llm: Option<&LlmOptions>) -> Result<Executor, AgentError> {
+    let bad = |m: String| Err(AgentError::InvalidInput(m));
+    let Some(o) = llm else {
+        return bad("the llm executor needs --url BASE and --model M".into());
+    };
+    let Some(url) = new.url.as_deref() else {
+        return bad("the llm executor needs --url BASE (e.g. https://api.openai.com/v1)".into());
+    };
+    check_url(url, "--url")?;
+    if new.program.is_some() || !new.args.is_empty() {
+        return bad("the llm executor takes no --program or --arg".into());
+    }
+    let model = o.model.trim();
+    if model.is_empty() {
+        return bad("the llm executor needs --model M".into());
+    }
+    if model.len() > 200 || model.chars().any(char::is_control) {
+        return bad("--model must be 1 to 200 characters".into());
+    }
+    match (&o.api_key_env, &o.api_key_file) {
+        (Some(_), Some(_)) => return bad("give --api-key-env or --api-key-file, not both".into()),
+        (Some(var), None)
+            if var.is_empty()
+                || var.len() > 200
+                || !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
+        {
+            return bad("--api-key-env must name an environment variable (A-Z, 0-9, _)".into());
+        }
+        (None, Some(file)) if !std::path::Path::new(file).is_absolute() || file.contains('\0') => {
+            return bad("--api-key-file must be an absolute path".into());
+        }
+        _ => {}
+    }
+    let max_steps = o.max_steps.unwrap_or(DEFAULT_MAX_STEPS);
+    if !(1..=MAX_MAX_STEPS).contains(&max_steps) {
+        return bad(format!("--max-steps must be 1 to {MAX_MAX_STEPS}"));
+    }
+    let max_tokens = o.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+    if !MAX_TOKENS_RANGE.contains(&max_tokens) {
+        return bad(format!(
+            "--max-tokens must be {} to {}",
+            MAX_TOKENS_RANGE.start(),
+            MAX_TOKENS_RANGE.end()
+        ));
+    }
+    let system_prompt = o
+        .system_prompt
+        .as_deref()
+        .map(str::trim)
+        .filter(|p| !p.is_empty());
+    if system_prompt.is_some_and(|p| p.chars().count() > SYSTEM_PROMPT_MAX) {
+        return bad(format!(
+            "the system prompt is longer than {SYSTEM_PROMPT_MAX} characters"
+        ));
+    }
+    Ok(Executor::Llm(LlmSettings {
+        url: url.trim_end_matches('/').to_owned(),
+        model: model.to_owned(),
+        api_key_env: o.api_key_env.clone(),
+        api_key_file: o.api_key_file.clone(),
+        max_steps,
+        max_tokens,
+        system_prompt: system_prompt.map(str::to_owned),
+    }))
+}
+
+fn executor_of(new: &NewAgent, llm: Option<&LlmOptions>) -> Result<Executor, AgentError> {
     let bad = |m: &str| Err(AgentError::InvalidInput(m.into()));
+    if llm.is_some() && new.exec != "llm" {
+        return bad(
+            "--model, --api-key-*, --max-steps, --max-tokens and --system-prompt-file are for the llm executor",
+        );
+    }
     match new.exec.as_str() {
         "echo" => {
             if new.program.is_some() || new.url.is_some() || !new.args.is_empty() {
@@ -148,12 +276,7 @@ fn executor_of(new: &NewAgent) -> Result<Executor, AgentError> {
             let Some(url) = new.url.as_deref() else {
                 return bad("the http executor needs --url URL");
             };
-            if !(url.starts_with("http://") || url.starts_with("https://"))
-                || url.len() > 2000
-                || url.chars().any(|c| c.is_control() || c == ' ')
-            {
-                return bad("--url must be an http:// or https:// URL");
-            }
+            check_url(url, "--url")?;
             if new.program.is_some() || !new.args.is_empty() {
                 return bad("the http executor takes no --program or --arg");
             }
@@ -161,8 +284,9 @@ fn executor_of(new: &NewAgent) -> Result<Executor, AgentError> {
                 url: url.to_owned(),
             })
         }
+        "llm" => llm_executor(new, llm),
         other => Err(AgentError::InvalidInput(format!(
-            "executor `{other}` is not echo, command or http"
+            "executor `{other}` is not echo, command, http or llm"
         ))),
     }
 }
@@ -180,9 +304,24 @@ pub fn add_agent(
     new: &NewAgent,
     now: Timestamp,
 ) -> Result<Agent, AgentError> {
+    add_agent_with(store, org, new, None, now)
+}
+
+/// Adds an agent, with the settings of an `llm` executor when it is one.
+pub fn add_agent_with(
+    store: &Store,
+    org: &str,
+    new: &NewAgent,
+    llm: Option<&LlmOptions>,
+    now: Timestamp,
+) -> Result<Agent, AgentError> {
     let name = check_name("agent", &new.name)?;
-    let executor = executor_of(new)?;
-    let timeout_secs = new.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS);
+    let executor = executor_of(new, llm)?;
+    let default_timeout = match executor {
+        Executor::Llm(_) => DEFAULT_LLM_TIMEOUT_SECS,
+        _ => DEFAULT_TIMEOUT_SECS,
+    };
+    let timeout_secs = new.timeout_secs.unwrap_or(default_timeout);
     if !(1..=MAX_TIMEOUT_SECS).contains(&timeout_secs) {
         return Err(AgentError::InvalidInput(format!(
             "--timeout must be 1 to {MAX_TIMEOUT_SECS} seconds"
@@ -227,11 +366,11 @@ pub fn add_project(
     })
 }
 
-pub fn get_agent(tx: &ReadTx, id: u64) -> Result<Option<Agent>, StoreError> {
+pub fn get_agent(tx: &impl Read, id: u64) -> Result<Option<Agent>, StoreError> {
     tx.get(AGENTS, &key::id(id))
 }
 
-pub fn get_project(tx: &ReadTx, id: u64) -> Result<Option<Project>, StoreError> {
+pub fn get_project(tx: &impl Read, id: u64) -> Result<Option<Project>, StoreError> {
     tx.get(PROJECTS, &key::id(id))
 }
 

@@ -6,21 +6,26 @@
 //! once and marked `failed` if the server stopped during it a second time, so no slot stays
 //! blocked for ever.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 
-use super::exec::{AgentEvent, EventSink, Job, JobAgent, Outcome, dispatch};
+use super::exec::{JobContext, dispatch};
+use super::protocol::{AgentEvent, EventSink, Job, JobAgent, Outcome};
+use super::transcript::{self, Step, Transcript};
 use crate::app::App;
 use crate::identity;
 use crate::requests::{self, JobState, Kind, Message, Request, Role, Status, feature};
 use crate::store::{ACTIVE_RUNS, Store, StoreError, key};
 
-/// Wakes workers for runs that are stored and queued.
+/// Wakes workers for runs that are stored and queued, and stops runs that were cancelled.
 pub struct RunQueue {
     tx: mpsc::UnboundedSender<u64>,
     rx: Mutex<Option<mpsc::UnboundedReceiver<u64>>>,
+    /// The runs a worker is executing, with the signal that stops each.
+    running: Mutex<HashMap<u64, Arc<Notify>>>,
 }
 
 impl Default for RunQueue {
@@ -35,6 +40,7 @@ impl RunQueue {
         RunQueue {
             tx,
             rx: Mutex::new(Some(rx)),
+            running: Mutex::new(HashMap::new()),
         }
     }
 
@@ -42,6 +48,91 @@ impl RunQueue {
     pub fn wake(&self, run_id: u64) {
         let _ = self.tx.send(run_id);
     }
+
+    /// Stops the executor of run `run_id` if a worker is executing it (its slot is then free
+    /// for the next run). The run's status is the caller's to set (see [`cancel_run`]).
+    pub fn stop(&self, run_id: u64) {
+        if let Some(signal) = self.running.lock().expect("runs lock").get(&run_id) {
+            // `notify_one` keeps the signal if the worker is not waiting yet.
+            signal.notify_one();
+        }
+    }
+
+    fn enter(&self, run_id: u64) -> Arc<Notify> {
+        let signal = Arc::new(Notify::new());
+        self.running
+            .lock()
+            .expect("runs lock")
+            .insert(run_id, signal.clone());
+        signal
+    }
+
+    fn leave(&self, run_id: u64) {
+        self.running.lock().expect("runs lock").remove(&run_id);
+    }
+}
+
+/// Why a run could not be cancelled.
+#[derive(Debug, thiserror::Error)]
+pub enum CancelError {
+    /// No such run (or, for an organisation-bound lookup, not one of its runs).
+    #[error("no run {0}")]
+    NotFound(u64),
+    #[error("{0} is a feature request, not a run; cancel it by setting its status")]
+    NotARun(u64),
+    #[error("run {id} has already ended ({status})")]
+    Final { id: u64, status: &'static str },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Cancels a queued or running run: it becomes `cancelled` at once (freeing its trigger
+/// slot), and a worker executing it is told to stop its executor through `runs` (`None` when
+/// no server runs: nothing executes then). With `org_id`, only that organisation's runs.
+pub fn cancel_run(
+    store: &Store,
+    runs: Option<&RunQueue>,
+    org_id: Option<u64>,
+    id: u64,
+    who: &str,
+    now: jiff::Timestamp,
+) -> Result<Request, CancelError> {
+    let run = store.write(|tx| {
+        let run = requests::get(tx, id)?
+            .filter(|r| org_id.is_none_or(|o| r.org_id == o))
+            .ok_or(CancelError::NotFound(id))?;
+        if run.kind != Kind::Run {
+            return Err(CancelError::NotARun(id));
+        }
+        if run.status.is_final() {
+            return Err(CancelError::Final {
+                id,
+                status: run.status.as_str(),
+            });
+        }
+        let mut run = run;
+        run.result = Some(format!(
+            "cancelled by {who} while it was {}",
+            run.status.as_str()
+        ));
+        run.status = Status::Cancelled;
+        run.updated_at = now;
+        requests::put(tx, &run)?;
+        tx.delete(ACTIVE_RUNS, &key::id(id))?;
+        Ok(run)
+    })?;
+    if let Some(runs) = runs {
+        runs.stop(id);
+    }
+    Ok(run)
+}
+
+/// The one way to hand a stored, queued agent job (a trigger's run or a feature request's
+/// job) to the workers: counts it in the queue gauge, which the worker that picks it up counts
+/// down again, and wakes a worker.
+pub fn enqueue(app: &App, id: u64) {
+    app.metrics.run_queue.inc();
+    app.runs.wake(id);
 }
 
 /// A run that was `running` when the server stopped this many times is failed, not retried.
@@ -58,7 +149,7 @@ pub fn recover(store: &Store, now: jiff::Timestamp) -> Result<Vec<u64>, StoreErr
             .collect();
         let mut queue = Vec::new();
         for id in ids {
-            let Some(mut run) = requests::get_for_update(tx, id)? else {
+            let Some(mut run) = requests::get(tx, id)? else {
                 tx.delete(ACTIVE_RUNS, &key::id(id))?;
                 continue;
             };
@@ -147,10 +238,8 @@ pub fn start_workers(
     app: &Arc<App>,
     stop: watch::Receiver<bool>,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, StoreError> {
-    let pending = recover(&app.store, app.clock.now())?;
-    app.metrics.run_queue.set(pending.len() as i64);
-    for id in pending {
-        app.runs.wake(id);
+    for id in recover(&app.store, app.clock.now())? {
+        enqueue(app, id);
     }
     let rx = app
         .runs
@@ -236,7 +325,7 @@ async fn execute_run(app: &Arc<App>, id: u64) {
     let claim = app
         .commits
         .write(move |tx| {
-            let Some(mut run) = requests::get_for_update(tx, id)? else {
+            let Some(mut run) = requests::get(tx, id)? else {
                 return Ok(Claim::Skip);
             };
             if run.kind == Kind::FeatureRequest {
@@ -292,7 +381,28 @@ async fn execute_run(app: &Arc<App>, id: u64) {
     };
     let started = Instant::now();
     let mut sink = RunSink::default();
-    let outcome = dispatch(&agent, &job, &mut sink).await;
+    let ctx = JobContext::new(app);
+    let stop = app.runs.enter(run.id);
+    let outcome = tokio::select! {
+        outcome = dispatch(&ctx, &agent, &job, &mut sink) => Some(outcome),
+        _ = stop.notified() => None,
+    };
+    app.runs.leave(run.id);
+    let Some(outcome) = outcome else {
+        // Cancelled: the run is final already; keep what it did.
+        let mut done = ctx.take_transcript();
+        note_end(
+            app,
+            &mut done,
+            started,
+            Status::Cancelled,
+            "the run was cancelled; its executor was stopped",
+        );
+        save_transcript(app, run.id, done).await;
+        app.metrics
+            .runs_finished(Status::Cancelled, started.elapsed().as_secs_f64());
+        return;
+    };
     let (status, result) = match outcome {
         Outcome::Completed => match sink.result {
             Some(text) => (Status::Succeeded, text),
@@ -317,13 +427,16 @@ async fn execute_run(app: &Arc<App>, id: u64) {
     };
     let elapsed = started.elapsed().as_secs_f64();
     let run_id = run.id;
+    let mut done = ctx.take_transcript();
+    note_end(app, &mut done, started, status, &result);
     let now = app.clock.now();
     let saved = app
         .commits
         .write(move |tx| {
-            let Some(mut run) = requests::get_for_update(tx, run_id)? else {
+            let Some(mut run) = requests::get(tx, run_id)? else {
                 return Ok(());
             };
+            transcript::append(tx, run_id, done)?;
             if run.status.is_final() {
                 return Ok(());
             }
@@ -338,6 +451,28 @@ async fn execute_run(app: &Arc<App>, id: u64) {
     match saved {
         Ok(()) => app.metrics.runs_finished(status, elapsed),
         Err(e) => tracing::error!(run = run_id, error = %e, "could not store a run's result"),
+    }
+}
+
+/// Closes a job's transcript with how it ended.
+fn note_end(app: &App, t: &mut Transcript, started: Instant, status: Status, note: &str) {
+    t.push(
+        app.clock.now(),
+        started.elapsed().as_millis() as u64,
+        Step::End {
+            status: status.as_str().to_owned(),
+            note: transcript::shorten(note, transcript::TEXT_KEPT),
+        },
+    );
+}
+
+async fn save_transcript(app: &App, id: u64, t: Transcript) {
+    let saved = app
+        .commits
+        .write(move |tx| transcript::append(tx, id, t))
+        .await;
+    if let Err(e) = saved {
+        tracing::error!(run = id, error = %e, "could not store a run's transcript");
     }
 }
 
@@ -403,15 +538,25 @@ fn claim_feature(
 /// refused (or the agent failing) is noted in the conversation so people see it.
 async fn execute_feature(app: &Arc<App>, job: Job, agent: super::Agent) {
     let mut sink = FeatureSink::default();
-    let outcome = dispatch(&agent, &job, &mut sink).await;
+    let ctx = JobContext::new(app);
+    let started = Instant::now();
+    let outcome = dispatch(&ctx, &agent, &job, &mut sink).await;
     let id = job.job_id;
+    let mut done = ctx.take_transcript();
+    let (end, note) = match &outcome {
+        Outcome::Completed => (Status::Succeeded, "the job ended".to_owned()),
+        Outcome::Failed(reason) => (Status::Failed, reason.clone()),
+        Outcome::TimedOut => (Status::TimedOut, "the job timed out".to_owned()),
+    };
+    note_end(app, &mut done, started, end, &note);
     let now = app.clock.now();
     let saved = app
         .commits
         .write(move |tx| {
-            let Some(mut r) = requests::get_for_update(tx, id)? else {
+            let Some(mut r) = requests::get(tx, id)? else {
                 return Ok(false);
             };
+            transcript::append(tx, id, done)?;
             for event in &sink.events {
                 if let Err(why) = feature::apply_event(&mut r, &agent.name, event, now) {
                     tracing::warn!(request = id, agent = agent.id, reason = %why, "agent event refused");
@@ -459,7 +604,7 @@ async fn execute_feature(app: &Arc<App>, job: Job, agent: super::Agent) {
         })
         .await;
     match saved {
-        Ok(true) => app.queue_agent_job(id),
+        Ok(true) => enqueue(app, id),
         Ok(false) => {}
         Err(e) => {
             tracing::error!(request = id, error = %e, "could not store a feature agent's events")

@@ -22,8 +22,14 @@ pub enum Outcome {
 pub struct AuditRecord {
     pub at: Timestamp,
     pub org_id: u64,
+    /// The person and grant of a person's call; 0 for an agent's.
     pub person_id: u64,
     pub grant_id: u64,
+    /// The agent and its run (or feature-request job) of an agent's call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<u64>,
     pub tool: String,
     /// The path or request the call was about, when it named one.
     pub target: Option<String>,

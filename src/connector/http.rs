@@ -16,13 +16,13 @@ use serde_json::json;
 use tower::ServiceExt;
 
 use super::mcp::KennisMcp;
-use super::{Caller, SCOPE_KB, SCOPE_REQUESTS};
+use super::{CONNECTOR_PATH, Caller, SCOPE_KB, SCOPE_REQUESTS};
 use crate::app::App;
 use crate::http::client_ip::{CallerIp, request_origin};
+use crate::http::error::{ToProblem, too_many_requests};
 use crate::oauth::{self, BearerError};
-use crate::ratelimit::{FailureLimiter, WINDOW, retry_after_secs};
+use crate::ratelimit::{FailureLimiter, WINDOW};
 
-pub const PATH: &str = crate::app::CONNECTOR_PATH;
 /// Failed token checks one address may make per window before it gets 429.
 pub const TOKEN_FAILURES_PER_WINDOW: u32 = 300;
 pub const MAX_BODY: usize = 1024 * 1024;
@@ -95,7 +95,7 @@ pub fn routes(app: Arc<App>) -> Router<Arc<App>> {
         token_failures: FailureLimiter::new(TOKEN_FAILURES_PER_WINDOW, WINDOW, app.clock.clone()),
     });
     Router::new().route(
-        PATH,
+        CONNECTOR_PATH,
         post(
             move |State(app): State<Arc<App>>, CallerIp(ip): CallerIp, req: Request| {
                 let service = service.clone();
@@ -130,16 +130,6 @@ fn auth_error(app: &App, status: StatusCode, code: &str, description: &str) -> R
             .expect("header value is ASCII"),
         )],
         axum::Json(json!({"error": code, "error_description": description})),
-    )
-        .into_response()
-}
-
-fn too_many(wait: std::time::Duration) -> Response {
-    let secs = retry_after_secs(wait);
-    (
-        StatusCode::TOO_MANY_REQUESTS,
-        [(header::RETRY_AFTER, secs.to_string())],
-        axum::Json(json!({"error": "too_many_requests", "error_description": format!("too many failed token checks; retry in {secs} seconds")})),
     )
         .into_response()
 }
@@ -184,7 +174,7 @@ async fn handle(
         return (StatusCode::PAYLOAD_TOO_LARGE, axum::Json(json!({"error": "payload_too_large", "error_description": "request body is larger than 1 MB"}))).into_response();
     }
     if let Some(wait) = guard.token_failures.blocked(&ip) {
-        return too_many(wait);
+        return too_many_requests(wait);
     }
     let Some(token) = bearer(headers) else {
         return auth_error(
@@ -201,9 +191,10 @@ async fn handle(
             if !matches!(e, BearerError::Denied(_))
                 && let Some(wait) = guard.token_failures.record_failure(&ip)
             {
-                return too_many(wait);
+                return too_many_requests(wait);
             }
-            return auth_error(&app, StatusCode::UNAUTHORIZED, "invalid_token", &e.reason());
+            let p = e.problem();
+            return auth_error(&app, p.status, p.code, &p.message);
         }
     };
     let scopes = connector_scopes(&access.scopes);
@@ -215,12 +206,12 @@ async fn handle(
             "the token has none of the connector's scopes",
         );
     }
-    req.extensions_mut().insert(Caller {
-        org_id: access.org_id,
-        person_id: access.person_id,
-        grant_id: access.grant_id,
+    req.extensions_mut().insert(Caller::person(
+        access.org_id,
+        access.person_id,
+        access.grant_id,
         scopes,
-    });
+    ));
     let (parts, body) = req.into_parts();
     let body = Body::new(http_body_util::Limited::new(body, MAX_BODY));
     match service.oneshot(Request::from_parts(parts, body)).await {

@@ -13,8 +13,8 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
-use super::{Caller, TOOLS, tool_for};
 use crate::app::App;
+use crate::tools::{self, Caller, TOOLS, tool_for};
 
 /// What the assistant is told about this server.
 pub const INSTRUCTIONS: &str = "kennis gives you access to one organisation's knowledge base and, with the feature_requests scope, its feature requests, acting as the person who connected you. The material is mostly written in Dutch: search with Dutch terms as they appear in the documents, and write new documents, feature requests and replies in the language of the material (usually Dutch). Knowledge base: start with kennisbank_list or kennisbank_search, then kennisbank_read the documents you need; new documents go in `aangeleverd/`. Feature requests: app_list shows the apps (only live apps accept requests); feature_request_create files one, an agent works on it and may ask multiple-choice questions; feature_request_read shows the conversation and open questions, feature_request_reply answers them or adds a message.";
@@ -68,7 +68,7 @@ pub fn with_error_shape(mut output: Value) -> Value {
 
 /// What clients are told about a tool's effects: writes keep versions (never destructive),
 /// and no tool reaches beyond this service.
-fn annotations(spec: &super::ToolSpec) -> ToolAnnotations {
+fn annotations(spec: &tools::ToolSpec) -> ToolAnnotations {
     ToolAnnotations::with_title(spec.title)
         .read_only(spec.read_only)
         .destructive(false)
@@ -77,7 +77,7 @@ fn annotations(spec: &super::ToolSpec) -> ToolAnnotations {
 
 /// The tool definitions the caller's scopes unlock.
 pub fn visible_tools(caller: &Caller) -> Vec<Tool> {
-    super::definitions()
+    tools::definitions()
         .into_iter()
         .filter_map(|(name, description, input, output)| {
             let spec = tool_for(caller, name)?;
@@ -125,7 +125,7 @@ impl ServerHandler for KennisMcp {
         let args = request.arguments.unwrap_or_default();
         let result = self
             .app
-            .blocking(move |app| super::call(app, &caller, tool, &args))
+            .blocking(move |app| tools::call(app, &caller, tool, &args))
             .await;
         let mut out = match result {
             Ok(ok) => {
@@ -150,7 +150,7 @@ mod tests {
 
     #[test]
     fn every_output_schema_also_admits_the_error_shape() {
-        for (name, _, _, output) in super::super::definitions() {
+        for (name, _, _, output) in super::tools::definitions() {
             let required = output["required"].clone();
             let wide = with_error_shape(output);
             assert!(wide.get("required").is_none(), "{name}");

@@ -15,10 +15,7 @@ pub async fn download(
     State(app): State<Arc<App>>,
     Path(token): Path<String>,
 ) -> Result<Response, JsonError> {
-    let claims = link::verify(&app.server_key, &token, app.clock.now()).map_err(|e| match e {
-        link::LinkError::Expired => JsonError::new(StatusCode::GONE, e.to_string()),
-        _ => JsonError::new(StatusCode::FORBIDDEN, e.to_string()),
-    })?;
+    let claims = link::verify(&app.server_key, &token, app.clock.now())?;
     let found = app
         .blocking(move |app| {
             app.store.read(|tx| {

@@ -1,6 +1,7 @@
 //! Organisations, people, memberships, passwords, second factor and terms — and the one
 //! question every connector call asks again: may this person still act in this organisation?
 
+mod members;
 mod password;
 mod totp;
 
@@ -8,10 +9,15 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::store::{
-    MEMBERSHIPS, MEMBERSHIPS_BY_PERSON, ORG_SLUGS, ORGS, PEOPLE, PEOPLE_BY_EMAIL, ReadTx, Store,
-    StoreError, key,
+    MEMBERSHIPS, MEMBERSHIPS_BY_PERSON, ORG_SLUGS, ORGS, PEOPLE, PEOPLE_BY_EMAIL, Read, ReadTx,
+    Store, StoreError, key,
 };
 
+pub use members::{
+    INVITATION_LIFETIME_SECS, INVITATION_PREFIX, Invitation, MemberChange, RESET_LIFETIME_SECS,
+    RESET_PREFIX, ResetLink, accept_invitation, end_sessions_in, invite, issue_reset,
+    member_by_email, open_invitation, open_reset, remove_member_in, set_member, use_reset,
+};
 pub use password::{check_strength, hash_password, verify_password_hash};
 pub use totp::{TotpEnrolment, code_at};
 
@@ -34,6 +40,18 @@ pub enum IdentityError {
     BadCredentials,
     #[error("wrong or already used code")]
     BadSecondFactor,
+    #[error("`{0}` is not a member of this organisation")]
+    NotMember(String),
+    #[error("`{0}` is a member of this organisation already")]
+    AlreadyMember(String),
+    #[error("an organisation keeps at least one admin: make someone else admin first")]
+    LastAdmin,
+    #[error("this link is not valid")]
+    LinkUnknown,
+    #[error("this link has been used already")]
+    LinkUsed,
+    #[error("this link has expired")]
+    LinkExpired,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -102,6 +120,12 @@ pub struct Person {
     pub password_hash: String,
     pub totp: Option<totp::TotpState>,
     pub accepted_terms: Option<String>,
+    /// The portal language the person chose (`en`, `nl`); `None` follows the browser.
+    #[serde(default)]
+    pub language: Option<String>,
+    /// The last completed login (password and second factor).
+    #[serde(default)]
+    pub last_login: Option<Timestamp>,
     pub created_at: Timestamp,
 }
 
@@ -132,6 +156,34 @@ pub enum AccessDenied {
     SecondFactorRequired,
     #[error("terms not accepted")]
     TermsNotAccepted,
+}
+
+/// A new random 256-bit secret with a prefix naming its kind (base64url).
+pub fn new_token(prefix: &str) -> String {
+    use base64::Engine;
+    let bytes: [u8; 32] = rand::random();
+    format!(
+        "{prefix}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
+}
+
+/// SHA-256 of a secret: the only form in which secrets are stored and looked up.
+pub fn hash_token(secret: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(secret.as_bytes()).into()
+}
+
+/// Sets (or with `None` clears) the portal language a person chose.
+pub fn set_language(
+    store: &Store,
+    person_id: u64,
+    language: Option<&str>,
+) -> Result<(), IdentityError> {
+    update_person(store, person_id, |p| {
+        p.language = language.map(str::to_owned);
+        Ok(())
+    })
 }
 
 /// Normalises an email address for uniqueness checks: trimmed, lower case.
@@ -172,7 +224,7 @@ pub fn slugify(name: &str) -> String {
         .to_owned()
 }
 
-fn check_name(field: &str, name: &str, max: usize) -> Result<String, IdentityError> {
+pub(crate) fn check_name(field: &str, name: &str, max: usize) -> Result<String, IdentityError> {
     let name = name.trim();
     if name.is_empty() || name.chars().count() > max || name.chars().any(char::is_control) {
         return Err(IdentityError::InvalidInput(format!(
@@ -216,7 +268,7 @@ pub fn list_orgs(store: &Store) -> Result<Vec<Org>, IdentityError> {
         .collect())
 }
 
-pub fn org_by_slug(tx: &ReadTx, slug: &str) -> Result<Option<Org>, StoreError> {
+pub fn org_by_slug(tx: &impl Read, slug: &str) -> Result<Option<Org>, StoreError> {
     match tx.get::<u64>(ORG_SLUGS, slug.as_bytes())? {
         Some(id) => tx.get(ORGS, &key::id(id)),
         None => Ok(None),
@@ -285,6 +337,8 @@ pub fn add_person(
             password_hash,
             totp: None,
             accepted_terms: None,
+            language: None,
+            last_login: None,
             created_at: now,
         };
         tx.put(PEOPLE, &key::id(person.id), &person)?;
@@ -401,6 +455,7 @@ pub fn verify_totp(
         let step = totp::matching_step(state, code, now).ok_or(IdentityError::BadSecondFactor)?;
         state.last_step = Some(step);
         state.confirmed = true;
+        p.last_login = Some(now);
         Ok(())
     })
 }
@@ -460,6 +515,32 @@ pub fn organisations_of(tx: &ReadTx, person_id: u64) -> Result<Vec<(Org, Members
     Ok(out)
 }
 
+/// One person by id.
+pub fn person(tx: &impl Read, person_id: u64) -> Result<Option<Person>, StoreError> {
+    tx.get(PEOPLE, &key::id(person_id))
+}
+
+/// A member of the organisation with their membership; `None` when they are not one.
+pub fn member(
+    tx: &impl Read,
+    org_id: u64,
+    person_id: u64,
+) -> Result<Option<(Membership, Person)>, StoreError> {
+    let m: Option<Membership> = tx.get(MEMBERSHIPS, &key::pair(org_id, person_id))?;
+    Ok(m.zip(person(tx, person_id)?))
+}
+
+/// The organisation's members with their memberships, by person id.
+pub fn members(tx: &impl Read, org_id: u64) -> Result<Vec<(Membership, Person)>, StoreError> {
+    let mut out = Vec::new();
+    for (_, m) in tx.scan::<Membership>(MEMBERSHIPS, &key::id(org_id))? {
+        if let Some(p) = person(tx, m.person_id)? {
+            out.push((m, p));
+        }
+    }
+    Ok(out)
+}
+
 /// The check every connector call repeats: is the person still a member, may they connect,
 /// have they a second factor where the organisation asks for one, and have they accepted the
 /// current terms? Reads only; one snapshot.
@@ -490,15 +571,4 @@ pub fn connector_access(
         return Ok(Err(AccessDenied::TermsNotAccepted));
     }
     Ok(Ok((org, person, m)))
-}
-
-/// Removes a person from an organisation; `false` if they were not a member.
-pub fn remove_member(store: &Store, org_slug: &str, email: &str) -> Result<bool, IdentityError> {
-    let org = find_org(store, org_slug)?;
-    let person = find_person(store, email)?;
-    store.write(|tx| {
-        let existed = tx.delete(MEMBERSHIPS, &key::pair(org.id, person.id))?;
-        tx.delete(MEMBERSHIPS_BY_PERSON, &key::pair(person.id, org.id))?;
-        Ok(existed)
-    })
 }

@@ -15,9 +15,9 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::store::{
-    KB_CHANGES, KB_CONTENT, KB_DOCS, KB_FOLDED, KB_VERSIONS, ReadTx, Store, StoreError, WriteTx,
-    key,
+    KB_CHANGES, KB_CONTENT, KB_DOCS, KB_FOLDED, KB_VERSIONS, Read, Store, StoreError, WriteTx, key,
 };
+use index::SearchIndex;
 
 /// Largest text a `kennisbank_write` may store.
 pub const MAX_WRITE_BYTES: usize = 256 * 1024;
@@ -162,7 +162,7 @@ pub enum Expect {
 }
 
 /// Stores `bytes` as the next version of `path` (already normalised) in one transaction.
-pub fn put_document(
+fn put_document(
     tx: &mut WriteTx,
     org_id: u64,
     path: &str,
@@ -172,7 +172,7 @@ pub fn put_document(
     now: Timestamp,
 ) -> Result<WriteOutcome, KbError> {
     let dkey = doc_key(org_id, path);
-    let current: Option<Document> = tx.get(KB_DOCS, &dkey)?;
+    let current = get_document(tx, org_id, path)?;
     if let Some(folder) = folder_conflict(tx, org_id, path)? {
         return Err(KbError::InvalidInput(format!(
             "`{folder}` is a document, so it cannot also be a folder"
@@ -274,7 +274,7 @@ pub fn put_document(
 
 /// A path whose ancestor is a document (or which is itself an ancestor of documents) would make
 /// the tree ambiguous; returns the clashing path.
-fn folder_conflict(tx: &WriteTx, org_id: u64, path: &str) -> Result<Option<String>, StoreError> {
+fn folder_conflict(tx: &impl Read, org_id: u64, path: &str) -> Result<Option<String>, StoreError> {
     let mut prefix = String::new();
     for segment in path
         .split('/')
@@ -287,10 +287,7 @@ fn folder_conflict(tx: &WriteTx, org_id: u64, path: &str) -> Result<Option<Strin
             prefix.push('/');
         }
         prefix.push_str(segment);
-        if tx
-            .get::<Document>(KB_DOCS, &doc_key(org_id, &prefix))?
-            .is_some()
-        {
+        if get_document(tx, org_id, &prefix)?.is_some() {
             return Ok(Some(prefix));
         }
     }
@@ -298,12 +295,16 @@ fn folder_conflict(tx: &WriteTx, org_id: u64, path: &str) -> Result<Option<Strin
     Ok((!below.is_empty()).then(|| path.to_owned()))
 }
 
-pub fn get_document(tx: &ReadTx, org_id: u64, path: &str) -> Result<Option<Document>, StoreError> {
+pub fn get_document(
+    tx: &impl Read,
+    org_id: u64,
+    path: &str,
+) -> Result<Option<Document>, StoreError> {
     tx.get(KB_DOCS, &doc_key(org_id, path))
 }
 
 pub fn get_version(
-    tx: &ReadTx,
+    tx: &impl Read,
     org_id: u64,
     path: &str,
     version: u64,
@@ -312,7 +313,7 @@ pub fn get_version(
 }
 
 /// A document's versions, oldest first.
-pub fn versions(tx: &ReadTx, org_id: u64, path: &str) -> Result<Vec<Version>, StoreError> {
+pub fn versions(tx: &impl Read, org_id: u64, path: &str) -> Result<Vec<Version>, StoreError> {
     let mut prefix = doc_key(org_id, path);
     prefix.push(0);
     Ok(tx
@@ -323,7 +324,7 @@ pub fn versions(tx: &ReadTx, org_id: u64, path: &str) -> Result<Vec<Version>, St
 }
 
 /// Content bytes by BLAKE3 hex.
-pub fn content(tx: &ReadTx, hash_hex: &str) -> Result<Option<Vec<u8>>, StoreError> {
+pub fn content(tx: &impl Read, hash_hex: &str) -> Result<Option<Vec<u8>>, StoreError> {
     let Ok(hash) = blake3::Hash::from_hex(hash_hex) else {
         return Ok(None);
     };
@@ -343,7 +344,7 @@ pub struct Entry {
 }
 
 /// The folders and documents directly inside `folder` (`None`: the top level), folders first.
-pub fn list(tx: &ReadTx, org_id: u64, folder: Option<&str>) -> Result<Vec<Entry>, KbError> {
+pub fn list(tx: &impl Read, org_id: u64, folder: Option<&str>) -> Result<Vec<Entry>, KbError> {
     let base = folder.map(|f| format!("{f}/")).unwrap_or_default();
     if let Some(f) = folder
         && get_document(tx, org_id, f)?.is_some()
@@ -389,8 +390,66 @@ pub fn list(tx: &ReadTx, org_id: u64, folder: Option<&str>) -> Result<Vec<Entry>
     Ok(out)
 }
 
-/// Stores a document outside the write rules (imports, portal uploads). Returns the outcome
-/// after the change is committed; the caller feeds the index.
+/// A document version to store: the path as given (it is normalised here), and how it must
+/// relate to what exists.
+#[derive(Debug, Clone, Copy)]
+pub struct NewVersion<'a> {
+    pub org_id: u64,
+    pub path: &'a str,
+    pub bytes: &'a [u8],
+    pub expect: Expect,
+    /// The person who writes; `None` for imports.
+    pub by: Option<u64>,
+    pub now: Timestamp,
+}
+
+/// Writes one document: stores the version in one transaction and brings the search index up
+/// to date, so the document is found by a search as soon as this returns. The one entry point
+/// for every writer (connector, portal); many writes at once go through [`Writer`].
+pub fn write(
+    store: &Store,
+    index: &SearchIndex,
+    new: NewVersion<'_>,
+) -> Result<WriteOutcome, KbError> {
+    let mut writer = Writer::new(store, index);
+    let outcome = writer.put(new)?;
+    writer.finish()?;
+    Ok(outcome)
+}
+
+/// The batch form of [`write`] (imports, demo data): each [`put`](Writer::put) stores one
+/// document in its own transaction, and [`finish`](Writer::finish) brings the search index
+/// up to date once for all of them. A writer dropped unfinished leaves the index behind until
+/// the next write or start, which catch up.
+pub struct Writer<'a> {
+    store: &'a Store,
+    index: &'a SearchIndex,
+}
+
+impl<'a> Writer<'a> {
+    pub fn new(store: &'a Store, index: &'a SearchIndex) -> Writer<'a> {
+        Writer { store, index }
+    }
+
+    /// Stores one document version (see [`put_document`]).
+    pub fn put(&mut self, new: NewVersion<'_>) -> Result<WriteOutcome, KbError> {
+        let path = path::normalize(new.path)?;
+        self.store.write(|tx| {
+            put_document(
+                tx, new.org_id, &path, new.bytes, new.expect, new.by, new.now,
+            )
+        })
+    }
+
+    /// Brings the search index up to date; returns how many changes it applied.
+    pub fn finish(self) -> Result<usize, KbError> {
+        self.index.catch_up(self.store)
+    }
+}
+
+/// Stores a document outside the write rules ([`Expect::Any`]) WITHOUT updating the search
+/// index: for tests and benchmarks that feed the index themselves. Everything else writes
+/// through [`write`] or [`Writer`].
 pub fn store_document(
     store: &Store,
     org_id: u64,

@@ -160,6 +160,33 @@ pub struct SearchRequest<'a> {
     pub output_cap: usize,
 }
 
+/// A search as the connector's `kennisbank_search` and the portal's search box make it: the
+/// raw query and folder checked and parsed, the default budget and output cap.
+pub fn search_text(
+    store: &Store,
+    index: &SearchIndex,
+    org_id: u64,
+    raw: &str,
+    folder: Option<&str>,
+    limit: usize,
+) -> Result<SearchOutput, KbError> {
+    let query = parse_query(raw)?;
+    let folder = super::path::normalize_folder(folder)?;
+    search(
+        store,
+        index,
+        &SearchRequest {
+            org_id,
+            raw_query: raw,
+            query: &query,
+            folder: folder.as_deref(),
+            limit,
+            budget: Budget::DEFAULT,
+            output_cap: OUTPUT_CAP_CHARS,
+        },
+    )
+}
+
 /// Runs a search: candidates from the index in relevance order, verified one by one until
 /// `limit` results are found or the budget is spent.
 pub fn search(

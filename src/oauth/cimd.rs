@@ -21,12 +21,10 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 
 use super::Client;
-use super::clients::{ClientMetadata, check_metadata};
+use super::clients::{ClientMetadata, MAX_CLIENT_ID_LEN, check_metadata};
 use crate::app::App;
 use crate::store::{OAUTH_CLIENTS, StoreError};
 
-/// Longest client id URL accepted.
-pub const MAX_URL_LEN: usize = 2048;
 /// Largest document read.
 pub const MAX_DOCUMENT: usize = 5 * 1024;
 /// The whole fetch, from resolving the name to the last byte.
@@ -90,7 +88,7 @@ pub async fn ensure_fresh(app: &Arc<App>, client_id: &str) -> Result<Client, Cim
 /// path, no fragment, no user info, no dot segments, written the canonical way.
 fn check_url(client_id: &str, allow_http_loopback: bool) -> Result<url::Url, CimdError> {
     let bad = |why| CimdError::BadUrl(client_id.chars().take(200).collect(), why);
-    if client_id.len() > MAX_URL_LEN {
+    if client_id.len() > MAX_CLIENT_ID_LEN {
         return Err(bad("it is too long"));
     }
     let url = url::Url::parse(client_id).map_err(|_| bad("it is not a URL"))?;

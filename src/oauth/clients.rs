@@ -10,6 +10,9 @@ use super::{OAuthError, hash_secret, new_secret};
 use crate::app::App;
 use crate::store::OAUTH_CLIENTS;
 
+/// Longest client id looked up: registered ids are short; metadata-document ids are URLs.
+pub const MAX_CLIENT_ID_LEN: usize = 2048;
+
 /// Most redirect URIs one client may send (specification).
 pub const MAX_REDIRECT_URIS: usize = 10;
 
@@ -174,7 +177,7 @@ pub(super) fn check_metadata(
 }
 
 pub fn get_client(app: &App, client_id: &str) -> Result<Option<Client>, OAuthError> {
-    if client_id.is_empty() || client_id.len() > super::cimd::MAX_URL_LEN {
+    if client_id.is_empty() || client_id.len() > MAX_CLIENT_ID_LEN {
         return Ok(None);
     }
     Ok(app

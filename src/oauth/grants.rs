@@ -10,6 +10,7 @@ use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
+use super::Client;
 use super::{
     ACCESS_LIFETIME_SECS, BearerError, CODE_LIFETIME_SECS, OAuthError, REFRESH_LIFETIME_SECS,
     SCOPES, check_resource, hash_secret, known_scopes, new_secret,
@@ -17,7 +18,8 @@ use super::{
 use crate::app::App;
 use crate::identity;
 use crate::store::{
-    OAUTH_CODES, OAUTH_GRANTS, OAUTH_LAST_USED, OAUTH_TOKENS, ReadTx, StoreError, WriteTx, key,
+    OAUTH_CLIENTS, OAUTH_CODES, OAUTH_GRANTS, OAUTH_LAST_USED, OAUTH_TOKENS, Read, Store,
+    StoreError, WriteTx, key,
 };
 
 /// How often a grant's last-use time is written at most: the bearer check is a hot path, and
@@ -209,7 +211,7 @@ fn stamp_last_use(app: &App, grant_id: u64, now: Timestamp) {
 }
 
 /// When a grant was last used by a connector call, if ever.
-pub fn grant_last_used(tx: &ReadTx, grant_id: u64) -> Result<Option<Timestamp>, StoreError> {
+pub fn grant_last_used(tx: &impl Read, grant_id: u64) -> Result<Option<Timestamp>, StoreError> {
     tx.get(OAUTH_LAST_USED, &key::id(grant_id))
 }
 
@@ -490,7 +492,7 @@ pub fn refresh(
 
 /// The grants of an organisation, newest first, with their last use.
 pub fn grants_of_org(
-    tx: &ReadTx,
+    tx: &impl Read,
     org_id: u64,
 ) -> Result<Vec<(Grant, Option<Timestamp>)>, StoreError> {
     let mut out = Vec::new();
@@ -502,6 +504,93 @@ pub fn grants_of_org(
     }
     out.reverse();
     Ok(out)
+}
+
+/// A connection (grant) as the connections page shows it.
+#[derive(Debug, Clone)]
+pub struct Connection {
+    pub grant: Grant,
+    pub last_used: Option<Timestamp>,
+    /// The client's name, or its id when the client is gone.
+    pub client_name: String,
+    /// The email of the person who connected; empty when the person is gone.
+    pub person_email: String,
+}
+
+/// The connections of organisation `org_id` that person `person_id` may see: an admin sees
+/// every one, any other member only their own. Newest first.
+pub fn connections_visible_to(
+    tx: &impl Read,
+    org_id: u64,
+    person_id: u64,
+    is_admin: bool,
+) -> Result<Vec<Connection>, StoreError> {
+    let mut out = Vec::new();
+    for (grant, last_used) in grants_of_org(tx, org_id)? {
+        if !is_admin && grant.person_id != person_id {
+            continue;
+        }
+        let client: Option<Client> = tx.get(OAUTH_CLIENTS, grant.client_id.as_bytes())?;
+        let person = identity::person(tx, grant.person_id)?;
+        out.push(Connection {
+            client_name: client
+                .map(|c| c.client_name)
+                .unwrap_or_else(|| grant.client_id.clone()),
+            person_email: person.map(|p| p.email).unwrap_or_default(),
+            grant,
+            last_used,
+        });
+    }
+    Ok(out)
+}
+
+/// Revokes grant `grant_id` of organisation `org_id` for person `actor`, if they may: an
+/// admin any grant of the organisation, any other member only their own. `false`, with
+/// nothing changed, when there is no such grant they may revoke (unknown, of another
+/// organisation, or someone else's); the check and the revocation are one transaction.
+pub fn revoke_connection(
+    app: &App,
+    org_id: u64,
+    actor: u64,
+    is_admin: bool,
+    grant_id: u64,
+) -> Result<bool, OAuthError> {
+    let now = app.clock.now();
+    Ok(app.store.write(|tx| {
+        let Some(g) = tx.get::<Grant>(OAUTH_GRANTS, &key::id(grant_id))? else {
+            return Ok(false);
+        };
+        if g.org_id != org_id || !(is_admin || g.person_id == actor) {
+            return Ok(false);
+        }
+        revoke_in(tx, grant_id, now)
+    })?)
+}
+
+/// Removes a person from an organisation and revokes their connections there, in one
+/// transaction: their next connector call gets 401. Nothing else of theirs changes — grants in
+/// other organisations, portal sessions, the account. Refused for the last admin
+/// ([`identity::IdentityError::LastAdmin`]). Returns how many grants were revoked.
+pub fn remove_member(
+    store: &Store,
+    org_id: u64,
+    person_id: u64,
+    now: Timestamp,
+) -> Result<usize, identity::IdentityError> {
+    store.write(|tx| {
+        identity::remove_member_in(tx, org_id, person_id)?;
+        let theirs: Vec<u64> = tx
+            .scan::<Grant>(OAUTH_GRANTS, b"")?
+            .into_iter()
+            .filter(|(_, g)| g.org_id == org_id && g.person_id == person_id)
+            .filter(|(_, g)| g.revoked_at.is_none())
+            .map(|(_, g)| g.id)
+            .collect();
+        for id in &theirs {
+            revoke_in(tx, *id, now)?;
+        }
+        Ok(theirs.len())
+    })
 }
 
 #[cfg(test)]

@@ -19,9 +19,7 @@ mod grants;
 pub mod redirect;
 pub mod routes;
 
-use sha2::{Digest, Sha256};
-
-use crate::app::CONNECTOR_PATH;
+use crate::config::CONNECTOR_PATH;
 use crate::identity::AccessDenied;
 use crate::store::StoreError;
 
@@ -29,9 +27,9 @@ pub use clients::{
     Client, ClientMetadata, RegisteredClient, authenticate_client, get_client, register_client,
 };
 pub use grants::{
-    AccessContext, CodeExchange, Grant, NewCode, NewGrant, TokenPair, check_bearer, create_code,
-    exchange_code, grant_last_used, grants_of_org, issue_grant, refresh, revoke_grant,
-    revoke_token,
+    AccessContext, CodeExchange, Connection, Grant, NewCode, NewGrant, TokenPair, check_bearer,
+    connections_visible_to, create_code, exchange_code, grant_last_used, grants_of_org,
+    issue_grant, refresh, remove_member, revoke_connection, revoke_grant, revoke_token,
 };
 
 /// Every scope the connector knows, in the order shown on the consent page.
@@ -114,17 +112,12 @@ impl OAuthError {
 
 /// A fresh secret: `prefix` + 256 random bits, base64url without padding.
 pub fn new_secret(prefix: &str) -> String {
-    use base64::Engine;
-    let bytes: [u8; 32] = rand::random();
-    format!(
-        "{prefix}{}",
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-    )
+    crate::identity::new_token(prefix)
 }
 
 /// SHA-256 of a secret: the only form in which secrets are stored and looked up.
 pub fn hash_secret(secret: &str) -> [u8; 32] {
-    Sha256::digest(secret.as_bytes()).into()
+    crate::identity::hash_token(secret)
 }
 
 /// Splits a space-separated scope string into the known scopes, in [`SCOPES`] order, dropping

@@ -2,17 +2,15 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use maud::html;
 
-use super::{
-    PortalUser, csrf_field, csrf_rejected, field, form_pairs, layout, page, see_other,
-    update_session, verify_csrf,
-};
+use super::i18n::{Lang, t, ta};
+use super::{CsrfForm, PortalUser, csrf_field, layout, page, see_other, update_session};
 use crate::app::App;
+use crate::http::error::ToProblem;
 use crate::identity::{self, IdentityError, Role};
 
 pub(super) async fn home(State(app): State<Arc<App>>, user: PortalUser) -> Response {
@@ -23,19 +21,18 @@ pub(super) async fn home(State(app): State<Arc<App>>, user: PortalUser) -> Respo
     page(
         StatusCode::OK,
         layout(
-            "Your organisations",
+            &t("home-title"),
             Some(&user),
             None,
             html! {
-                @if orgs.is_empty() { p { "You are not a member of any organisation yet." } }
-                ul {
-                    @for (org, m) in &orgs {
-                        li {
-                            (org.name) " "
-                            span.muted { @if m.role == Role::Admin { "(admin)" } }
-                            " — "
+                @if orgs.is_empty() { p { (t("home-none")) } }
+                @for (org, m) in &orgs {
+                    section.card {
+                        h2 { a href={ "/portal/o/" (org.slug) "/kb" } { (org.name) } " "
+                            @if m.role == Role::Admin { span.badge.active { (t("role-admin")) } } }
+                        nav aria-label=(org.name) {
                             @for (label, path) in super::NAV {
-                                a href={ "/portal/o/" (org.slug) (path) } { (label) } " "
+                                a href={ "/portal/o/" (org.slug) (path) } { (t(label)) } " · "
                             }
                         }
                     }
@@ -48,24 +45,36 @@ pub(super) async fn home(State(app): State<Arc<App>>, user: PortalUser) -> Respo
 fn account_markup(app: &App, user: &PortalUser, message: Option<(&str, bool)>) -> maud::Markup {
     html! {
         @if let Some((m, is_error)) = message {
-            p class=(if is_error { "error" } else { "muted" }) { (m) }
+            p.notice.error[is_error] role="status" { (m) }
         }
-        h2 { "Password" }
-        form #password-form method="post" action="/portal/account/password" {
+        h2 { (t("language-heading")) }
+        form #language-form .row method="post" action="/portal/account/language" {
             (csrf_field(&user.csrf))
-            label { "Current password" input type="password" name="current_password" autocomplete="current-password" required; }
-            label { "New password" input type="password" name="new_password" autocomplete="new-password" required; }
-            button type="submit" { "Change password" }
+            label { (t("field-language"))
+                select name="language" {
+                    option value="" selected[user.person.language.is_none()] { (t("language-browser")) }
+                    @for l in Lang::ALL {
+                        option value=(l.code()) lang=(l.code()) selected[user.person.language.as_deref() == Some(l.code())] { (l.native_name()) }
+                    }
+                }
+            }
+            button type="submit" { (t("action-save")) }
         }
-        h2 { "Second factor" }
-        p { "Resetting the second factor logs this session out of it; you then set up a new authenticator entry." }
+        h2 { (t("password-heading")) }
+        form #password-form .stack method="post" action="/portal/account/password" {
+            (csrf_field(&user.csrf))
+            label { (t("field-current-password")) input type="password" name="current_password" autocomplete="current-password" required; }
+            label { (t("field-new-password")) input type="password" name="new_password" autocomplete="new-password" required; }
+            button type="submit" { (t("action-change-password")) }
+        }
+        h2 { (t("totp-heading")) }
+        p { (t("totp-reset-explain")) }
         form #totp-reset-form method="post" action="/portal/account/totp-reset" {
             (csrf_field(&user.csrf))
-            button type="submit" { "Reset second factor" }
+            button.secondary type="submit" { (t("action-reset-totp")) }
         }
-        h2 { "Terms" }
-        p { "You accepted terms version " (user.person.accepted_terms.as_deref().unwrap_or("none"))
-            "; the current version is " (app.config.terms_version) "." }
+        h2 { (t("terms-heading")) }
+        p { (ta("terms-account", &[("accepted", user.person.accepted_terms.clone().unwrap_or_else(|| t("none"))), ("current", app.config.terms_version.clone())])) }
     }
 }
 
@@ -73,7 +82,7 @@ pub(super) async fn account_page(State(app): State<Arc<App>>, user: PortalUser) 
     page(
         StatusCode::OK,
         layout(
-            "Account",
+            &t("account-title"),
             Some(&user),
             None,
             account_markup(&app, &user, None),
@@ -85,19 +94,16 @@ pub(super) async fn change_password(
     State(app): State<Arc<App>>,
     axum::Extension(limits): super::Limits,
     user: PortalUser,
-    body: Bytes,
+    form: CsrfForm,
 ) -> Response {
-    let form = form_pairs(&body);
-    if !verify_csrf(&user.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
     if let Some(wait) = limits.login_failures.blocked(&user.person.email) {
         return crate::http::error::too_many_requests(wait);
     }
-    let current = field(&form, "current_password")
+    let current = form
+        .field("current_password")
         .unwrap_or_default()
         .to_owned();
-    let new = field(&form, "new_password").unwrap_or_default().to_owned();
+    let new = form.field("new_password").unwrap_or_default().to_owned();
     let email = user.person.email.clone();
     let r = app
         .blocking(move |app| {
@@ -106,32 +112,25 @@ pub(super) async fn change_password(
         })
         .await;
     let (status, msg) = match &r {
-        Ok(()) => (StatusCode::OK, ("Password changed.".to_owned(), false)),
+        Ok(()) => (StatusCode::OK, (t("password-changed"), false)),
         Err(IdentityError::BadCredentials) => {
             if let Some(wait) = limits.login_failures.record_failure(&user.person.email) {
                 return crate::http::error::too_many_requests(wait);
             }
             (
                 StatusCode::UNAUTHORIZED,
-                ("The current password is wrong.".to_owned(), true),
+                (t("wrong-current-password"), true),
             )
         }
-        Err(IdentityError::WeakPassword(why)) => (
-            StatusCode::BAD_REQUEST,
-            (format!("New password refused: {why}."), true),
-        ),
         Err(e) => {
-            tracing::error!(error = %e, "password change failed");
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                ("Could not change the password.".to_owned(), true),
-            )
+            let p = e.problem();
+            (p.status, (super::problem_text(&p), true))
         }
     };
     page(
         status,
         layout(
-            "Account",
+            &t("account-title"),
             Some(&user),
             None,
             account_markup(&app, &user, Some((&msg.0, msg.1))),
@@ -142,12 +141,8 @@ pub(super) async fn change_password(
 pub(super) async fn reset_totp(
     State(app): State<Arc<App>>,
     user: PortalUser,
-    body: Bytes,
+    _form: CsrfForm,
 ) -> Response {
-    let form = form_pairs(&body);
-    if !verify_csrf(&user.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
     let email = user.person.email.clone();
     let hash = user.session_hash;
     let r = app
@@ -160,8 +155,42 @@ pub(super) async fn reset_totp(
     match r {
         Ok(()) => see_other("/login/totp?next=%2Fportal%2Faccount"),
         Err(e) => {
-            tracing::error!(error = %e, "second-factor reset failed");
-            see_other("/portal/account")
+            let p = e.problem();
+            page(
+                p.status,
+                layout(
+                    &t("account-title"),
+                    Some(&user),
+                    None,
+                    account_markup(&app, &user, Some((&super::problem_text(&p), true))),
+                ),
+            )
         }
+    }
+}
+
+/// Sets the person's language (empty: follow the browser) and shows the account page in it.
+pub(super) async fn set_language(
+    State(app): State<Arc<App>>,
+    user: PortalUser,
+    form: CsrfForm,
+) -> Response {
+    let chosen = match form.field("language").unwrap_or_default() {
+        "" => None,
+        code => match Lang::parse(code) {
+            Some(l) => Some(l.code()),
+            None => {
+                let p = IdentityError::InvalidInput("language must be en or nl".into()).problem();
+                return super::problem_page(&t("account-title"), Some(&user), None, &p);
+            }
+        },
+    };
+    let id = user.person.id;
+    let r = app
+        .blocking(move |app| identity::set_language(&app.store, id, chosen))
+        .await;
+    match r {
+        Ok(()) => see_other("/portal/account"),
+        Err(e) => super::problem_page(&t("account-title"), Some(&user), None, &e.problem()),
     }
 }

@@ -4,19 +4,15 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
 use maud::html;
 
-use super::{
-    OrgAdmin, OrgMember, csrf_field, csrf_rejected, field, form_pairs, layout, page, see_other,
-    verify_csrf,
-};
+use super::{CsrfForm, OrgAdmin, OrgMember, csrf_field, field, layout, page, see_other};
 use crate::app::App;
-use crate::http::error::{request_error_message, request_error_status};
+use crate::http::error::ToProblem;
 use crate::requests::RequestError;
 use crate::requests::apps::{self, App as RequestApp, AppStatus};
 
@@ -98,24 +94,18 @@ async fn refused(app: &Arc<App>, m: &OrgMember, e: &RequestError) -> Response {
         .blocking(move |app| load(app, org_id))
         .await
         .unwrap_or_default();
-    apps_page(
-        m,
-        &list,
-        Some(&request_error_message(e)),
-        request_error_status(e),
-    )
+    let p = e.problem();
+    apps_page(m, &list, Some(&p.message), p.status)
 }
 
 async fn apps_list(State(app): State<Arc<App>>, m: OrgMember) -> Response {
     let org_id = m.org.id;
     match app.blocking(move |app| load(app, org_id)).await {
         Ok(list) => apps_page(&m, &list, None, StatusCode::OK),
-        Err(e) => apps_page(
-            &m,
-            &[],
-            Some(&request_error_message(&e)),
-            request_error_status(&e),
-        ),
+        Err(e) => {
+            let p = e.problem();
+            apps_page(&m, &[], Some(&p.message), p.status)
+        }
     }
 }
 
@@ -128,16 +118,12 @@ fn parse_status(pairs: &[(String, String)]) -> Result<AppStatus, RequestError> {
     })
 }
 
-async fn add(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin, body: Bytes) -> Response {
-    let pairs = form_pairs(&body);
-    if !verify_csrf(&m.user.csrf, field(&pairs, "csrf_token")) {
-        return csrf_rejected();
-    }
-    let status = match parse_status(&pairs) {
+async fn add(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin, form: CsrfForm) -> Response {
+    let status = match parse_status(form.pairs()) {
         Ok(s) => s,
         Err(e) => return refused(&app, &m, &e).await,
     };
-    let name = field(&pairs, "name").unwrap_or("").to_owned();
+    let name = form.field("name").unwrap_or("").to_owned();
     let org_id = m.org.id;
     let added = app
         .blocking(move |app| apps::add(&app.store, org_id, &name, status, app.clock.now()))
@@ -152,13 +138,9 @@ async fn set_status(
     State(app): State<Arc<App>>,
     OrgAdmin(m): OrgAdmin,
     Path((_slug, app_id)): Path<(String, String)>,
-    body: Bytes,
+    form: CsrfForm,
 ) -> Response {
-    let pairs = form_pairs(&body);
-    if !verify_csrf(&m.user.csrf, field(&pairs, "csrf_token")) {
-        return csrf_rejected();
-    }
-    let status = match parse_status(&pairs) {
+    let status = match parse_status(form.pairs()) {
         Ok(s) => s,
         Err(e) => return refused(&app, &m, &e).await,
     };

@@ -3,63 +3,17 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use maud::html;
 
-use super::{
-    OrgAdmin, OrgMember, csrf_field, csrf_rejected, field, form_pairs, layout, page, see_other,
-    verify_csrf,
-};
+use super::{CsrfForm, OrgAdmin, OrgMember, csrf_field, layout, page, problem_page, see_other};
 use crate::app::App;
-use crate::identity::{self, ConnectorAccess, Membership, Person};
-use crate::oauth::{self, Client, Grant};
-use crate::store::{MEMBERSHIPS, OAUTH_CLIENTS, PEOPLE, StoreError, key};
-
-struct Row {
-    grant: Grant,
-    last_used: Option<jiff::Timestamp>,
-    client_name: String,
-    person_email: String,
-}
-
-fn rows(app: &App, m: &OrgMember) -> Result<Vec<Row>, StoreError> {
-    let all = m.is_admin();
-    let me = m.user.person.id;
-    app.store.read(|tx| {
-        let mut out = Vec::new();
-        for (grant, last_used) in oauth::grants_of_org(tx, m.org.id)? {
-            if !all && grant.person_id != me {
-                continue;
-            }
-            let client: Option<Client> = tx.get(OAUTH_CLIENTS, grant.client_id.as_bytes())?;
-            let person: Option<Person> = tx.get(PEOPLE, &key::id(grant.person_id))?;
-            out.push(Row {
-                client_name: client
-                    .map(|c| c.client_name)
-                    .unwrap_or_else(|| grant.client_id.clone()),
-                person_email: person.map(|p| p.email).unwrap_or_default(),
-                grant,
-                last_used,
-            });
-        }
-        Ok(out)
-    })
-}
-
-fn members(app: &App, org_id: u64) -> Result<Vec<(Membership, Person)>, StoreError> {
-    app.store.read(|tx| {
-        let mut out = Vec::new();
-        for (_, m) in tx.scan::<Membership>(MEMBERSHIPS, &key::id(org_id))? {
-            if let Some(p) = tx.get::<Person>(PEOPLE, &key::id(m.person_id))? {
-                out.push((m, p));
-            }
-        }
-        Ok(out)
-    })
-}
+use crate::http::error::ToProblem;
+use crate::identity::{self, ConnectorAccess};
+use crate::oauth;
+use crate::store::StoreError;
 
 fn fmt_time(t: Option<jiff::Timestamp>) -> String {
     t.map(|t| t.strftime("%Y-%m-%d %H:%M UTC").to_string())
@@ -70,18 +24,22 @@ pub(super) async fn connections_page(State(app): State<Arc<App>>, m: OrgMember) 
     let data = {
         let m = m.clone();
         app.blocking(move |app| {
-            let rows = rows(app, &m)?;
-            let members = if m.is_admin() {
-                members(app, m.org.id)?
-            } else {
-                Vec::new()
-            };
-            Ok::<_, StoreError>((rows, members))
+            app.store.read(|tx| {
+                let (org_id, admin) = (m.org.id, m.is_admin());
+                let rows = oauth::connections_visible_to(tx, org_id, m.user.person.id, admin)?;
+                let members = if admin {
+                    identity::members(tx, org_id)?
+                } else {
+                    Vec::new()
+                };
+                Ok::<_, StoreError>((rows, members))
+            })
         })
         .await
     };
-    let Ok((rows, members)) = data else {
-        return see_other("/portal");
+    let (rows, members) = match data {
+        Ok(d) => d,
+        Err(e) => return refused(&m, &e),
     };
     let slug = &m.org.slug;
     let csrf = &m.user.csrf;
@@ -171,48 +129,37 @@ fn bad_request(m: &OrgMember, msg: &str) -> Response {
     )
 }
 
+/// A refused change (or a failure), as `http::error` maps it.
+fn refused(m: &OrgMember, e: &impl ToProblem) -> Response {
+    problem_page("Not saved", Some(&m.user), Some(&m.org), &e.problem())
+}
+
 pub(super) async fn revoke(
     State(app): State<Arc<App>>,
     m: OrgMember,
     Path((_, grant_id)): Path<(String, u64)>,
-    body: Bytes,
+    _form: CsrfForm,
 ) -> Response {
-    let form = form_pairs(&body);
-    if !verify_csrf(&m.user.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
     let org_id = m.org.id;
     let me = m.user.person.id;
     let admin = m.is_admin();
     let r = app
-        .blocking(move |app| {
-            let g: Option<Grant> = app
-                .store
-                .read(|tx| tx.get(crate::store::OAUTH_GRANTS, &key::id(grant_id)))?;
-            match g {
-                Some(g) if g.org_id == org_id && (admin || g.person_id == me) => {
-                    oauth::revoke_grant(app, grant_id).map(Some)
-                }
-                _ => Ok(None),
-            }
-        })
+        .blocking(move |app| oauth::revoke_connection(app, org_id, me, admin, grant_id))
         .await;
     match r {
-        Ok(Some(_)) => back(&m.org.slug),
-        _ => bad_request(&m, "No such connection of yours in this organisation."),
+        Ok(true) => back(&m.org.slug),
+        Ok(false) => bad_request(&m, "No such connection of yours in this organisation."),
+        Err(e) => refused(&m, &e),
     }
 }
 
 pub(super) async fn set_policy(
     State(app): State<Arc<App>>,
     OrgAdmin(m): OrgAdmin,
-    body: Bytes,
+    form: CsrfForm,
 ) -> Response {
-    let form = form_pairs(&body);
-    if !verify_csrf(&m.user.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
-    let Ok(access) = field(&form, "connector_access")
+    let Ok(access) = form
+        .field("connector_access")
         .unwrap_or_default()
         .parse::<ConnectorAccess>()
     else {
@@ -224,7 +171,7 @@ pub(super) async fn set_policy(
         .await;
     match r {
         Ok(_) => back(&m.org.slug),
-        Err(e) => bad_request(&m, &e.to_string()),
+        Err(e) => refused(&m, &e),
     }
 }
 
@@ -232,13 +179,9 @@ pub(super) async fn set_may_connect(
     State(app): State<Arc<App>>,
     OrgAdmin(m): OrgAdmin,
     Path((_, person_id)): Path<(String, u64)>,
-    body: Bytes,
+    form: CsrfForm,
 ) -> Response {
-    let form = form_pairs(&body);
-    if !verify_csrf(&m.user.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
-    let may = match field(&form, "may_connect") {
+    let may = match form.field("may_connect") {
         Some("true") => true,
         Some("false") => false,
         _ => return bad_request(&m, "may_connect must be true or false."),
@@ -247,11 +190,9 @@ pub(super) async fn set_may_connect(
     let slug = m.org.slug.clone();
     let r = app
         .blocking(move |app| {
-            let found = app.store.read(|tx| -> Result<_, StoreError> {
-                let mem: Option<Membership> = tx.get(MEMBERSHIPS, &key::pair(org_id, person_id))?;
-                let p: Option<Person> = tx.get(PEOPLE, &key::id(person_id))?;
-                Ok(mem.zip(p))
-            })?;
+            let found = app
+                .store
+                .read(|tx| identity::member(tx, org_id, person_id))?;
             let Some((mem, p)) = found else {
                 return Ok(false);
             };
@@ -262,6 +203,6 @@ pub(super) async fn set_may_connect(
     match r {
         Ok(true) => back(&m.org.slug),
         Ok(false) => bad_request(&m, "No such member."),
-        Err(e) => bad_request(&m, &e.to_string()),
+        Err(e) => refused(&m, &e),
     }
 }

@@ -5,13 +5,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::{FromRequestParts, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
 
-use super::{PortalUser, csrf_field, csrf_rejected, field, form_pairs, layout, page, verify_csrf};
+use super::{CsrfForm, PortalUser, csrf_field, layout, page};
 use crate::app::App;
 use crate::http::client_ip::CallerIp;
 use crate::http::error::rate_limited;
@@ -202,20 +201,20 @@ pub(super) async fn authorize_submit(
     axum::Extension(limits): super::Limits,
     CallerIp(ip): CallerIp,
     user: PortalUser,
-    body: Bytes,
+    form: CsrfForm,
 ) -> Response {
     if let Some(r) = rate_limited(&limits.authorize, ip) {
         return r;
     }
-    let form = form_pairs(&body);
-    if !verify_csrf(&user.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
     let params: HashMap<String, String> = CARRIED
         .iter()
-        .filter_map(|k| field(&form, carried_name(k)).map(|v| ((*k).to_owned(), v.to_owned())))
+        .filter_map(|k| {
+            form.field(carried_name(k))
+                .map(|v| ((*k).to_owned(), v.to_owned()))
+        })
         .collect();
     let approved: Vec<String> = form
+        .pairs()
         .iter()
         .filter(|(k, _)| k == "scope")
         .map(|(_, v)| v.clone())
@@ -223,8 +222,8 @@ pub(super) async fn authorize_submit(
     if let Err(p) = load_client(&app, &params).await {
         return problem_response(&app, p);
     }
-    let decision = field(&form, "decision").unwrap_or_default().to_owned();
-    let org_slug = field(&form, "org").unwrap_or_default().to_owned();
+    let decision = form.field("decision").unwrap_or_default().to_owned();
+    let org_slug = form.field("org").unwrap_or_default().to_owned();
     let person_id = user.person.id;
     let outcome = app
         .blocking(move |app| -> Result<String, AuthorizeProblem> {

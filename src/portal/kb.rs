@@ -1,21 +1,29 @@
-//! The knowledge base in the portal: browse folders, upload text and binary files, download,
-//! and a document's version history. Uploads may be large, so these routes have their own body
-//! limit instead of the portal's 64 KB.
+//! The knowledge base in the portal: browse folders, search (the connector's search, with
+//! snippet and line), read a document (`/portal/o/<org>/kb/<path>`: Markdown rendered with raw
+//! HTML escaped, plain text as text), its versions with who wrote each and a diff between two,
+//! upload several files at once (drag and drop when scripts run), download, and the audit log
+//! with the assistant behind each call. Uploads may be large, so these routes have their own
+//! body limit instead of the portal's 64 KB.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Multipart, Query, State};
+use axum::extract::{Multipart, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::{get, post};
-use maud::html;
+use axum::routing::get;
+use maud::{Markup, PreEscaped, html};
 use serde::Deserialize;
 
+use super::i18n::{bytes as fmt_bytes, date_time, number, t, ta};
 use super::{OrgAdmin, OrgMember, csrf_field, csrf_rejected, layout, page, see_other, verify_csrf};
 use crate::app::App;
 use crate::audit;
-use crate::kb::{self, DocKind, Entry, KbError, Version, link, path};
+use crate::http::error::ToProblem;
+use crate::identity;
+use crate::kb::{self, DocKind, Entry, KbError, Version, link, path, search};
+use crate::oauth;
 use crate::store::StoreError;
 
 /// Largest file the portal accepts.
@@ -24,27 +32,46 @@ pub const MAX_UPLOAD: usize = 50 * 1024 * 1024;
 pub fn router() -> Router<Arc<App>> {
     Router::new()
         .route("/portal/o/{slug}/kb", get(browse))
-        .route("/portal/o/{slug}/kb/doc", get(document))
+        // The old address of a document page (`?path=`) still leads there.
+        .route("/portal/o/{slug}/kb/doc", get(old_document_url))
+        .route("/portal/o/{slug}/kb/{*path}", get(document))
         .route(
             "/portal/o/{slug}/kb/upload",
-            post(upload).layer(axum::extract::DefaultBodyLimit::max(MAX_UPLOAD + 64 * 1024)),
+            get(upload_named_document)
+                .post(upload)
+                .layer(axum::extract::DefaultBodyLimit::max(MAX_UPLOAD + 64 * 1024)),
         )
         .route("/portal/o/{slug}/audit", get(audit_page))
 }
 
 #[derive(Deserialize)]
-pub(super) struct PathQuery {
+pub(super) struct BrowseQuery {
     path: Option<String>,
+    q: Option<String>,
+    /// Search only in the folder `path`.
+    scope: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct DocQuery {
+    path: Option<String>,
+    from: Option<u64>,
+    to: Option<u64>,
+}
+
+/// A refused operation (or a failure), as `http::error` maps it.
+fn refused(m: &OrgMember, e: &impl ToProblem) -> Response {
+    super::problem_page(&t("nav-kb"), Some(&m.user), Some(&m.org), &e.problem())
 }
 
 fn error_page(m: &OrgMember, status: StatusCode, msg: &str) -> Response {
     page(
         status,
         layout(
-            "Knowledge base",
+            &t("nav-kb"),
             Some(&m.user),
             Some(&m.org),
-            html! { p.error { (msg) } },
+            html! { p.notice.error #error { (msg) } },
         ),
     )
 }
@@ -57,28 +84,40 @@ fn kb_url(slug: &str, folder: &str) -> String {
     }
 }
 
+/// A document's page: `/portal/o/<org>/kb/<path>`, each segment percent-encoded.
+pub fn doc_url(slug: &str, doc_path: &str) -> String {
+    let segments: Vec<String> = doc_path
+        .split('/')
+        .map(|seg| {
+            url::form_urlencoded::byte_serialize(seg.as_bytes())
+                .collect::<String>()
+                .replace('+', "%20")
+        })
+        .collect();
+    format!("/portal/o/{slug}/kb/{}", segments.join("/"))
+}
+
 fn url_escape(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
-async fn browse(State(app): State<Arc<App>>, m: OrgMember, Query(q): Query<PathQuery>) -> Response {
-    let folder = match path::normalize_folder(q.path.as_deref()) {
-        Ok(f) => f,
-        Err(e) => return error_page(&m, StatusCode::BAD_REQUEST, &e.to_string()),
-    };
-    let org_id = m.org.id;
-    let f = folder.clone();
-    let listed = app
-        .blocking(move |app| app.store.read(|tx| kb::list(tx, org_id, f.as_deref())))
-        .await;
-    let entries: Vec<Entry> = match listed {
-        Ok(e) => e,
-        Err(KbError::NotFound(_)) if folder.is_none() => Vec::new(),
-        Err(e) => return error_page(&m, StatusCode::NOT_FOUND, &e.to_string()),
-    };
-    let slug = &m.org.slug;
-    let here = folder.clone().unwrap_or_default();
-    let crumbs: Vec<(&str, String)> = here
+/// The search box of every knowledge-base page; `folder` offers to search only there.
+fn search_form(slug: &str, q: &str, folder: &str, scoped: bool) -> Markup {
+    html! {
+        form #kb-search-form .search role="search" method="get" action={ "/portal/o/" (slug) "/kb" } {
+            label for="kb-q" .visually-hidden { (t("search-label")) }
+            input #kb-q type="search" name="q" value=(q) minlength="2" maxlength="200" placeholder=(t("search-placeholder")) aria-label=(t("search-label")) required;
+            @if !folder.is_empty() {
+                input type="hidden" name="path" value=(folder);
+                label.check { input type="checkbox" name="scope" value="folder" checked[scoped]; (ta("search-in-folder", &[("folder", folder.to_owned())])) }
+            }
+            button type="submit" { (t("action-search")) }
+        }
+    }
+}
+
+fn crumbs(slug: &str, here: &str) -> Markup {
+    let parts: Vec<(&str, String)> = here
         .split('/')
         .filter(|s| !s.is_empty())
         .scan(String::new(), |acc, seg| {
@@ -89,55 +128,245 @@ async fn browse(State(app): State<Arc<App>>, m: OrgMember, Query(q): Query<PathQ
             Some((seg, acc.clone()))
         })
         .collect();
-    let body = html! {
-        p { "Connector URL for assistants: " code { (app.connector_url()) } }
-        p {
-            a href=(kb_url(slug, "")) { "top" }
-            @for (seg, at) in &crumbs {
-                " / " a href=(kb_url(slug, at)) { (seg) }
-            }
+    html! {
+        nav.crumbs aria-label=(t("crumbs-label")) {
+            a href=(kb_url(slug, "")) { (t("kb-top")) }
+            @for (seg, at) in &parts { " / " a href=(kb_url(slug, at)) { (seg) } }
         }
-        @if entries.is_empty() { p.muted { "No documents here yet." } }
+    }
+}
+
+async fn browse(
+    State(app): State<Arc<App>>,
+    m: OrgMember,
+    Query(q): Query<BrowseQuery>,
+) -> Response {
+    let folder = match path::normalize_folder(q.path.as_deref()) {
+        Ok(f) => f,
+        Err(e) => return refused(&m, &e),
+    };
+    let here = folder.clone().unwrap_or_default();
+    let slug = m.org.slug.clone();
+    if let Some(query) = q.q.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        let scoped = q.scope.as_deref() == Some("folder") && !here.is_empty();
+        return search_page(&app, &m, query, &here, scoped).await;
+    }
+    let org_id = m.org.id;
+    let f = folder.clone();
+    let listed = app
+        .blocking(move |app| app.store.read(|tx| kb::list(tx, org_id, f.as_deref())))
+        .await;
+    let entries: Vec<Entry> = match listed {
+        Ok(e) => e,
+        Err(KbError::NotFound(_)) if folder.is_none() => Vec::new(),
+        Err(e) => return refused(&m, &e),
+    };
+    let body = html! {
+        (search_form(&slug, "", &here, true))
+        (crumbs(&slug, &here))
+        @if entries.is_empty() { p.muted { (t("kb-empty")) } }
         @else {
-            table #kb-entries {
-                tr { th { "Name" } th { "Version" } th { "Size" } }
-                @for e in &entries {
-                    tr {
-                        @if e.kind == "folder" {
-                            td { a href=(kb_url(slug, &e.path)) { (e.name) "/" } } td {} td {}
-                        } @else {
-                            td { a href={ "/portal/o/" (slug) "/kb/doc?path=" (url_escape(&e.path)) } { (e.name) } }
-                            td { (e.version.unwrap_or(0)) }
-                            td { (e.size.unwrap_or(0)) " bytes" }
+            div.table-wrap {
+                table #kb-entries {
+                    thead { tr { th scope="col" { (t("col-name")) } th scope="col" .num { (t("col-version")) } th scope="col" .num { (t("col-size")) } } }
+                    tbody {
+                        @for e in &entries {
+                            tr {
+                                @if e.kind == "folder" {
+                                    td { a href=(kb_url(&slug, &e.path)) { (e.name) "/" } } td {} td {}
+                                } @else {
+                                    td { a href=(doc_url(&slug, &e.path)) { (e.name) } }
+                                    td.num { (e.version.unwrap_or(0)) }
+                                    td.num { (fmt_bytes(e.size.unwrap_or(0))) }
+                                }
+                            }
                         }
                     }
                 }
             }
         }
-        h2 { "Upload" }
-        form #upload-form method="post" enctype="multipart/form-data" action={ "/portal/o/" (slug) "/kb/upload" } {
+        h2 #upload { (t("upload-heading")) }
+        form #upload-form .stack data-drop method="post" enctype="multipart/form-data" action={ "/portal/o/" (slug) "/kb/upload" } {
             (csrf_field(&m.user.csrf))
             input type="hidden" name="folder" value=(here);
-            label { "File (text, PDF, Office, image or CAD; at most 50 MB) " input type="file" name="file" required; }
-            button type="submit" { "Upload to " (if here.is_empty() { "top level".to_owned() } else { here.clone() }) }
+            div.drop {
+                label { (t("upload-files")) input type="file" name="file" multiple required; }
+                p.muted { (t("upload-hint")) }
+            }
+            button type="submit" { (ta("upload-to", &[("folder", if here.is_empty() { t("kb-top") } else { here.clone() })])) }
+        }
+        p.muted { (t("connector-url")) " " code { (app.connector_url()) } }
+    };
+    page(
+        StatusCode::OK,
+        layout(&t("nav-kb"), Some(&m.user), Some(&m.org), body),
+    )
+}
+
+async fn search_page(
+    app: &Arc<App>,
+    m: &OrgMember,
+    query: &str,
+    here: &str,
+    scoped: bool,
+) -> Response {
+    let (org_id, raw) = (m.org.id, query.to_owned());
+    let folder = scoped.then(|| here.to_owned());
+    let out = app
+        .blocking(move |app| {
+            search::search_text(
+                &app.store,
+                &app.kb_index,
+                org_id,
+                &raw,
+                folder.as_deref(),
+                search::MAX_LIMIT,
+            )
+        })
+        .await;
+    let slug = &m.org.slug;
+    let body = match out {
+        Ok(out) => html! {
+            (search_form(slug, query, here, scoped))
+            p role="status" { (ta("search-count", &[("count", number(out.results.len() as u64)), ("query", query.to_owned())])) }
+            ol #kb-results .results {
+                @for hit in &out.results {
+                    li {
+                        a href={ (doc_url(slug, &hit.path)) "#L" (hit.line) } { (hit.path) }
+                        " " span.muted { (ta("search-line", &[("line", number(hit.line as u64))])) }
+                        pre.snippet { (hit.snippet) }
+                    }
+                }
+            }
+            @if out.truncated { p.muted { (t("search-truncated")) } }
+            @if let Some(ns) = &out.not_searched {
+                p.muted { (ta("search-not-searched", &[("count", number(ns.documents as u64))])) }
+            }
+        },
+        Err(e) => {
+            let p = e.problem();
+            if p.is_internal() {
+                return refused(m, &e);
+            }
+            html! {
+                (search_form(slug, query, here, scoped))
+                p.notice.error #error { (super::problem_text(&p)) }
+            }
         }
     };
     page(
         StatusCode::OK,
-        layout("Knowledge base", Some(&m.user), Some(&m.org), body),
+        layout(&t("search-title"), Some(&m.user), Some(&m.org), body),
     )
+}
+
+/// Markdown as HTML. Raw HTML in the document is shown as text, never passed through, and
+/// links keep only safe schemes.
+fn markdown(text: &str) -> String {
+    use pulldown_cmark::{CowStr, Event, Options, Parser, Tag};
+    let safe = |url: &CowStr<'_>| -> bool {
+        let lower = url.trim().to_ascii_lowercase();
+        match lower.split_once(':') {
+            Some((scheme, _))
+                if !scheme.contains('/') && !scheme.contains('#') && !scheme.contains('?') =>
+            {
+                matches!(scheme, "http" | "https" | "mailto")
+            }
+            _ => true,
+        }
+    };
+    let parser = Parser::new_ext(
+        text,
+        Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS,
+    )
+    .map(|ev| match ev {
+        Event::Html(h) | Event::InlineHtml(h) => Event::Text(h),
+        Event::Start(Tag::Link {
+            link_type,
+            dest_url,
+            title,
+            id,
+        }) if !safe(&dest_url) => Event::Start(Tag::Link {
+            link_type,
+            dest_url: "#".into(),
+            title,
+            id,
+        }),
+        Event::Start(Tag::Image {
+            link_type,
+            dest_url,
+            title,
+            id,
+        }) if !safe(&dest_url) => Event::Start(Tag::Image {
+            link_type,
+            dest_url: "#".into(),
+            title,
+            id,
+        }),
+        other => other,
+    });
+    let mut out = String::new();
+    pulldown_cmark::html::push_html(&mut out, parser);
+    out
+}
+
+/// A unified diff of two texts, lines marked as added or removed.
+fn diff(old: &str, new: &str) -> Markup {
+    use similar::{ChangeTag, TextDiff};
+    let d = TextDiff::from_lines(old, new);
+    html! {
+        pre #kb-diff .diff {
+            @for group in d.grouped_ops(3) {
+                @for op in &group {
+                    @for change in d.iter_changes(op) {
+                        @match change.tag() {
+                            ChangeTag::Delete => span.del { "- " (change.value().trim_end_matches('\n')) }
+                            ChangeTag::Insert => span.ins { "+ " (change.value().trim_end_matches('\n')) }
+                            ChangeTag::Equal => span { "  " (change.value().trim_end_matches('\n')) "\n" }
+                        }
+                    }
+                }
+                "⋯\n"
+            }
+        }
+    }
+}
+
+async fn old_document_url(
+    State(app): State<Arc<App>>,
+    m: OrgMember,
+    Query(q): Query<DocQuery>,
+) -> Response {
+    match &q.path {
+        Some(p) => see_other(&doc_url(&m.org.slug, p)),
+        None => show_document(&app, &m, "doc".into(), &q).await,
+    }
+}
+
+async fn upload_named_document(
+    State(app): State<Arc<App>>,
+    m: OrgMember,
+    Query(q): Query<DocQuery>,
+) -> Response {
+    show_document(&app, &m, "upload".into(), &q).await
 }
 
 async fn document(
     State(app): State<Arc<App>>,
     m: OrgMember,
-    Query(q): Query<PathQuery>,
+    Path((_, doc_path)): Path<(String, String)>,
+    Query(q): Query<DocQuery>,
 ) -> Response {
-    let p = match path::normalize(q.path.as_deref().unwrap_or("")) {
+    show_document(&app, &m, doc_path, &q).await
+}
+
+async fn show_document(app: &Arc<App>, m: &OrgMember, raw_path: String, q: &DocQuery) -> Response {
+    let p = match path::normalize(&raw_path) {
         Ok(p) => p,
-        Err(e) => return error_page(&m, StatusCode::BAD_REQUEST, &e.to_string()),
+        Err(e) => return refused(m, &e),
     };
     let org_id = m.org.id;
+    let (from, to) = (q.from, q.to);
     let p2 = p.clone();
     let found = app
         .blocking(move |app| {
@@ -146,42 +375,102 @@ async fn document(
                     return Ok(None);
                 };
                 let versions = kb::versions(tx, org_id, &p2)?;
+                let text_of = |v: &Version| -> Result<Option<String>, StoreError> {
+                    Ok(kb::content(tx, &v.hash)?.map(|b| String::from_utf8_lossy(&b).into_owned()))
+                };
                 let text = if doc.kind == DocKind::Text {
-                    kb::content(tx, &doc.hash)?
+                    kb::content(tx, &doc.hash)?.map(|b| String::from_utf8_lossy(&b).into_owned())
                 } else {
                     None
                 };
-                Ok::<_, StoreError>(Some((doc, versions, text)))
+                let mut authors = HashMap::new();
+                for v in &versions {
+                    if let Some(id) = v.created_by
+                        && let Some(person) = identity::person(tx, id)?
+                    {
+                        authors.insert(id, person);
+                    }
+                }
+                let pick = |n: Option<u64>| versions.iter().find(|v| Some(v.version) == n);
+                let compared = match (doc.kind == DocKind::Text, pick(from), pick(to)) {
+                    (true, Some(a), Some(b)) => Some((
+                        a.version,
+                        b.version,
+                        text_of(a)?.unwrap_or_default(),
+                        text_of(b)?.unwrap_or_default(),
+                    )),
+                    _ => None,
+                };
+                Ok::<_, StoreError>(Some((doc, versions, text, authors, compared)))
             })
         })
         .await;
-    let Ok(Some((doc, versions, text))) = found else {
-        return error_page(&m, StatusCode::NOT_FOUND, "No such document.");
+    let (doc, versions, text, authors, compared) = match found {
+        Ok(Some(found)) => found,
+        Ok(None) => return error_page(m, StatusCode::NOT_FOUND, &t("kb-no-document")),
+        Err(e) => return refused(m, &e),
     };
     let now = app.clock.now();
     let link_for = |v: &Version| {
         let (token, _) = link::sign(&app.server_key, org_id, &doc.path, v.version, now);
         format!("/files/{token}")
     };
-    let preview: Option<String> =
-        text.map(|t| String::from_utf8_lossy(&t).chars().take(20_000).collect());
+    let slug = &m.org.slug;
+    let folder = doc.path.rsplit_once('/').map(|(f, _)| f).unwrap_or("");
+    let is_markdown = doc.content_type.starts_with("text/markdown");
     let body = html! {
-        p { code { (doc.path) } " · " (doc.content_type) " · " (doc.size) " bytes · version " (doc.version) }
-        h2 { "Versions" }
-        table #versions {
-            tr { th { "Version" } th { "Size" } th { "Saved" } th { "" } }
-            @for v in versions.iter().rev() {
-                tr {
-                    td { (v.version) }
-                    td { (v.size) " bytes" }
-                    td { (v.created_at.strftime("%Y-%m-%d %H:%M UTC")) }
-                    td { a href=(link_for(v)) { "Download" } }
+        (search_form(slug, "", folder, true))
+        (crumbs(slug, folder))
+        dl.facts {
+            dt { (t("col-path")) } dd { code { (doc.path) } }
+            dt { (t("col-type")) } dd { (doc.content_type) }
+            dt { (t("col-size")) } dd { (fmt_bytes(doc.size)) }
+            dt { (t("col-version")) } dd { (doc.version) " · " a href=(link_for(versions.last().unwrap_or(&Version { version: doc.version, size: doc.size, hash: doc.hash.clone(), created_at: now, created_by: None }))) { (t("action-download")) } }
+        }
+        @if let Some(text) = &text {
+            @if is_markdown {
+                article #kb-document .doc { (PreEscaped(markdown(text))) }
+            } @else {
+                pre #kb-document .pre-wrap { (text) }
+            }
+        } @else {
+            p.muted { (t("kb-binary")) }
+        }
+        h2 #versions-heading { (t("versions-heading")) }
+        div.table-wrap {
+            table #versions {
+                thead { tr { th scope="col" .num { (t("col-version")) } th scope="col" { (t("col-written-by")) } th scope="col" { (t("col-saved")) } th scope="col" .num { (t("col-size")) } th scope="col" { (t("col-download")) } } }
+                tbody {
+                    @for v in versions.iter().rev() {
+                        tr {
+                            td.num { (v.version) }
+                            td { @match v.created_by.and_then(|id| authors.get(&id)) {
+                                Some(p) => { (p.name) " " span.muted { "<" (p.email) ">" } }
+                                None => span.muted { (t("unknown-author")) }
+                            } }
+                            td { (date_time(v.created_at)) }
+                            td.num { (fmt_bytes(v.size)) }
+                            td { a href=(link_for(v)) { (ta("download-version", &[("version", v.version.to_string())])) } }
+                        }
+                    }
                 }
             }
         }
-        @if let Some(t) = preview {
-            h2 { "Content" }
-            pre style="white-space:pre-wrap" { (t) }
+        @if doc.kind == DocKind::Text && versions.len() > 1 {
+            h2 { (t("compare-heading")) }
+            form #diff-form .row method="get" action=(doc_url(slug, &doc.path)) {
+                label { (t("compare-from"))
+                    select name="from" { @for v in versions.iter().rev() { option value=(v.version) selected[Some(v.version) == from.or(Some(doc.version.saturating_sub(1)))] { (v.version) } } }
+                }
+                label { (t("compare-to"))
+                    select name="to" { @for v in versions.iter().rev() { option value=(v.version) selected[Some(v.version) == to.or(Some(doc.version))] { (v.version) } } }
+                }
+                button type="submit" { (t("action-compare")) }
+            }
+            @if let Some((a, b, old, new)) = &compared {
+                p { (ta("compare-shown", &[("from", a.to_string()), ("to", b.to_string())])) }
+                (diff(old, new))
+            }
         }
     };
     page(
@@ -193,7 +482,7 @@ async fn document(
 async fn upload(State(app): State<Arc<App>>, m: OrgMember, mut form: Multipart) -> Response {
     let mut csrf = None;
     let mut folder = String::new();
-    let mut file: Option<(String, Vec<u8>)> = None;
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
     loop {
         match form.next_field().await {
             Ok(Some(f)) => {
@@ -204,12 +493,12 @@ async fn upload(State(app): State<Arc<App>>, m: OrgMember, mut form: Multipart) 
                     "file" => {
                         let file_name = f.file_name().unwrap_or_default().to_owned();
                         match f.bytes().await {
-                            Ok(b) => file = Some((file_name, b.to_vec())),
+                            Ok(b) => files.push((file_name, b.to_vec())),
                             Err(_) => {
                                 return error_page(
                                     &m,
                                     StatusCode::PAYLOAD_TOO_LARGE,
-                                    "The file is larger than 50 MB.",
+                                    &t("upload-too-large"),
                                 );
                             }
                         }
@@ -219,75 +508,141 @@ async fn upload(State(app): State<Arc<App>>, m: OrgMember, mut form: Multipart) 
             }
             Ok(None) => break,
             Err(_) => {
-                return error_page(&m, StatusCode::BAD_REQUEST, "The upload could not be read.");
+                return error_page(&m, StatusCode::BAD_REQUEST, &t("upload-unreadable"));
             }
         }
     }
     if !verify_csrf(&m.user.csrf, csrf.as_deref()) {
         return csrf_rejected();
     }
-    let Some((name, bytes)) = file.filter(|(n, _)| !n.is_empty()) else {
-        return error_page(&m, StatusCode::BAD_REQUEST, "Choose a file to upload.");
-    };
-    // Only the last segment of the browser's file name counts.
-    let name = name
-        .rsplit(['/', '\\'])
-        .next()
-        .unwrap_or_default()
-        .to_owned();
+    files.retain(|(n, _)| !n.is_empty());
+    if files.is_empty() {
+        return error_page(&m, StatusCode::BAD_REQUEST, &t("upload-choose"));
+    }
     let folder = folder.trim_matches('/').to_owned();
-    let target = if folder.is_empty() {
-        name
-    } else {
-        format!("{folder}/{name}")
-    };
+    // Only the last segment of the browser's file name counts.
+    let targets: Vec<(String, Vec<u8>)> = files
+        .into_iter()
+        .map(|(name, bytes)| {
+            let name = name
+                .rsplit(['/', '\\'])
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            let target = if folder.is_empty() {
+                name
+            } else {
+                format!("{folder}/{name}")
+            };
+            (target, bytes)
+        })
+        .collect();
     let (org_id, person_id) = (m.org.id, m.user.person.id);
+    // Each file is its own version; the first refusal stops the rest and is shown with what
+    // was stored before it.
     let stored = app
         .blocking(move |app| {
-            let out = kb::store_document(
-                &app.store,
-                org_id,
-                &target,
-                &bytes,
-                Some(person_id),
-                app.clock.now(),
-            )?;
-            app.kb_index.catch_up(&app.store)?;
-            Ok::<_, KbError>(out)
+            let mut done = Vec::new();
+            for (target, bytes) in &targets {
+                let r = kb::write(
+                    &app.store,
+                    &app.kb_index,
+                    kb::NewVersion {
+                        org_id,
+                        path: target,
+                        bytes,
+                        expect: kb::Expect::Any,
+                        by: Some(person_id),
+                        now: app.clock.now(),
+                    },
+                );
+                match r {
+                    Ok(_) => done.push(target.clone()),
+                    Err(e) => return (done, Some((target.clone(), e))),
+                }
+            }
+            (done, None)
         })
         .await;
     match stored {
-        Ok(_) => see_other(&kb_url(&m.org.slug, &folder)),
-        Err(e) => error_page(&m, StatusCode::BAD_REQUEST, &e.to_string()),
+        (_, None) => see_other(&kb_url(&m.org.slug, &folder)),
+        (done, Some((target, e))) => {
+            let p = e.problem();
+            if p.is_internal() {
+                return refused(&m, &e);
+            }
+            let msg = ta(
+                "upload-partly",
+                &[
+                    ("file", target),
+                    ("reason", super::problem_text(&p)),
+                    (
+                        "stored",
+                        if done.is_empty() {
+                            "-".into()
+                        } else {
+                            done.join(", ")
+                        },
+                    ),
+                ],
+            );
+            error_page(&m, p.status, &msg)
+        }
     }
 }
 
 async fn audit_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Response {
     let org_id = m.org.id;
-    let records = app
-        .blocking(move |app| app.store.read(|tx| audit::records(tx, org_id, None)))
-        .await
-        .unwrap_or_default();
+    let me = m.user.person.id;
+    let found = app
+        .blocking(move |app| {
+            app.store.read(|tx| {
+                let records = audit::records(tx, org_id, None)?;
+                let by_grant: HashMap<u64, oauth::Connection> =
+                    oauth::connections_visible_to(tx, org_id, me, true)?
+                        .into_iter()
+                        .map(|c| (c.grant.id, c))
+                        .collect();
+                Ok::<_, StoreError>((records, by_grant))
+            })
+        })
+        .await;
+    let (records, by_grant) = match found {
+        Ok(f) => f,
+        Err(e) => return refused(&m, &e),
+    };
     let body = html! {
-        p.muted { "Every tool call through the connector, newest first (the last 500). Export all with " code { "kennis audit export " (m.org.slug) } "." }
-        table #audit {
-            tr { th { "Time" } th { "Person" } th { "Connection" } th { "Tool" } th { "Path or request" } th { "Outcome" } th { "Error" } th { "ms" } }
-            @for r in records.iter().rev().take(500) {
-                tr {
-                    td { (r.at.strftime("%Y-%m-%d %H:%M:%S")) }
-                    td { (r.person_id) }
-                    td { (r.grant_id) }
-                    td { (r.tool) }
-                    td { (r.target.clone().unwrap_or_default()) }
-                    td { (format!("{:?}", r.outcome).to_lowercase()) }
-                    td { (r.error.clone().unwrap_or_default()) }
-                    td { (format!("{:.1}", r.duration_ms)) }
+        p.muted { (ta("audit-explain", &[("command", format!("kennis audit export {}", m.org.slug))])) }
+        div.table-wrap {
+            table #audit {
+                thead { tr {
+                    th scope="col" { (t("col-time")) } th scope="col" { (t("col-assistant")) } th scope="col" { (t("col-person")) }
+                    th scope="col" { (t("col-tool")) } th scope="col" { (t("col-target")) } th scope="col" { (t("col-outcome")) }
+                    th scope="col" .num { "ms" }
+                } }
+                tbody {
+                    @for r in records.iter().rev().take(500) {
+                        @let c = by_grant.get(&r.grant_id);
+                        tr {
+                            td { (date_time(r.at)) }
+                            td { (c.map(|c| c.client_name.clone()).unwrap_or_else(|| format!("#{}", r.grant_id))) }
+                            td { (c.map(|c| c.person_email.clone()).unwrap_or_else(|| format!("#{}", r.person_id))) }
+                            td { code { (r.tool) } }
+                            td { (r.target.clone().unwrap_or_default()) }
+                            td {
+                                @let outcome = format!("{:?}", r.outcome).to_lowercase();
+                                span class={ "badge " (if outcome == "ok" { "ok" } else { "failed" }) } { (outcome) }
+                                @if let Some(e) = &r.error { " " span.muted { (e) } }
+                            }
+                            td.num { (format!("{:.1}", r.duration_ms)) }
+                        }
+                    }
                 }
             }
         }
     };
     page(
         StatusCode::OK,
-        layout("Audit log", Some(&m.user), Some(&m.org), body),
+        layout(&t("nav-audit"), Some(&m.user), Some(&m.org), body),
     )
 }

@@ -3,19 +3,21 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::{Query, State};
+use axum::extract::{FromRequestParts, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, PreEscaped, html};
 
+use super::form::SessionCsrf;
+use super::i18n::{t, ta};
 use super::{
-    AnySession, PRE_COOKIE, SESSION_COOKIE, csrf_field, csrf_rejected, csrf_token_for, field,
-    form_pairs, layout, load_session, login_step, page, safe_next, see_other, set_cookie,
-    update_session, verify_csrf, with_next,
+    AnySession, CsrfForm, PRE_COOKIE, SESSION_COOKIE, UncheckedForm, csrf_field, csrf_rejected,
+    csrf_token_for, layout, load_session, login_step, page, problem_page, safe_next, see_other,
+    set_cookie, update_session, with_next,
 };
 use crate::app::App;
-use crate::http::error::too_many_requests;
+use crate::http::error::{ToProblem, too_many_requests};
 use crate::identity::{self, IdentityError};
 use crate::store::SESSIONS;
 
@@ -27,12 +29,12 @@ fn next_of(q: &HashMap<String, String>) -> String {
 
 fn login_form(csrf: &str, next: &str, email: &str, error: Option<&str>) -> Markup {
     html! {
-        @if let Some(e) = error { p.error { (e) } }
-        form #login-form method="post" action={ "/login?" (form_urlencoded::Serializer::new(String::new()).append_pair("next", next).finish()) } {
+        @if let Some(e) = error { p.notice.error #error { (e) } }
+        form #login-form .stack.card method="post" action={ "/login?" (form_urlencoded::Serializer::new(String::new()).append_pair("next", next).finish()) } {
             (csrf_field(csrf))
-            label { "Email" input type="email" name="email" value=(email) autocomplete="username" required; }
-            label { "Password" input type="password" name="password" autocomplete="current-password" required; }
-            button type="submit" { "Log in" }
+            label { (t("field-email")) input type="email" name="email" value=(email) autocomplete="username" required; }
+            label { (t("field-password")) input type="password" name="password" autocomplete="current-password" required; }
+            button type="submit" { (t("action-log-in")) }
         }
     }
 }
@@ -52,7 +54,12 @@ pub(super) async fn login_page(
     let csrf = csrf_token_for(&app, pre.as_bytes());
     let mut resp = page(
         StatusCode::OK,
-        layout("Log in", None, None, login_form(&csrf, &next, "", None)),
+        layout(
+            &t("login-title"),
+            None,
+            None,
+            login_form(&csrf, &next, "", None),
+        ),
     );
     if existing.is_none() {
         resp.headers_mut().append(
@@ -70,19 +77,20 @@ pub(super) async fn login_submit(
     axum::Extension(limits): super::Limits,
     Query(q): Params,
     headers: HeaderMap,
-    body: Bytes,
+    form: UncheckedForm,
 ) -> Response {
     let next = next_of(&q);
-    let form = form_pairs(&body);
+    // The login form's token is bound to the pre-login cookie: there is no session yet.
     let Some(pre) = super::cookie(&headers, PRE_COOKIE) else {
         return csrf_rejected();
     };
     let csrf = csrf_token_for(&app, pre.as_bytes());
-    if !verify_csrf(&csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
-    let email = field(&form, "email").unwrap_or_default().to_owned();
-    let password = field(&form, "password").unwrap_or_default().to_owned();
+    let form = match form.verify(&csrf) {
+        Ok(f) => f,
+        Err(rejected) => return rejected.into_response(),
+    };
+    let email = form.field("email").unwrap_or_default().to_owned();
+    let password = form.field("password").unwrap_or_default().to_owned();
     let account = identity::normalize_email(&email).unwrap_or_else(|_| email.to_lowercase());
     if let Some(wait) = limits.login_failures.blocked(&account) {
         return too_many_requests(wait);
@@ -108,37 +116,57 @@ pub(super) async fn login_submit(
             if let Some(wait) = limits.login_failures.record_failure(&account) {
                 return too_many_requests(wait);
             }
-            let shown = field(&form, "email").unwrap_or_default();
+            let shown = form.field("email").unwrap_or_default();
             page(
                 StatusCode::UNAUTHORIZED,
                 layout(
-                    "Log in",
+                    &t("login-title"),
                     None,
                     None,
-                    login_form(&csrf, &next, shown, Some("Wrong email or password.")),
+                    login_form(&csrf, &next, shown, Some(&t("wrong-login"))),
                 ),
             )
         }
-        Err(e) => internal(e),
+        Err(e) => refused(&t("login-title"), &e),
     }
 }
 
-fn internal(e: impl std::fmt::Display) -> Response {
-    tracing::error!(error = %e, "portal error");
-    page(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        layout(
-            "Something went wrong",
-            None,
-            None,
-            html! { p { "The server could not complete this request. Try again later." } },
-        ),
-    )
+/// A refused or failed step of the login, as `http::error` maps it.
+fn refused(title: &str, e: &impl ToProblem) -> Response {
+    problem_page(title, None, None, &e.problem())
 }
 
 async fn session(app: &Arc<App>, headers: &HeaderMap) -> Option<AnySession> {
     let headers = headers.clone();
     app.blocking(move |app| load_session(app, &headers)).await
+}
+
+/// A session part-way through the login (second factor or terms still to come) and the
+/// `next` of the query: where to go when the login is complete. Without a session: to the
+/// login page. A [`CsrfForm`] after it checks the form against this session.
+pub(super) struct LoginStep {
+    s: AnySession,
+    next: String,
+}
+
+impl FromRequestParts<Arc<App>> for LoginStep {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Response> {
+        // Like `Query<HashMap<…>>`: the last `next` counts.
+        let next = parts.uri.query().and_then(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .filter(|(k, _)| k == "next")
+                .map(|(_, v)| v.into_owned())
+                .last()
+        });
+        let next = safe_next(next.as_deref());
+        let Some(s) = session(app, &parts.headers).await else {
+            return Err(see_other(&with_next("/login", &next)));
+        };
+        parts.extensions.insert(SessionCsrf(s.csrf.clone()));
+        Ok(LoginStep { s, next })
+    }
 }
 
 fn qr_svg(uri: &str) -> String {
@@ -155,33 +183,28 @@ fn totp_markup(s: &AnySession, next: &str, error: Option<&str>) -> Markup {
     let enrolment = identity::pending_enrolment(&s.person);
     let needs_new = s.person.totp.is_none();
     html! {
-        @if let Some(e) = error { p.error { (e) } }
+        @if let Some(e) = error { p.notice.error #error { (e) } }
         @if let Some(en) = &enrolment {
-            p { "Set up your second factor: scan this code with an authenticator app, then enter the 6-digit code it shows." }
-            div #totp-qr { (PreEscaped(qr_svg(&en.otpauth_uri))) }
-            p.muted { "Or enter this key by hand: " code { (en.secret) } }
+            p { (t("totp-setup")) }
+            div #totp-qr .qr role="img" aria-label=(t("totp-qr-label")) { (PreEscaped(qr_svg(&en.otpauth_uri))) }
+            p { (t("totp-by-hand")) " " code #totp-secret { (en.secret) } }
         } @else if needs_new {
-            p { "Preparing your second factor…" }
+            p { (t("totp-preparing")) }
         } @else {
-            p { "Enter the 6-digit code from your authenticator app." }
+            p { (t("totp-enter")) }
         }
-        form #totp-form method="post" action={ "/login/totp?" (form_urlencoded::Serializer::new(String::new()).append_pair("next", next).finish()) } {
+        form #totp-form .stack method="post" action={ "/login/totp?" (form_urlencoded::Serializer::new(String::new()).append_pair("next", next).finish()) } {
             (csrf_field(&s.csrf))
-            label { "Code" input type="text" name="code" inputmode="numeric" autocomplete="one-time-code" pattern="[0-9]{6}" required; }
-            button type="submit" { "Continue" }
+            label { (t("field-code")) input type="text" name="code" inputmode="numeric" autocomplete="one-time-code" pattern="[0-9]{6}" required; }
+            button type="submit" { (t("action-continue")) }
         }
     }
 }
 
 pub(super) async fn totp_page(
     State(app): State<Arc<App>>,
-    Query(q): Params,
-    headers: HeaderMap,
+    LoginStep { mut s, next }: LoginStep,
 ) -> Response {
-    let next = next_of(&q);
-    let Some(mut s) = session(&app, &headers).await else {
-        return see_other(&with_next("/login", &next));
-    };
     if s.session.second_factor {
         return see_other(&login_step(&app, Some(&s), &next).unwrap_or(next));
     }
@@ -196,35 +219,26 @@ pub(super) async fn totp_page(
             .await;
         match person {
             Ok(p) => s.person = p,
-            Err(e) => return internal(e),
+            Err(e) => return refused(&t("totp-title"), &e),
         }
     }
     page(
         StatusCode::OK,
-        layout("Second factor", None, None, totp_markup(&s, &next, None)),
+        layout(&t("totp-title"), None, None, totp_markup(&s, &next, None)),
     )
 }
 
 pub(super) async fn totp_submit(
     State(app): State<Arc<App>>,
     axum::Extension(limits): super::Limits,
-    Query(q): Params,
-    headers: HeaderMap,
-    body: Bytes,
+    LoginStep { s, next }: LoginStep,
+    form: CsrfForm,
 ) -> Response {
-    let next = next_of(&q);
-    let Some(s) = session(&app, &headers).await else {
-        return see_other(&with_next("/login", &next));
-    };
-    let form = form_pairs(&body);
-    if !verify_csrf(&s.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
     let account = s.person.email.clone();
     if let Some(wait) = limits.login_failures.blocked(&account) {
         return too_many_requests(wait);
     }
-    let code = field(&form, "code").unwrap_or_default().trim().to_owned();
+    let code = form.field("code").unwrap_or_default().trim().to_owned();
     let person_id = s.person.id;
     let hash = s.hash;
     let r = app
@@ -248,26 +262,21 @@ pub(super) async fn totp_submit(
             page(
                 StatusCode::UNAUTHORIZED,
                 layout(
-                    "Second factor",
+                    &t("totp-title"),
                     None,
                     None,
-                    totp_markup(&s, &next, Some("Wrong or already used code.")),
+                    totp_markup(&s, &next, Some(&t("wrong-code"))),
                 ),
             )
         }
-        Err(e) => internal(e),
+        Err(e) => refused(&t("totp-title"), &e),
     }
 }
 
 pub(super) async fn terms_page(
     State(app): State<Arc<App>>,
-    Query(q): Params,
-    headers: HeaderMap,
+    LoginStep { s, next }: LoginStep,
 ) -> Response {
-    let next = next_of(&q);
-    let Some(s) = session(&app, &headers).await else {
-        return see_other(&with_next("/login", &next));
-    };
     if !s.session.second_factor {
         return see_other(&with_next("/login/totp", &next));
     }
@@ -275,15 +284,15 @@ pub(super) async fn terms_page(
     page(
         StatusCode::OK,
         layout(
-            "Terms of use",
+            &t("terms-title"),
             None,
             None,
             html! {
-                p { "Terms version " strong { (version) } ". By accepting, you agree that assistants you connect act on your behalf in your organisation, and that their calls are logged." }
-                @if let Some(old) = &s.person.accepted_terms { p.muted { "You accepted version " (old) " before." } }
+                div.card { p { (ta("terms-text", &[("version", version.clone())])) } }
+                @if let Some(old) = &s.person.accepted_terms { p.muted { (ta("terms-before", &[("version", old.clone())])) } }
                 form #terms-form method="post" action={ "/portal/terms?" (form_urlencoded::Serializer::new(String::new()).append_pair("next", &next).finish()) } {
                     (csrf_field(&s.csrf))
-                    button type="submit" name="accept" value="1" { "Accept terms" }
+                    button type="submit" name="accept" value="1" { (t("action-accept-terms")) }
                 }
             },
         ),
@@ -292,22 +301,13 @@ pub(super) async fn terms_page(
 
 pub(super) async fn terms_submit(
     State(app): State<Arc<App>>,
-    Query(q): Params,
-    headers: HeaderMap,
-    body: Bytes,
+    LoginStep { s, next }: LoginStep,
+    form: CsrfForm,
 ) -> Response {
-    let next = next_of(&q);
-    let Some(s) = session(&app, &headers).await else {
-        return see_other(&with_next("/login", &next));
-    };
-    let form = form_pairs(&body);
-    if !verify_csrf(&s.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
-    }
     if !s.session.second_factor {
         return see_other(&with_next("/login/totp", &next));
     }
-    if field(&form, "accept").is_none() {
+    if form.field("accept").is_none() {
         return see_other(&with_next("/portal/terms", &next));
     }
     let id = s.person.id;
@@ -316,21 +316,20 @@ pub(super) async fn terms_submit(
         .await;
     match r {
         Ok(()) => see_other(&next),
-        Err(e) => internal(e),
+        Err(e) => refused(&t("terms-title"), &e),
     }
 }
 
 pub(super) async fn logout(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
-    body: Bytes,
+    form: UncheckedForm,
 ) -> Response {
     let Some(s) = session(&app, &headers).await else {
         return see_other("/login");
     };
-    let form = form_pairs(&body);
-    if !verify_csrf(&s.csrf, field(&form, "csrf_token")) {
-        return csrf_rejected();
+    if let Err(rejected) = form.verify(&s.csrf) {
+        return rejected.into_response();
     }
     let hash = s.hash;
     let _ = app

@@ -9,8 +9,11 @@
 //!   check membership (and the admin role) of the organisation named by the `slug` path
 //!   parameter and answer 404 otherwise, so outsiders cannot tell which organisations exist.
 //! - [`layout`]: the page frame (title, navigation, body).
-//! - [`csrf_field`] renders the hidden `csrf_token` input of a form; [`verify_csrf`] checks a
-//!   submitted token. Every POST form must carry and check it.
+//! - [`csrf_field`] renders the hidden `csrf_token` input of a form; every POST form must carry
+//!   it. Handlers take the body as [`CsrfForm`], which checks the token against the session's
+//!   before the handler runs; multipart forms check theirs with [`verify_csrf`].
+//! - [`problem_page`]: the page for a failed operation; status and what may be shown come from
+//!   [`crate::http::error`], never from the page.
 //! - [`page`]: an HTML response with the security headers every portal page needs
 //!   (`frame-ancestors 'none'`, `X-Frame-Options: DENY`, no referrer, no caching).
 //! - [`NAV`]: the navigation entries of an organisation; add an area's link there.
@@ -22,9 +25,14 @@ mod account;
 mod apps;
 mod connections;
 mod consent;
+mod form;
+pub mod i18n;
+mod invite;
 mod kb;
 mod login;
+mod members;
 mod requests;
+mod runs;
 mod triggers;
 
 use std::sync::Arc;
@@ -41,8 +49,12 @@ use maud::{DOCTYPE, Markup, html};
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
+pub use form::{CsrfForm, CsrfRejected, UncheckedForm};
+pub use i18n::{t, ta};
+
 use crate::app::App;
 use crate::clock::SharedClock;
+use crate::http::error::Problem;
 use crate::identity::{self, Membership, Org, Person, Role};
 use crate::oauth::{hash_secret, new_secret};
 use crate::ratelimit::{FailureLimiter, Limiter, WINDOW};
@@ -55,16 +67,23 @@ const PRE_COOKIE: &str = "kb_pre";
 /// Sessions end 12 hours after login, whatever happens in between.
 pub const SESSION_LIFETIME_SECS: i64 = 12 * 60 * 60;
 
-/// Navigation entries inside an organisation: (label, path after `/portal/o/{slug}`). Other
-/// areas add their pages here.
+/// Navigation entries inside an organisation: (message key in `locales/`, path after
+/// `/portal/o/{slug}`). Other areas add their pages here (a label without a message shows as
+/// written).
 pub const NAV: &[(&str, &str)] = &[
-    ("Knowledge base", "/kb"),
-    ("Feature requests", "/requests"),
-    ("Apps", "/apps"),
-    ("Connections", "/connections"),
-    ("Triggers", "/triggers"),
-    ("Audit log", "/audit"),
+    ("nav-kb", "/kb"),
+    ("nav-requests", "/requests"),
+    ("nav-apps", "/apps"),
+    ("nav-connections", "/connections"),
+    ("nav-triggers", "/triggers"),
+    ("nav-members", "/members"),
+    ("nav-audit", "/audit"),
 ];
+
+/// The stylesheet every page links (served by the binary; the CSP allows only it).
+pub const STYLESHEET: &str = "/portal/assets/style.css";
+/// The one script (drag and drop onto upload forms; every task works without it).
+pub const SCRIPT: &str = "/portal/assets/upload.js";
 
 /// A portal session as stored (under the SHA-256 of its token).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -100,8 +119,11 @@ impl PortalLimits {
 pub type Limits = axum::Extension<Arc<PortalLimits>>;
 
 /// The portal's routes.
-pub fn routes(clock: SharedClock) -> Router<Arc<App>> {
+pub fn routes(app: Arc<App>) -> Router<Arc<App>> {
+    let clock: SharedClock = app.clock.clone();
     Router::new()
+        .route(STYLESHEET, get(stylesheet))
+        .route(SCRIPT, get(script))
         .route("/login", get(login::login_page).post(login::login_submit))
         .route(
             "/login/totp",
@@ -116,6 +138,7 @@ pub fn routes(clock: SharedClock) -> Router<Arc<App>> {
         .route("/portal/account", get(account::account_page))
         .route("/portal/account/password", post(account::change_password))
         .route("/portal/account/totp-reset", post(account::reset_totp))
+        .route("/portal/account/language", post(account::set_language))
         .route(
             "/authorize",
             get(consent::authorize_page).post(consent::authorize_submit),
@@ -134,6 +157,9 @@ pub fn routes(clock: SharedClock) -> Router<Arc<App>> {
             get(triggers::triggers_page).post(triggers::create),
         )
         .route("/portal/o/{slug}/triggers/{id}", get(triggers::detail))
+        .route("/portal/o/{slug}/agents", post(triggers::add_agent))
+        .route("/portal/o/{slug}/runs/{id}", get(runs::run_page))
+        .route("/portal/o/{slug}/runs/{id}/cancel", post(runs::cancel))
         .route(
             "/portal/o/{slug}/triggers/{id}/{action}",
             post(triggers::change),
@@ -142,11 +168,37 @@ pub fn routes(clock: SharedClock) -> Router<Arc<App>> {
             "/portal/o/{slug}/members/{person_id}/may-connect",
             post(connections::set_may_connect),
         )
+        .merge(members::router())
+        .merge(invite::router())
         .layer(tower_http::limit::RequestBodyLimitLayer::new(64 * 1024))
         .merge(kb::router())
         .merge(apps::router())
         .merge(requests::router())
         .layer(axum::Extension(Arc::new(PortalLimits::new(clock))))
+        .layer(axum::middleware::from_fn_with_state(app, i18n::middleware))
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "public, max-age=3600"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+async fn stylesheet() -> Response {
+    asset("text/css; charset=utf-8", include_str!("assets/style.css"))
+}
+
+async fn script() -> Response {
+    asset(
+        "text/javascript; charset=utf-8",
+        include_str!("assets/upload.js"),
+    )
 }
 
 /// An HTML response with the headers every portal page carries.
@@ -157,7 +209,7 @@ pub fn page(status: StatusCode, markup: Markup) -> Response {
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
             (
                 header::CONTENT_SECURITY_POLICY,
-                "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'",
+                "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'",
             ),
             (header::X_FRAME_OPTIONS, "DENY"),
             (header::REFERRER_POLICY, "no-referrer"),
@@ -169,37 +221,46 @@ pub fn page(status: StatusCode, markup: Markup) -> Response {
         .into_response()
 }
 
-/// The page frame. `nav` is the organisation whose navigation to show, if any.
+/// The page frame: `<html lang>` of the request's language, the stylesheet, a top bar with
+/// the organisation's navigation (one line; it scrolls sideways rather than wrapping) and the
+/// account, then the title and `body`. `nav` is the organisation whose navigation to show.
 pub fn layout(title: &str, user: Option<&PortalUser>, nav: Option<&Org>, body: Markup) -> Markup {
+    let lang = i18n::current();
     html! {
         (DOCTYPE)
-        html lang="en" {
+        html lang=(lang.code()) {
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · kennis" }
-                style { (maud::PreEscaped(STYLE)) }
+                link rel="stylesheet" href=(STYLESHEET);
+                script src=(SCRIPT) defer {}
             }
             body {
-                header {
-                    a href="/portal" { strong { "kennis" } }
+                a.skip href="#main" { (t("skip-to-content")) }
+                header.topbar {
+                    a.brand href="/portal" { "kennis" }
                     @if let Some(org) = nav {
-                        " · " (org.name)
-                        @for (label, path) in NAV {
-                            " " a href={ "/portal/o/" (org.slug) (path) } { (label) }
+                        span.org-name title=(org.name) { (org.name) }
+                        nav.nav aria-label=(t("nav-label")) {
+                            ul {
+                                @for (label, path) in NAV {
+                                    li { a href={ "/portal/o/" (org.slug) (path) } { (t(label)) } }
+                                }
+                            }
                         }
                     }
                     @if let Some(u) = user {
-                        span.right {
-                            a href="/portal/account" { (u.person.email) }
+                        div.account {
+                            a href="/portal/account" title=(t("nav-account")) { (u.person.email) }
                             form.inline method="post" action="/logout" {
                                 (csrf_field(&u.csrf))
-                                button type="submit" { "Log out" }
+                                button.secondary type="submit" { (t("action-log-out")) }
                             }
                         }
                     }
                 }
-                main {
+                main #main {
                     h1 { (title) }
                     (body)
                 }
@@ -207,13 +268,6 @@ pub fn layout(title: &str, user: Option<&PortalUser>, nav: Option<&Org>, body: M
         }
     }
 }
-
-const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:52rem;margin:1rem auto;padding:0 1rem;color:#222}\
-header{border-bottom:1px solid #ccc;padding:.5rem 0;margin-bottom:1rem}.right{float:right}\
-form.inline{display:inline;margin-left:.5rem}label{display:block;margin:.5rem 0}\
-input[type=text],input[type=email],input[type=password]{width:100%;max-width:24rem;padding:.3rem}\
-table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #ddd;padding:.3rem;text-align:left}\
-.error{color:#a00}.muted{color:#666}button{padding:.3rem .8rem;margin:.2rem}";
 
 /// The hidden `csrf_token` input.
 pub fn csrf_field(token: &str) -> Markup {
@@ -240,12 +294,46 @@ pub fn csrf_rejected() -> Response {
     page(
         StatusCode::FORBIDDEN,
         layout(
-            "Form expired",
+            &t("form-expired-title"),
             None,
             None,
-            html! { p { "This form was not sent from this site or has expired. Go back, reload the page and try again." } },
+            html! { p.notice.error { (t("form-expired")) } },
         ),
     )
+}
+
+/// The page for a failed operation. [`Problem`] (from [`crate::http::error`]) decides the status
+/// and what may be shown; an internal failure only says that something went wrong.
+pub fn problem_page(
+    title: &str,
+    user: Option<&PortalUser>,
+    org: Option<&Org>,
+    problem: &Problem,
+) -> Response {
+    let (title, body) = if problem.is_internal() {
+        (
+            t("internal-title"),
+            html! { p.notice.error { (t("internal-error")) } },
+        )
+    } else {
+        (
+            title.to_owned(),
+            html! { p.notice.error #error { (problem_text(problem)) } },
+        )
+    };
+    page(problem.status, layout(&title, user, org, body))
+}
+
+/// What a refusal says in the request's language: the message `problem-<code>` when there is
+/// one (codes name the refusal, the domain's English text may carry details), else the text.
+pub fn problem_text(problem: &Problem) -> String {
+    let key = format!("problem-{}", problem.code);
+    let said = t(&key);
+    if said == key {
+        problem.message.clone()
+    } else {
+        said
+    }
 }
 
 /// A 303 redirect (after a POST the browser must GET the target).
@@ -420,6 +508,8 @@ impl FromRequestParts<Arc<App>> for PortalUser {
             return Err(see_other(&to));
         }
         let s = s.expect("checked above");
+        // For a `CsrfForm` among the handler's arguments: no second session lookup.
+        parts.extensions.insert(form::SessionCsrf(s.csrf.clone()));
         Ok(PortalUser {
             person: s.person,
             session_hash: s.hash,
@@ -447,10 +537,10 @@ fn not_found() -> Response {
     page(
         StatusCode::NOT_FOUND,
         layout(
-            "Not found",
+            &t("not-found-title"),
             None,
             None,
-            html! { p { "There is no such page." } },
+            html! { p { (t("not-found")) } },
         ),
     )
 }
@@ -505,10 +595,10 @@ impl FromRequestParts<Arc<App>> for OrgAdmin {
             return Err(page(
                 StatusCode::FORBIDDEN,
                 layout(
-                    "Not allowed",
+                    &t("not-allowed-title"),
                     Some(&m.user),
                     Some(&m.org),
-                    html! { p { "Only administrators of this organisation can do this." } },
+                    html! { p.notice.error { (t("admins-only")) } },
                 ),
             ));
         }
@@ -516,7 +606,8 @@ impl FromRequestParts<Arc<App>> for OrgAdmin {
     }
 }
 
-/// Parses a form body, keeping repeated fields (checkbox groups such as `scope`).
+/// Parses a form body, keeping repeated fields (checkbox groups such as `scope`). Handlers take
+/// a [`CsrfForm`] instead; the consent page still parses and checks by hand.
 pub fn form_pairs(body: &[u8]) -> Vec<(String, String)> {
     form_urlencoded::parse(body)
         .map(|(k, v)| (k.into_owned(), v.into_owned()))

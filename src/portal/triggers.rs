@@ -5,17 +5,15 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{Markup, html};
 
-use super::{
-    OrgAdmin, csrf_field, csrf_rejected, field, form_pairs, layout, page, see_other, verify_csrf,
-};
+use super::{CsrfForm, OrgAdmin, csrf_field, layout, page, problem_page, see_other};
 use crate::agents::{self, Agent, AgentKind, Project, Rollout};
 use crate::app::App;
+use crate::http::error::ToProblem;
 use crate::triggers::{self, Change, NewTrigger, Trigger};
 
 struct Data {
@@ -30,6 +28,16 @@ fn load(app: &App, org_slug: &str, org_id: u64) -> Result<Data, triggers::Trigge
         agents: agents::list_agents(&app.store, org_id)?,
         projects: agents::list_projects(&app.store, org_id)?,
     })
+}
+
+/// A failure (or a refusal without the list to show it on), as `http::error` maps it.
+fn refused(m: &OrgAdmin, e: &impl ToProblem) -> Response {
+    problem_page(
+        "Event triggers",
+        Some(&m.0.user),
+        Some(&m.0.org),
+        &e.problem(),
+    )
 }
 
 fn rollout(r: Rollout) -> &'static str {
@@ -110,8 +118,24 @@ fn list_page(
         table #agents {
             tr { th { "Id" } th { "Name" } th { "Kind" } th { "Executor" } th { "Timeout" } }
             @for a in &d.agents {
-                tr { td { (a.id) } td { (a.name) } td { @if a.kind == AgentKind::Generic { "generic" } @else { "feature" } } td { (a.executor.name()) } td { (a.timeout_secs) " s" } }
+                tr { td { (a.id) } td { (a.name) } td { @if a.kind == AgentKind::Generic { "generic" } @else { "feature" } } td { (a.executor.name()) @if let agents::Executor::Llm(l) = &a.executor { " · " (l.model) " at " code { (l.url) } } } td { (a.timeout_secs) " s" } }
             }
+        }
+        h2 { "New language-model agent" }
+        p.muted { "A model behind an OpenAI-compatible chat-completions API (hosted, or local such as Ollama or llama.cpp's server) that works with this organisation's knowledge base. The API key stays in the server's environment: name a variable starting with " code { (PORTAL_KEY_PREFIX) } " that the server's administrator has set. Command and http agents are added by the server's administrator (kennis agent add)." }
+        form #agent-form method="post" action={ "/portal/o/" (m.0.org.slug) "/agents" } {
+            (csrf_field(csrf))
+            input type="hidden" name="exec" value="llm";
+            label { "Name " input type="text" name="name" required maxlength="100"; }
+            label { "Kind " select name="kind" { option value="generic" { "generic (trigger runs)" } option value="feature" { "feature (feature requests)" } } }
+            label { "Base URL " input type="url" name="url" required placeholder="https://api.openai.com/v1"; }
+            label { "Model " input type="text" name="model" required maxlength="200"; }
+            label { "API key variable " input type="text" name="api_key_env" placeholder={ (PORTAL_KEY_PREFIX) "OPENAI" }; }
+            label { "Most tool calls per run " input type="number" name="max_steps" value=(agents::DEFAULT_MAX_STEPS) min="1" max=(agents::MAX_MAX_STEPS); }
+            label { "Most tokens per run " input type="number" name="max_tokens" value=(agents::DEFAULT_MAX_TOKENS); }
+            label { "Timeout (seconds) " input type="number" name="timeout" value=(agents::DEFAULT_LLM_TIMEOUT_SECS) min="1" max=(agents::MAX_TIMEOUT_SECS); }
+            label { "System prompt (optional) " textarea name="system_prompt" rows="4" cols="60" {} }
+            button type="submit" { "Add agent" }
         }
         h2 { "Projects" }
         table #projects {
@@ -153,22 +177,18 @@ pub(super) async fn triggers_page(State(app): State<Arc<App>>, m: OrgAdmin) -> R
     let (slug, id) = (m.0.org.slug.clone(), m.0.org.id);
     match app.blocking(move |app| load(app, &slug, id)).await {
         Ok(d) => list_page(&app, &m, &d, None, StatusCode::OK),
-        Err(_) => see_other("/portal"),
+        Err(e) => refused(&m, &e),
     }
 }
 
-pub(super) async fn create(State(app): State<Arc<App>>, m: OrgAdmin, body: Bytes) -> Response {
-    let pairs = form_pairs(&body);
-    if !verify_csrf(&m.0.user.csrf, field(&pairs, "csrf_token")) {
-        return csrf_rejected();
-    }
-    let num = |n: &str| field(&pairs, n).and_then(|v| v.trim().parse::<u64>().ok());
+pub(super) async fn create(State(app): State<Arc<App>>, m: OrgAdmin, form: CsrfForm) -> Response {
+    let num = |n: &str| form.field(n).and_then(|v| v.trim().parse::<u64>().ok());
     let new = NewTrigger {
-        name: field(&pairs, "name").unwrap_or("").to_owned(),
+        name: form.field("name").unwrap_or("").to_owned(),
         agent_id: num("agent").unwrap_or(0),
         project_id: num("project").unwrap_or(0),
-        instructions: field(&pairs, "instructions").unwrap_or("").to_owned(),
-        cooldown_secs: match field(&pairs, "cooldown").map(str::trim) {
+        instructions: form.field("instructions").unwrap_or("").to_owned(),
+        cooldown_secs: match form.field("cooldown").map(str::trim) {
             None | Some("") => None,
             Some(v) => match v.parse() {
                 Ok(n) => Some(n),
@@ -185,16 +205,12 @@ pub(super) async fn create(State(app): State<Arc<App>>, m: OrgAdmin, body: Bytes
         .await;
     match result {
         (Ok(c), _) => secret_page(&app, &m, &c.trigger, &c.secret, false),
-        (Err(e), Ok(d)) => list_page(&app, &m, &d, Some(&e.to_string()), StatusCode::BAD_REQUEST),
-        (Err(_), Err(_)) => see_other("/portal"),
+        (Err(e), Ok(d)) => {
+            let p = e.problem();
+            list_page(&app, &m, &d, Some(&p.message), p.status)
+        }
+        (Err(e), Err(_)) => refused(&m, &e),
     }
-}
-
-fn owned(app: &App, m: &OrgAdmin, id: &str) -> Option<Trigger> {
-    let id = uuid::Uuid::parse_str(id).ok()?;
-    triggers::get(&app.store, id)
-        .ok()
-        .filter(|t| t.org_id == m.0.org.id)
 }
 
 fn not_found(m: &OrgAdmin) -> Response {
@@ -213,12 +229,8 @@ pub(super) async fn change(
     State(app): State<Arc<App>>,
     m: OrgAdmin,
     Path((_slug, id, action)): Path<(String, String, String)>,
-    body: Bytes,
+    _form: CsrfForm,
 ) -> Response {
-    let pairs = form_pairs(&body);
-    if !verify_csrf(&m.0.user.csrf, field(&pairs, "csrf_token")) {
-        return csrf_rejected();
-    }
     let what = match action.as_str() {
         "pause" => Change::Pause,
         "resume" => Change::Resume,
@@ -226,26 +238,102 @@ pub(super) async fn change(
         "delete" => Change::Delete,
         _ => return not_found(&m),
     };
-    let m2 = m.clone();
+    let org_id = m.0.org.id;
     let result = app
-        .blocking(move |app| {
-            let t = owned(app, &m2, &id)?;
-            Some(triggers::change(
-                &app.store,
-                &t.id.to_string(),
-                what,
-                app.clock.now(),
-            ))
-        })
+        .blocking(move |app| triggers::change(&app.store, Some(org_id), &id, what, app.clock.now()))
         .await;
     match result {
-        None | Some(Err(_)) => not_found(&m),
-        Some(Ok((t, Some(secret)))) => secret_page(&app, &m, &t, &secret, true),
-        Some(Ok(_)) => see_other(&base(&m)),
+        Err(crate::triggers::TriggerError::UnknownTrigger) => not_found(&m),
+        Err(e) => refused(&m, &e),
+        Ok((t, Some(secret))) => secret_page(&app, &m, &t, &secret, true),
+        Ok(_) => see_other(&base(&m)),
     }
 }
 
-fn runs_table(runs: &[crate::requests::Request]) -> Markup {
+/// The environment variables organisation admins may name for an API key in the portal: the
+/// server's administrator decides which keys exist, and no other variable (or any file) of
+/// the server can be sent to an endpoint an organisation admin chose.
+pub const PORTAL_KEY_PREFIX: &str = "KENNIS_LLM_";
+
+/// The agent form's settings, or why they are refused before the domain sees them.
+fn portal_agent(form: &CsrfForm) -> Result<(agents::NewAgent, agents::LlmOptions), String> {
+    let text = |n: &str| form.field(n).map(str::trim).filter(|v| !v.is_empty());
+    let num = |n: &str| -> Result<Option<u64>, String> {
+        text(n)
+            .map(|v| {
+                v.parse::<u64>()
+                    .map_err(|_| format!("{n} must be a whole number"))
+            })
+            .transpose()
+    };
+    if text("exec") != Some("llm") {
+        return Err("the portal adds language-model agents only; command and http agents are added by the server's administrator".into());
+    }
+    let kind = match text("kind") {
+        Some("generic") => AgentKind::Generic,
+        Some("feature") => AgentKind::Feature,
+        _ => return Err("kind must be generic or feature".into()),
+    };
+    let api_key_env = text("api_key_env").map(str::to_owned);
+    if api_key_env
+        .as_deref()
+        .is_some_and(|v| !v.starts_with(PORTAL_KEY_PREFIX) || v.len() == PORTAL_KEY_PREFIX.len())
+    {
+        return Err(format!(
+            "the API key variable must start with {PORTAL_KEY_PREFIX} (ask the server's administrator to set one)"
+        ));
+    }
+    let new = agents::NewAgent {
+        name: form.field("name").unwrap_or("").to_owned(),
+        kind,
+        exec: "llm".into(),
+        program: None,
+        args: Vec::new(),
+        url: text("url").map(str::to_owned),
+        timeout_secs: num("timeout")?,
+    };
+    let llm = agents::LlmOptions {
+        model: text("model").unwrap_or("").to_owned(),
+        api_key_env,
+        api_key_file: None,
+        max_steps: num("max_steps")?.map(|n| n.min(u32::MAX as u64) as u32),
+        max_tokens: num("max_tokens")?,
+        system_prompt: text("system_prompt").map(str::to_owned),
+    };
+    Ok((new, llm))
+}
+
+/// Adds a language-model agent (admins).
+pub(super) async fn add_agent(
+    State(app): State<Arc<App>>,
+    m: OrgAdmin,
+    form: CsrfForm,
+) -> Response {
+    let (slug, org_id) = (m.0.org.slug.clone(), m.0.org.id);
+    let result = app
+        .blocking(move |app| {
+            let added = portal_agent(&form).and_then(|(new, llm)| {
+                let a =
+                    agents::add_agent_with(&app.store, &slug, &new, Some(&llm), app.clock.now())
+                        .map_err(|e| e.problem().message)?;
+                if a.kind == AgentKind::Feature {
+                    let adopted = crate::requests::service::adopt_waiting(&app.store, org_id)
+                        .map_err(|e| e.problem().message)?;
+                    adopted.into_iter().for_each(|id| agents::enqueue(app, id));
+                }
+                Ok(a)
+            });
+            (added, load(app, &slug, org_id))
+        })
+        .await;
+    match result {
+        (Ok(_), _) => see_other(&base(&m)),
+        (Err(e), Ok(d)) => list_page(&app, &m, &d, Some(&e), StatusCode::BAD_REQUEST),
+        (Err(_), Err(_)) => see_other("/portal"),
+    }
+}
+
+fn runs_table(org: &str, runs: &[crate::requests::Request]) -> Markup {
     html! {
         @if runs.is_empty() { p.muted { "No runs yet." } }
         @else {
@@ -253,7 +341,7 @@ fn runs_table(runs: &[crate::requests::Request]) -> Markup {
                 tr { th { "Run" } th { "Key" } th { "Status" } th { "Created" } th { "Updated" } th { "Result" } }
                 @for r in runs {
                     tr {
-                        td { (r.id) }
+                        td { a href={ "/portal/o/" (org) "/runs/" (r.id) } { (r.id) } }
                         td { (r.event_key.as_deref().unwrap_or("—")) }
                         td { (r.status.as_str()) }
                         td { (r.created_at.strftime("%Y-%m-%d %H:%M:%S UTC")) }
@@ -271,12 +359,16 @@ pub(super) async fn detail(
     m: OrgAdmin,
     Path((_slug, id)): Path<(String, String)>,
 ) -> Response {
-    let m2 = m.clone();
+    let org_id = m.0.org.id;
     let found = app
         .blocking(move |app| {
-            let t = owned(app, &m2, &id)?;
-            let runs = triggers::recent_runs(&app.store, t.id, 50).ok()?;
-            Some((t, runs))
+            let id = uuid::Uuid::parse_str(&id).ok()?;
+            app.store
+                .read(|tx| {
+                    let t = triggers::get(tx, org_id, id)?;
+                    Ok::<_, triggers::TriggerError>((t, triggers::recent_runs(tx, org_id, id, 50)?))
+                })
+                .ok()
         })
         .await;
     let Some((t, runs)) = found else {
@@ -288,7 +380,7 @@ pub(super) async fn detail(
         h2 { "Instructions" }
         pre { (t.instructions) }
         h2 { "Recent runs" }
-        (runs_table(&runs))
+        (runs_table(&m.0.org.slug, &runs))
         p { a href=(base(&m)) { "Back to triggers" } }
     };
     page(

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::RequestError;
 use crate::identity;
-use crate::store::{APPS, ReadTx, Store, StoreError, WriteTx, key};
+use crate::store::{APPS, Read, ReadTx, Store, StoreError, key};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
@@ -122,12 +122,7 @@ pub fn list(tx: &ReadTx, org_id: u64) -> Result<Vec<App>, StoreError> {
 }
 
 /// One app of the organisation; `None` for an unknown id or another organisation's app.
-pub fn get(tx: &ReadTx, org_id: u64, app_id: u64) -> Result<Option<App>, StoreError> {
-    tx.get(APPS, &key::pair(org_id, app_id))
-}
-
-/// The same, inside a write transaction.
-pub fn get_for_update(tx: &WriteTx, org_id: u64, app_id: u64) -> Result<Option<App>, StoreError> {
+pub fn get(tx: &impl Read, org_id: u64, app_id: u64) -> Result<Option<App>, StoreError> {
     tx.get(APPS, &key::pair(org_id, app_id))
 }
 
@@ -139,7 +134,7 @@ pub fn set_status(
     status: AppStatus,
 ) -> Result<App, RequestError> {
     store.write(|tx| {
-        let mut app = get_for_update(tx, org_id, app_id)?
+        let mut app = get(tx, org_id, app_id)?
             .ok_or_else(|| RequestError::NotFound(format!("no app {app_id}")))?;
         app.status = status;
         tx.put(APPS, &key::pair(org_id, app_id), &app)?;

@@ -90,7 +90,7 @@ pub fn add(
         )));
     }
     store.write(|tx| {
-        let mut r = feature::get_for_update(tx, org_id, request_id)?;
+        let mut r = feature::get(tx, org_id, request_id)?;
         let existing = tx.scan_keys(ATTACHMENTS, &key::id(request_id), MAX_PER_REQUEST + 1)?;
         if existing.len() >= MAX_PER_REQUEST {
             return Err(RequestError::InvalidInput(format!(
@@ -150,7 +150,7 @@ pub fn delete(
     attachment_id: u64,
 ) -> Result<(), RequestError> {
     store.write(|tx| {
-        feature::get_for_update(tx, org_id, request_id)?;
+        feature::get(tx, org_id, request_id)?;
         let k = key::pair(request_id, attachment_id);
         if !tx.delete(ATTACHMENTS, &k)? {
             return Err(RequestError::NotFound(format!(
@@ -195,7 +195,7 @@ pub fn set_setting(
         )));
     }
     store.write(|tx| {
-        let mut r = feature::get_for_update(tx, org_id, request_id)?;
+        let mut r = feature::get(tx, org_id, request_id)?;
         if value.is_empty() {
             r.settings.remove(name);
         } else {

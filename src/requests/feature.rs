@@ -12,7 +12,7 @@ use super::{
 };
 use crate::agents::AgentEvent;
 use crate::kb::fold::fold_text;
-use crate::store::{ACTIVE_RUNS, FEATURE_REQUESTS, ReadTx, WriteTx, key};
+use crate::store::{ACTIVE_RUNS, FEATURE_REQUESTS, Read, ReadTx, WriteTx, key};
 
 pub const TITLE_MAX: usize = 200;
 pub const DESCRIPTION_MAX: usize = 20_000;
@@ -205,13 +205,8 @@ fn visible(r: Option<Request>, org_id: u64, id: u64) -> Result<Request, RequestE
 }
 
 /// One feature request of the organisation.
-pub fn get(tx: &ReadTx, org_id: u64, id: u64) -> Result<Request, RequestError> {
+pub fn get(tx: &impl Read, org_id: u64, id: u64) -> Result<Request, RequestError> {
     visible(super::get(tx, id)?, org_id, id)
-}
-
-/// The same, inside a write transaction.
-pub fn get_for_update(tx: &WriteTx, org_id: u64, id: u64) -> Result<Request, RequestError> {
-    visible(super::get_for_update(tx, id)?, org_id, id)
 }
 
 /// What a person files.
@@ -254,7 +249,7 @@ pub fn create_in(
 ) -> Result<(Request, bool), RequestError> {
     let title = check_title(&new.title)?;
     let description = check_text("description", &new.description, DESCRIPTION_MAX)?;
-    let app = apps::get_for_update(tx, org_id, new.app_id)?.ok_or_else(|| {
+    let app = apps::get(tx, org_id, new.app_id)?.ok_or_else(|| {
         RequestError::NotFound(format!(
             "no app {}; use app_list to see the apps",
             new.app_id
@@ -417,7 +412,7 @@ pub fn reply_in(
     let message = message
         .map(|m| check_text("message", m, MESSAGE_MAX))
         .transpose()?;
-    let mut r = get_for_update(tx, org_id, id)?;
+    let mut r = get(tx, org_id, id)?;
     if r.status.is_final() {
         return Err(RequestError::InvalidInput(format!(
             "request {id} is {}; it takes no more replies (file a new request instead)",
@@ -475,7 +470,7 @@ pub fn adopt_waiting(
         return Ok(adopted);
     }
     for id in org_request_ids(tx.scan_keys(FEATURE_REQUESTS, &key::id(org_id), usize::MAX)?) {
-        let Some(mut r) = super::get_for_update(tx, id)? else {
+        let Some(mut r) = super::get(tx, id)? else {
             continue;
         };
         if r.org_id != org_id

@@ -275,13 +275,8 @@ impl Request {
     }
 }
 
-/// Reads one request.
-pub fn get(tx: &crate::store::ReadTx, id: u64) -> Result<Option<Request>, StoreError> {
-    tx.get(REQUESTS, &key::id(id))
-}
-
-/// Reads one request inside a write transaction.
-pub fn get_for_update(tx: &WriteTx, id: u64) -> Result<Option<Request>, StoreError> {
+/// Reads one request (in a read or a write transaction).
+pub fn get(tx: &impl crate::store::Read, id: u64) -> Result<Option<Request>, StoreError> {
     tx.get(REQUESTS, &key::id(id))
 }
 

@@ -44,7 +44,7 @@ pub fn create(
         .store
         .write(|tx| feature::create_in(tx, org_id, person_id, new, agent_id, now))?;
     if wake {
-        app.queue_agent_job(request.id);
+        agents::enqueue(app, request.id);
     }
     Ok(request)
 }
@@ -67,7 +67,7 @@ pub fn reply(
         .store
         .write(|tx| feature::reply_in(tx, org_id, &author, id, message, answers, agent_id, now))?;
     if wake {
-        app.queue_agent_job(request.id);
+        agents::enqueue(app, request.id);
     }
     Ok((request, accepted))
 }

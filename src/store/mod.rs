@@ -76,6 +76,8 @@ pub const REQUESTS: Table = Table::new("requests");
 /// Runs not yet final and feature requests with an agent job pending, by id: what recovery
 /// after a crash looks at.
 pub const ACTIVE_RUNS: Table = Table::new("active_runs");
+/// What an agent job did (model messages, tool calls, tokens, timings) by request id.
+pub const RUN_TRANSCRIPTS: Table = Table::new("run_transcripts");
 /// Feature requests of an organisation by (org id, request id); values are `true`.
 pub const FEATURE_REQUESTS: Table = Table::new("feature_requests");
 /// Apps by (org id, app id), so every lookup is bound to an organisation.
@@ -97,6 +99,11 @@ pub const TRIGGER_RUNS: Table = Table::new("trigger_runs");
 /// Signed deliveries already seen by (trigger UUID bytes, delivery id).
 pub const TRIGGER_DELIVERIES: Table = Table::new("trigger_deliveries");
 
+/// Invitations to an organisation by the SHA-256 of their one-time token.
+pub const INVITATIONS: Table = Table::new("invitations");
+/// Admin-issued password-reset links by the SHA-256 of their one-time token.
+pub const RESET_LINKS: Table = Table::new("reset_links");
+
 /// Every table, in the order backups copy them.
 pub const ALL_TABLES: &[Table] = &[
     META,
@@ -107,6 +114,8 @@ pub const ALL_TABLES: &[Table] = &[
     PEOPLE_BY_EMAIL,
     MEMBERSHIPS,
     MEMBERSHIPS_BY_PERSON,
+    INVITATIONS,
+    RESET_LINKS,
     AUDIT,
     KB_DOCS,
     KB_VERSIONS,
@@ -115,6 +124,7 @@ pub const ALL_TABLES: &[Table] = &[
     KB_CHANGES,
     REQUESTS,
     ACTIVE_RUNS,
+    RUN_TRANSCRIPTS,
     FEATURE_REQUESTS,
     APPS,
     ATTACHMENTS,
@@ -338,13 +348,15 @@ fn range_in<R: DeserializeOwned>(
     Ok(out)
 }
 
+/// Records whose key starts with `prefix`, from key `from` on, in key order.
 fn scan_in<R: DeserializeOwned>(
     t: &impl ReadableTable<&'static [u8], &'static [u8]>,
     def: &Table,
     prefix: &[u8],
+    from: &[u8],
 ) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
     let mut out = Vec::new();
-    for entry in t.range::<&[u8]>(prefix..)? {
+    for entry in t.range::<&[u8]>(from..)? {
         let (k, v) = entry?;
         if !k.value().starts_with(prefix) {
             break;
@@ -354,116 +366,183 @@ fn scan_in<R: DeserializeOwned>(
     Ok(out)
 }
 
+mod sealed {
+    /// A table opened for reading, by either transaction kind.
+    pub enum Opened<'a> {
+        Read(redb::ReadOnlyTable<&'static [u8], &'static [u8]>),
+        Write(redb::Table<'a, &'static [u8], &'static [u8]>),
+    }
+
+    /// The one primitive each transaction kind implements; keeps [`super::Read`] closed.
+    pub trait Open {
+        fn open(&self, table: super::Table) -> Result<Opened<'_>, super::StoreError>;
+    }
+}
+
+/// Runs `$body` with `$t` bound to the opened table, whichever kind it is.
+macro_rules! with_table {
+    ($opened:expr, $t:ident => $body:expr) => {
+        match $opened {
+            sealed::Opened::Read(ref $t) => $body,
+            sealed::Opened::Write(ref $t) => $body,
+        }
+    };
+}
+
+/// What both transaction kinds can read. Domain helpers take `tx: &impl Read`, so one helper
+/// serves a read transaction and a write transaction alike (a write reuses the read helpers
+/// instead of reading tables raw). The methods are implemented once, here; [`ReadTx`] and
+/// [`WriteTx`] also offer them directly, so callers need not import the trait.
+pub trait Read: sealed::Open {
+    fn get<R: DeserializeOwned>(&self, table: Table, key: &[u8]) -> Result<Option<R>, StoreError> {
+        with_table!(self.open(table)?, t => get_in(t, &table, key))
+    }
+
+    /// Every record whose key starts with `prefix`, in key order.
+    fn scan<R: DeserializeOwned>(
+        &self,
+        table: Table,
+        prefix: &[u8],
+    ) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
+        with_table!(self.open(table)?, t => scan_in(t, &table, prefix, prefix))
+    }
+
+    /// Records whose key starts with `prefix` and is at least `from` (which should start with
+    /// `prefix`), in key order: e.g. one organisation's records since a time.
+    fn scan_from<R: DeserializeOwned>(
+        &self,
+        table: Table,
+        prefix: &[u8],
+        from: &[u8],
+    ) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
+        with_table!(self.open(table)?, t => scan_in(t, &table, prefix, from))
+    }
+
+    /// Up to `limit` records from key `from` on.
+    fn range<R: DeserializeOwned>(
+        &self,
+        table: Table,
+        from: &[u8],
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
+        with_table!(self.open(table)?, t => range_in(t, &table, from, limit))
+    }
+
+    /// Raw bytes stored under `key` (content tables).
+    fn get_raw(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        with_table!(self.open(table)?, t => get_raw_in(t, key))
+    }
+
+    /// Up to `limit` keys starting with `prefix`.
+    fn scan_keys(
+        &self,
+        table: Table,
+        prefix: &[u8],
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        with_table!(self.open(table)?, t => scan_keys_in(t, prefix, limit))
+    }
+
+    /// How many records the table holds.
+    fn count(&self, table: Table) -> Result<u64, StoreError> {
+        with_table!(self.open(table)?, t => Ok(t.len()?))
+    }
+}
+
+/// The [`Read`] methods as inherent methods of a transaction type, forwarding to the trait's
+/// single implementation, so call sites need not import [`Read`].
+macro_rules! inherent_reads {
+    ($ty:ty) => {
+        impl $ty {
+            pub fn get<R: DeserializeOwned>(
+                &self,
+                table: Table,
+                key: &[u8],
+            ) -> Result<Option<R>, StoreError> {
+                Read::get(self, table, key)
+            }
+
+            /// Every record whose key starts with `prefix`, in key order.
+            pub fn scan<R: DeserializeOwned>(
+                &self,
+                table: Table,
+                prefix: &[u8],
+            ) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
+                Read::scan(self, table, prefix)
+            }
+
+            /// Records whose key starts with `prefix` and is at least `from`, in key order.
+            pub fn scan_from<R: DeserializeOwned>(
+                &self,
+                table: Table,
+                prefix: &[u8],
+                from: &[u8],
+            ) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
+                Read::scan_from(self, table, prefix, from)
+            }
+
+            /// Up to `limit` records from key `from` on.
+            pub fn range<R: DeserializeOwned>(
+                &self,
+                table: Table,
+                from: &[u8],
+                limit: usize,
+            ) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
+                Read::range(self, table, from, limit)
+            }
+
+            /// Raw bytes stored under `key` (content tables).
+            pub fn get_raw(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+                Read::get_raw(self, table, key)
+            }
+
+            /// Up to `limit` keys starting with `prefix`.
+            pub fn scan_keys(
+                &self,
+                table: Table,
+                prefix: &[u8],
+                limit: usize,
+            ) -> Result<Vec<Vec<u8>>, StoreError> {
+                Read::scan_keys(self, table, prefix, limit)
+            }
+
+            /// How many records the table holds.
+            pub fn count(&self, table: Table) -> Result<u64, StoreError> {
+                Read::count(self, table)
+            }
+        }
+    };
+}
+
 /// A read transaction.
 pub struct ReadTx {
     txn: redb::ReadTransaction,
 }
 
-impl ReadTx {
-    pub fn get<R: DeserializeOwned>(
-        &self,
-        table: Table,
-        key: &[u8],
-    ) -> Result<Option<R>, StoreError> {
-        get_in(&self.txn.open_table(table)?, &table, key)
-    }
-
-    /// Every record whose key starts with `prefix`, in key order.
-    pub fn scan<R: DeserializeOwned>(
-        &self,
-        table: Table,
-        prefix: &[u8],
-    ) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
-        scan_in(&self.txn.open_table(table)?, &table, prefix)
-    }
-
-    pub fn count(&self, table: Table) -> Result<u64, StoreError> {
-        Ok(self.txn.open_table(table)?.len()?)
-    }
-
-    /// Raw bytes stored under `key` (content tables).
-    pub fn get_raw(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        get_raw_in(&self.txn.open_table(table)?, key)
-    }
-
-    /// Up to `limit` keys starting with `prefix`.
-    pub fn scan_keys(
-        &self,
-        table: Table,
-        prefix: &[u8],
-        limit: usize,
-    ) -> Result<Vec<Vec<u8>>, StoreError> {
-        scan_keys_in(&self.txn.open_table(table)?, prefix, limit)
-    }
-
-    /// Up to `limit` records from key `from` on.
-    pub fn range<R: DeserializeOwned>(
-        &self,
-        table: Table,
-        from: &[u8],
-        limit: usize,
-    ) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
-        range_in(&self.txn.open_table(table)?, &table, from, limit)
-    }
-
-    /// Records whose key starts with `prefix` and is at least `from` (which should start with
-    /// `prefix`), in key order: e.g. one organisation's records since a time.
-    pub fn scan_from<R: DeserializeOwned>(
-        &self,
-        table: Table,
-        prefix: &[u8],
-        from: &[u8],
-    ) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
-        let t = self.txn.open_table(table)?;
-        let mut out = Vec::new();
-        for entry in t.range::<&[u8]>(from..)? {
-            let (k, v) = entry?;
-            if !k.value().starts_with(prefix) {
-                break;
-            }
-            out.push((k.value().to_vec(), decode(&table, v.value())?));
-        }
-        Ok(out)
+impl sealed::Open for ReadTx {
+    fn open(&self, table: Table) -> Result<sealed::Opened<'_>, StoreError> {
+        Ok(sealed::Opened::Read(self.txn.open_table(table)?))
     }
 }
 
-/// A write transaction.
+impl Read for ReadTx {}
+inherent_reads!(ReadTx);
+
+/// A write transaction; it reads what it has written so far.
 pub struct WriteTx {
     txn: redb::WriteTransaction,
 }
 
+impl sealed::Open for WriteTx {
+    fn open(&self, table: Table) -> Result<sealed::Opened<'_>, StoreError> {
+        Ok(sealed::Opened::Write(self.txn.open_table(table)?))
+    }
+}
+
+impl Read for WriteTx {}
+inherent_reads!(WriteTx);
+
 impl WriteTx {
-    pub fn get<R: DeserializeOwned>(
-        &self,
-        table: Table,
-        key: &[u8],
-    ) -> Result<Option<R>, StoreError> {
-        get_in(&self.txn.open_table(table)?, &table, key)
-    }
-
-    pub fn scan<R: DeserializeOwned>(
-        &self,
-        table: Table,
-        prefix: &[u8],
-    ) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
-        scan_in(&self.txn.open_table(table)?, &table, prefix)
-    }
-
-    /// Raw bytes stored under `key` (content tables).
-    pub fn get_raw(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        get_raw_in(&self.txn.open_table(table)?, key)
-    }
-
-    /// Up to `limit` keys starting with `prefix`.
-    pub fn scan_keys(
-        &self,
-        table: Table,
-        prefix: &[u8],
-        limit: usize,
-    ) -> Result<Vec<Vec<u8>>, StoreError> {
-        scan_keys_in(&self.txn.open_table(table)?, prefix, limit)
-    }
-
     /// Stores raw bytes (content tables).
     pub fn put_raw(&mut self, table: Table, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
         self.txn.open_table(table)?.insert(key, bytes)?;

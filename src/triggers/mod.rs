@@ -7,6 +7,7 @@
 //! create at most one run per slot. A read-only [`precheck`] answers skipped deliveries without
 //! touching the writer, which keeps skips cheap; the write transaction checks again.
 
+mod deliver;
 mod signature;
 
 use jiff::{SignedDuration, Timestamp};
@@ -20,10 +21,11 @@ use crate::agents::{self, AgentKind, Rollout};
 use crate::identity;
 use crate::requests::{self, Request, Status};
 use crate::store::{
-    ACTIVE_RUNS, ReadTx, Store, StoreError, TRIGGER_DELIVERIES, TRIGGER_RUNS, TRIGGER_SLOTS,
+    ACTIVE_RUNS, Read, Store, StoreError, TRIGGER_DELIVERIES, TRIGGER_RUNS, TRIGGER_SLOTS,
     TRIGGERS, WriteTx, key,
 };
 
+pub use deliver::{Delivered, Delivery, RawKey, deliver};
 pub use signature::{Signature, TOLERANCE_SECS, signing_secret, validate_delivery_id, verify};
 
 /// Cooldown when none is given: 300 seconds (spec "Limits").
@@ -219,17 +221,23 @@ fn slot_key(trigger: Uuid, key: Option<&str>) -> Vec<u8> {
     k
 }
 
+/// A trigger that is not deleted, of any organisation: for deliveries, which name a trigger
+/// by its UUID alone.
+fn live(tx: &impl Read, id: Uuid) -> Result<Option<Trigger>, StoreError> {
+    Ok(tx
+        .get::<Trigger>(TRIGGERS, id.as_bytes())?
+        .filter(|t| !t.deleted))
+}
+
 /// Looks up a live trigger for a delivery (404 when unknown or deleted).
-pub fn lookup(tx: &ReadTx, uuid: &str) -> Result<Trigger, TriggerError> {
+pub fn lookup(tx: &impl Read, uuid: &str) -> Result<Trigger, TriggerError> {
     let id = Uuid::parse_str(uuid).map_err(|_| TriggerError::UnknownTrigger)?;
-    tx.get(TRIGGERS, id.as_bytes())?
-        .filter(|t: &Trigger| !t.deleted)
-        .ok_or(TriggerError::UnknownTrigger)
+    live(tx, id)?.ok_or(TriggerError::UnknownTrigger)
 }
 
 /// Looks up a trigger for a delivery and checks its secret: 404 before 401.
 pub fn authenticate(
-    tx: &ReadTx,
+    tx: &impl Read,
     uuid: &str,
     secret: Option<&str>,
 ) -> Result<Trigger, TriggerError> {
@@ -269,7 +277,7 @@ fn slot_skip(
 
 /// The read-only view of a delivery's fate: `Some(..)` means it creates no run.
 pub fn precheck(
-    tx: &ReadTx,
+    tx: &impl Read,
     trigger: &Trigger,
     key: Option<&str>,
     delivery: Option<&str>,
@@ -302,10 +310,7 @@ pub fn fire_in(
     instructions: String,
     now: Timestamp,
 ) -> Result<Fired, StoreError> {
-    let Some(trigger) = tx
-        .get::<Trigger>(TRIGGERS, trigger_id.as_bytes())?
-        .filter(|t| !t.deleted)
-    else {
+    let Some(trigger) = live(tx, trigger_id)? else {
         return Ok(Fired::Gone);
     };
     if let Some(d) = &delivery
@@ -316,7 +321,7 @@ pub fn fire_in(
     let skey = slot_key(trigger_id, key.as_deref());
     let slot: Slot = tx.get(TRIGGER_SLOTS, &skey)?.unwrap_or_default();
     let run = match slot.run_id {
-        Some(id) => requests::get_for_update(tx, id)?,
+        Some(id) => requests::get(tx, id)?,
         None => None,
     };
     if let Some(skip) = slot_skip(&trigger, &slot, run.as_ref(), now) {
@@ -380,7 +385,7 @@ impl From<&Request> for RunView {
 /// `GET /api/hooks/runs/:id`: 404 for an unknown id or anything but a run of a generic agent;
 /// 403 unless the secret is that of the run's trigger. Runs of a deleted trigger stay readable
 /// with its last secret: deleting stops the URL, existing runs remain.
-pub fn read_run(tx: &ReadTx, id: &str, secret: Option<&str>) -> Result<RunView, TriggerError> {
+pub fn read_run(tx: &impl Read, id: &str, secret: Option<&str>) -> Result<RunView, TriggerError> {
     let id: u64 = id.parse().map_err(|_| TriggerError::RunNotFound)?;
     let run = requests::get(tx, id)?.ok_or(TriggerError::RunNotFound)?;
     if run.kind != requests::Kind::Run {
@@ -444,20 +449,17 @@ pub fn add(
     }
     let (secret, secret_hash) = new_secret();
     store.write(|tx| {
-        let org_id = {
-            let id: Option<u64> = tx.get(crate::store::ORG_SLUGS, org.as_bytes())?;
-            id.ok_or_else(|| TriggerError::UnknownOrg(org.to_owned()))?
-        };
-        let agent: agents::Agent = tx
-            .get(crate::store::AGENTS, &key::id(new.agent_id))?
-            .filter(|a: &agents::Agent| a.org_id == org_id)
+        let org_id = identity::org_by_slug(tx, org)?
+            .ok_or_else(|| TriggerError::UnknownOrg(org.to_owned()))?
+            .id;
+        let agent = agents::get_agent(tx, new.agent_id)?
+            .filter(|a| a.org_id == org_id)
             .ok_or(TriggerError::UnknownAgent(new.agent_id))?;
         if agent.kind != AgentKind::Generic {
             return Err(TriggerError::NotGeneric(agent.id));
         }
-        let project: agents::Project = tx
-            .get(crate::store::PROJECTS, &key::id(new.project_id))?
-            .filter(|p: &agents::Project| p.org_id == org_id)
+        let project = agents::get_project(tx, new.project_id)?
+            .filter(|p| p.org_id == org_id)
             .ok_or(TriggerError::UnknownProject(new.project_id))?;
         if project.rollout != Rollout::Ready {
             return Err(TriggerError::ProjectNotReady(project.id));
@@ -500,28 +502,36 @@ pub fn list(store: &Store, org: &str) -> Result<Vec<Trigger>, TriggerError> {
     })
 }
 
-/// Reads one trigger (not deleted).
-pub fn get(store: &Store, id: Uuid) -> Result<Trigger, TriggerError> {
-    store
-        .read(|tx| tx.get::<Trigger>(TRIGGERS, id.as_bytes()))?
-        .filter(|t| !t.deleted)
+/// One trigger (not deleted) of the organisation `org_id`; another organisation's trigger is
+/// [`TriggerError::UnknownTrigger`], as an unknown one is.
+pub fn get(tx: &impl Read, org_id: u64, id: Uuid) -> Result<Trigger, TriggerError> {
+    live(tx, id)?
+        .filter(|t| t.org_id == org_id)
         .ok_or(TriggerError::UnknownTrigger)
 }
 
-/// The trigger's most recent runs, newest first.
-pub fn recent_runs(store: &Store, id: Uuid, limit: usize) -> Result<Vec<Request>, TriggerError> {
-    store.read(|tx| {
-        let keys = tx.scan::<bool>(TRIGGER_RUNS, id.as_bytes())?;
-        let mut out = Vec::new();
-        for (k, _) in keys.iter().rev().take(limit) {
-            if let Some(run_id) = key::id_at(k, 16)
-                && let Some(r) = requests::get(tx, run_id)?
-            {
-                out.push(r);
-            }
+/// The most recent runs of the organisation's trigger `id`, newest first. A deleted trigger's
+/// runs stay listed; another organisation's trigger is [`TriggerError::UnknownTrigger`].
+pub fn recent_runs(
+    tx: &impl Read,
+    org_id: u64,
+    id: Uuid,
+    limit: usize,
+) -> Result<Vec<Request>, TriggerError> {
+    let owner = tx.get::<Trigger>(TRIGGERS, id.as_bytes())?;
+    if owner.is_none_or(|t| t.org_id != org_id) {
+        return Err(TriggerError::UnknownTrigger);
+    }
+    let keys = tx.scan::<bool>(TRIGGER_RUNS, id.as_bytes())?;
+    let mut out = Vec::new();
+    for (k, _) in keys.iter().rev().take(limit) {
+        if let Some(run_id) = key::id_at(k, 16)
+            && let Some(r) = requests::get(tx, run_id)?
+        {
+            out.push(r);
         }
-        Ok(out)
-    })
+    }
+    Ok(out)
 }
 
 /// A change to a trigger's state (trigger state table).
@@ -535,19 +545,22 @@ pub enum Change {
 }
 
 /// Applies a state change; returns the trigger and, for a renewal, the new secret (the old
-/// one stops working with this commit).
+/// one stops working with this commit). `org_id` is the organisation the caller acts for (a
+/// portal admin): another organisation's trigger is [`TriggerError::UnknownTrigger`]. `None`
+/// is the operator (the `kennis` command), who acts for every organisation.
 pub fn change(
     store: &Store,
+    org_id: Option<u64>,
     id: &str,
     what: Change,
     now: Timestamp,
 ) -> Result<(Trigger, Option<String>), TriggerError> {
     let id = Uuid::parse_str(id).map_err(|_| TriggerError::UnknownTrigger)?;
     store.write(|tx| {
-        let mut t: Trigger = tx
-            .get::<Trigger>(TRIGGERS, id.as_bytes())?
-            .filter(|t| !t.deleted)
-            .ok_or(TriggerError::UnknownTrigger)?;
+        let mut t = match org_id {
+            Some(org_id) => get(tx, org_id, id)?,
+            None => live(tx, id)?.ok_or(TriggerError::UnknownTrigger)?,
+        };
         let mut secret = None;
         match what {
             Change::Pause => t.paused = true,

@@ -4,34 +4,16 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kennis::config::{AcmeSettings, Settings};
 
-use crate::fixture::{TestServer, install_crypto, test_config};
+use crate::fixture::{KillOnDrop, TestServer, free_port, install_crypto, test_config};
 
 const DOMAIN: &str = "kennis.test";
 
-/// A child process killed when dropped.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn spawn(program: &'static str, args: &[&str], envs: &[(&str, &str)], log: &Path) -> Running {
+fn spawn(program: &'static str, args: &[&str], envs: &[(&str, &str)], log: &Path) -> KillOnDrop {
     let out = std::fs::File::create(log).unwrap();
     let child = Command::new(program)
         .args(args)
@@ -40,14 +22,14 @@ fn spawn(program: &'static str, args: &[&str], envs: &[(&str, &str)], log: &Path
         .stderr(Stdio::from(out))
         .spawn()
         .unwrap_or_else(|e| panic!("{program} must be installed (.ci/run installs it): {e}"));
-    Running(child)
+    KillOnDrop(child)
 }
 
 /// The CA: pebble (directory on `dir_port`, management on `mgmt_port`) validating
 /// TLS-ALPN-01 on `tls_port`, with the challenge test server as its DNS.
 struct Pebble {
-    _dns: Running,
-    _ca: Running,
+    _dns: KillOnDrop,
+    _ca: KillOnDrop,
     directory: String,
     mgmt: String,
     ca_root_file: std::path::PathBuf,

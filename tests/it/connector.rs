@@ -196,7 +196,13 @@ async fn tokens_and_per_call_rechecks() {
         200,
         "organisation no longer asks for a second factor"
     );
-    identity::remove_member(store, &s.org.slug, &s.person.email).unwrap();
+    // The membership alone goes (the portal's removal also revokes the grants): the per-call
+    // check itself must refuse. Someone else stays admin.
+    let other = t.seed(&s.org.name, "second-admin@example.org");
+    assert_eq!(other.org.id, s.org.id);
+    store
+        .write(|tx| identity::remove_member_in(tx, s.org.id, s.person.id))
+        .unwrap();
     expect_reason("not a member").await;
 
     t.stop().await;

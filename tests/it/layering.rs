@@ -310,6 +310,7 @@ fn no_import_cycles_between_files() {
 
 /// The layers of the README's Layout, lowest first.
 const DOMAIN: &[&str] = &[
+    "tools",
     "store",
     "clock",
     "config",

@@ -69,16 +69,14 @@ async fn browse_upload_versions_and_download() {
         listing.body
     );
 
-    let doc = b
-        .get(&format!("/portal/o/{slug}/kb/doc?path=docs%2Fnotitie.md"))
-        .await;
+    let doc = b.get(&format!("/portal/o/{slug}/kb/docs/notitie.md")).await;
     assert_eq!(doc.status, 200);
     assert!(doc.body.contains("Zuid"), "{}", doc.body);
-    let links: Vec<&str> = doc
-        .body
+    let versions = &doc.body[doc.body.find("id=\"versions\"").unwrap()..];
+    let links: Vec<&str> = versions
         .match_indices("href=\"/files/")
         .map(|(i, _)| {
-            let rest = &doc.body[i + 6..];
+            let rest = &versions[i + 6..];
             &rest[..rest.find('"').unwrap()]
         })
         .collect();
@@ -152,6 +150,175 @@ async fn outsiders_get_404_and_members_no_audit_log() {
         p.body.contains("id=\"audit\"") && p.body.contains("kennisbank_list"),
         "{}",
         p.body
+    );
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_read_markdown_safely_compare_versions_and_upload_several_files() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let slug = s.org.slug.clone();
+    let mut b = Browser::new(&t);
+    let p = b.login(&s, &format!("/portal/o/{slug}/kb")).await;
+    assert!(p.body.contains("id=\"kb-search-form\""), "{}", p.body);
+    let csrf = p.csrf();
+    // Two files in one upload.
+    let md = b"# Kozijnen\n\nHet **kozijn** is van hout.\n\n<script>alert(1)</script>\n\n[x](javascript:alert(2))\n";
+    let p = b
+        .multipart(
+            &format!("/portal/o/{slug}/kb/upload"),
+            &[("csrf_token", &csrf), ("folder", "handboek")],
+            &[
+                ("kozijn.md", "text/markdown", md),
+                (
+                    "notities.txt",
+                    "text/plain",
+                    b"eerste regel\nkozijnmaat 120 <b>cm</b>\n",
+                ),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
+
+    // The connector's search, with the line and snippet.
+    let p = b.get(&format!("/portal/o/{slug}/kb?q=kozijnmaat")).await;
+    assert_eq!(p.status, 200);
+    assert!(p.body.contains("id=\"kb-search-form\""));
+    assert!(p.body.contains("handboek/notities.txt"), "{}", p.body);
+    assert!(p.body.contains("#L2"), "line of the hit: {}", p.body);
+    let p = b.get(&format!("/portal/o/{slug}/kb?q=x")).await;
+    assert!(
+        p.body.contains("id=\"error\""),
+        "too short a query is explained"
+    );
+
+    // Markdown rendered; raw HTML and script links never reach the page.
+    let p = b
+        .get(&format!("/portal/o/{slug}/kb/handboek/kozijn.md"))
+        .await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    assert!(p.body.contains("<strong>kozijn</strong>"), "{}", p.body);
+    assert!(!p.body.contains("<script>alert"), "{}", p.body);
+    assert!(p.body.contains("&lt;script&gt;"));
+    assert!(!p.body.contains("javascript:"));
+    assert!(p.body.contains("id=\"kb-search-form\""));
+    // Plain text stays text.
+    let p = b
+        .get(&format!("/portal/o/{slug}/kb/handboek/notities.txt"))
+        .await;
+    assert!(p.body.contains("&lt;b&gt;cm&lt;/b&gt;"), "{}", p.body);
+    // The old address still leads there.
+    let p = b
+        .get(&format!(
+            "/portal/o/{slug}/kb/doc?path=handboek/notities.txt"
+        ))
+        .await;
+    assert_eq!(
+        p.location.as_deref(),
+        Some(format!("/portal/o/{slug}/kb/handboek/notities.txt").as_str())
+    );
+
+    // A second version; who wrote each, and the diff.
+    let p = b
+        .multipart(
+            &format!("/portal/o/{slug}/kb/upload"),
+            &[("csrf_token", &csrf), ("folder", "handboek")],
+            &[(
+                "notities.txt",
+                "text/plain",
+                b"eerste regel\nkozijnmaat 140 cm\n",
+            )],
+        )
+        .await;
+    assert_eq!(p.status, 303);
+    let p = b
+        .get(&format!(
+            "/portal/o/{slug}/kb/handboek/notities.txt?from=1&to=2"
+        ))
+        .await;
+    assert!(p.body.contains(&s.person.email), "author shown: {}", p.body);
+    assert!(
+        p.body.contains("- kozijnmaat 120 &lt;b&gt;cm&lt;/b&gt;"),
+        "{}",
+        p.body
+    );
+    assert!(p.body.contains("+ kozijnmaat 140 cm"), "{}", p.body);
+
+    // Styles come from the one stylesheet; the CSP allows nothing inline.
+    let csp = p.headers["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        csp.contains("style-src 'self'") && !csp.contains("unsafe-inline"),
+        "{csp}"
+    );
+    assert!(!p.body.contains("<style") && !p.body.contains("style=\""));
+    let css = t
+        .client
+        .get(t.url("/portal/assets/style.css"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(css.headers()["content-type"], "text/css; charset=utf-8");
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_speak_dutch_when_asked_and_the_person_can_choose() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let login = |lang: &'static str| {
+        t.client
+            .get(t.url("/login"))
+            .header("accept-language", lang)
+            .send()
+    };
+    let nl = login("nl-NL,nl;q=0.9,en;q=0.5")
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        nl.contains("<html lang=\"nl\"") && nl.contains("Inloggen"),
+        "{nl}"
+    );
+    let en = login("en-GB").await.unwrap().text().await.unwrap();
+    assert!(
+        en.contains("<html lang=\"en\"") && en.contains("Log in"),
+        "{en}"
+    );
+
+    // The person's choice wins over the browser.
+    let mut b = Browser::new(&t);
+    let p = b.login(&s, "/portal/account").await;
+    assert!(p.body.contains("id=\"language-form\""), "{}", p.body);
+    let p = b
+        .post(
+            "/portal/account/language",
+            &[("csrf_token", &p.csrf()), ("language", "nl")],
+        )
+        .await;
+    assert_eq!(p.status, 303);
+    let p = b.get("/portal").await;
+    assert!(
+        p.body.contains("<html lang=\"nl\"") && p.body.contains("Uw organisaties"),
+        "{}",
+        p.body
+    );
+    let p = b
+        .post(
+            "/portal/account/language",
+            &[("csrf_token", &p.csrf()), ("language", "xx")],
+        )
+        .await;
+    assert_eq!(p.status, 400, "unknown language refused");
+    let p = b.get("/portal").await;
+    assert!(
+        p.body.contains("<html lang=\"nl\""),
+        "unchanged after a refusal"
     );
     t.stop().await;
 }

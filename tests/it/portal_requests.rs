@@ -101,7 +101,7 @@ fn agent_says(t: &TestServer, s: &Seeded, id: u64, events: &[AgentEvent]) {
     let now = app.clock.now();
     app.store
         .write(|tx| {
-            let mut r = feature::get_for_update(tx, s.org.id, id)?;
+            let mut r = feature::get(tx, s.org.id, id)?;
             for e in events {
                 feature::apply_event(&mut r, "Bouwbot", e, now).unwrap();
             }

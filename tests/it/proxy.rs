@@ -4,34 +4,17 @@
 //! it is in `trusted_proxies`.
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kennis::agents::{self, AgentKind, NewAgent, Rollout};
 use kennis::config::Settings;
-use kennis::triggers::{self, NewTrigger};
 use serde_json::json;
 
-use crate::fixture::{TestServer, code_for, exchange, install_crypto};
+use crate::fixture::{
+    KillOnDrop, TestServer, code_for, echo_trigger, exchange, free_port, install_crypto,
+};
 
 const HOST: &str = "kennis.example.org";
-
-struct Nginx(Child);
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// The README's nginx recipe (TLS left out: the test client speaks plain HTTP to nginx).
 fn nginx_conf(work: &std::path::Path, listen: u16, upstream: SocketAddr) -> String {
@@ -95,7 +78,7 @@ async fn connector_oauth_and_hooks_work_through_nginx() {
         .stderr(Stdio::null())
         .spawn()
         .expect("nginx must be installed (.ci/run installs it)");
-    let _nginx = Nginx(child);
+    let _nginx = KillOnDrop(child);
     // Every request of the fixture now goes to nginx, which names the public host.
     install_crypto();
     let nginx_addr: SocketAddr = format!("127.0.0.1:{nginx_port}").parse().unwrap();
@@ -126,10 +109,11 @@ async fn connector_oauth_and_hooks_work_through_nginx() {
     let mcp = t.mcp(&token);
     assert_eq!(mcp.tool_names().await.len(), 4);
     // Directly, a Host naming the upstream address is still refused (DNS-rebinding check).
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
     let direct = crate::fixture::http_client()
         .post(format!("http://{upstream}/mcp/kennisbank"))
         .bearer_auth(&token)
-        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}))
+        .json(&list)
         .send()
         .await
         .unwrap();
@@ -140,49 +124,19 @@ async fn connector_oauth_and_hooks_work_through_nginx() {
         .post(t.url("/mcp/kennisbank"))
         .header("host", "evil.example")
         .bearer_auth(&token)
-        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}))
+        .json(&list)
         .send()
         .await
         .unwrap();
     assert_eq!(evil.status(), 403);
 
     // A hook delivery through the proxy starts a run, and its Location is the public URL.
-    let app = t.app().clone();
-    let now = app.clock.now();
-    let org = s.org.slug.clone();
-    let agent = agents::add_agent(
-        &app.store,
-        &org,
-        &NewAgent {
-            name: "Echo".into(),
-            kind: AgentKind::Generic,
-            exec: "echo".into(),
-            program: None,
-            args: vec![],
-            url: None,
-            timeout_secs: None,
-        },
-        now,
-    )
-    .unwrap();
-    let project = agents::add_project(&app.store, &org, "P", Rollout::Ready, now).unwrap();
-    let created = triggers::add(
-        &app.store,
-        &org,
-        &NewTrigger {
-            name: "T".into(),
-            agent_id: agent.id,
-            project_id: project.id,
-            instructions: "Handle the event.".into(),
-            cooldown_secs: None,
-        },
-        now,
-    )
-    .unwrap();
+    let created = echo_trigger(&t, &s.org.slug);
+    let (trigger, secret) = (created.trigger.id, created.secret);
     let r = t
         .client
-        .post(t.url(&format!("/api/hooks/events/{}", created.trigger.id)))
-        .bearer_auth(&created.secret)
+        .post(t.url(&format!("/api/hooks/events/{trigger}")))
+        .bearer_auth(&secret)
         .json(&json!({"event": "deploy"}))
         .send()
         .await
@@ -193,7 +147,7 @@ async fn connector_oauth_and_hooks_work_through_nginx() {
     let run = t
         .client
         .get(&location)
-        .bearer_auth(&created.secret)
+        .bearer_auth(&secret)
         .send()
         .await
         .unwrap();

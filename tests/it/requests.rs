@@ -67,7 +67,7 @@ fn ask(t: &TestServer, id: u64, text: &str, options: &[(&str, &str)], allow_othe
     let now = a.clock.now();
     a.store
         .write(|tx| {
-            let mut r = requests::get_for_update(tx, id)?.unwrap();
+            let mut r = requests::get(tx, id)?.unwrap();
             let event = agents::AgentEvent::Question {
                 text: text.into(),
                 options: options
@@ -265,7 +265,7 @@ async fn filters_pages_search_and_mine() {
     let a = t.app();
     a.store
         .write(|tx| {
-            let mut r = requests::get_for_update(tx, ids[3])?.unwrap();
+            let mut r = requests::get(tx, ids[3])?.unwrap();
             r.status = requests::Status::Review;
             requests::put(tx, &r)
         })
@@ -1091,7 +1091,7 @@ echo '{"type":"message","text":"Ik pak het op."}'"#,
     t.app()
         .store
         .write(|tx| {
-            let mut r = requests::get_for_update(tx, cancelled)?.unwrap();
+            let mut r = requests::get(tx, cancelled)?.unwrap();
             r.status = requests::Status::Cancelled;
             requests::put(tx, &r)
         })

@@ -15,6 +15,7 @@ use crate::fixture::{ServeProcess, TestServer, http_client, run, run_json};
 
 struct Hook {
     id: uuid::Uuid,
+    org_id: u64,
     url: String,
     secret: String,
 }
@@ -27,15 +28,7 @@ fn org(t: &TestServer, name: &str) -> String {
 }
 
 fn echo() -> NewAgent {
-    NewAgent {
-        name: "Echo".into(),
-        kind: AgentKind::Generic,
-        exec: "echo".into(),
-        program: None,
-        args: vec![],
-        url: None,
-        timeout_secs: None,
-    }
+    crate::fixture::echo_agent()
 }
 
 fn command(program: &Path, timeout: u64) -> NewAgent {
@@ -70,6 +63,7 @@ fn hook(t: &TestServer, org: &str, agent: NewAgent, cooldown: Option<u64>) -> Ho
     .unwrap();
     Hook {
         id: c.trigger.id,
+        org_id: c.trigger.org_id,
         url: t.url(&format!("/api/hooks/events/{}", c.trigger.id)),
         secret: c.secret,
     }
@@ -207,7 +201,9 @@ async fn fire_response_table_and_order_of_checks() {
     assert_eq!(r.status(), 413);
     // Nothing of the refused deliveries was stored.
     assert!(
-        triggers::recent_runs(&t.app().store, h.id, 10)
+        t.app()
+            .store
+            .read(|tx| triggers::recent_runs(tx, h.org_id, h.id, 10))
             .unwrap()
             .is_empty()
     );
@@ -394,7 +390,7 @@ async fn trigger_state_table_pause_resume_renew_delete() {
     let now = t.app().clock.now();
     let c = t.client.clone();
 
-    triggers::change(&store, &h.id.to_string(), Change::Pause, now).unwrap();
+    triggers::change(&store, None, &h.id.to_string(), Change::Pause, now).unwrap();
     assert_eq!(
         fire(&c, &h, None, &json!({})).await,
         (200, json!({"skipped": "inactive"}))
@@ -406,18 +402,23 @@ async fn trigger_state_table_pause_resume_renew_delete() {
     // Paused still checks the secret and the key first.
     let r = c.post(&h.url).bearer_auth("kb_trg_x").send().await.unwrap();
     assert_eq!(r.status(), 401);
-    assert!(triggers::recent_runs(&store, h.id, 10).unwrap().is_empty());
+    assert!(
+        store
+            .read(|tx| triggers::recent_runs(tx, h.org_id, h.id, 10))
+            .unwrap()
+            .is_empty()
+    );
 
-    triggers::change(&store, &h.id.to_string(), Change::Resume, now).unwrap();
+    triggers::change(&store, None, &h.id.to_string(), Change::Resume, now).unwrap();
     let (s, v) = fire(&c, &h, None, &json!({})).await;
     assert_eq!(s, 202);
     let first = run_id(&v);
     wait_result(&t, first, &h.secret).await;
 
     // Renew: the old secret stops at once; the URL stays; paused state is kept.
-    triggers::change(&store, &h.id.to_string(), Change::Pause, now).unwrap();
+    triggers::change(&store, None, &h.id.to_string(), Change::Pause, now).unwrap();
     let (_, secret) =
-        triggers::change(&store, &h.id.to_string(), Change::RenewSecret, now).unwrap();
+        triggers::change(&store, None, &h.id.to_string(), Change::RenewSecret, now).unwrap();
     let old = std::mem::replace(&mut h.secret, secret.unwrap());
     let r = c
         .post(&h.url)
@@ -432,17 +433,23 @@ async fn trigger_state_table_pause_resume_renew_delete() {
         fire(&c, &h, None, &json!({})).await.1["skipped"],
         "inactive"
     );
-    triggers::change(&store, &h.id.to_string(), Change::Resume, now).unwrap();
+    triggers::change(&store, None, &h.id.to_string(), Change::Resume, now).unwrap();
     assert_eq!(fire(&c, &h, None, &json!({})).await.0, 202);
     assert_eq!(read(&t, first, &h.secret).await.0, 200);
 
     // Delete: the URL stops working, runs remain readable.
-    triggers::change(&store, &h.id.to_string(), Change::Delete, now).unwrap();
+    triggers::change(&store, None, &h.id.to_string(), Change::Delete, now).unwrap();
     let (s, v) = fire(&c, &h, None, &json!({})).await;
     assert_eq!((s, v), (404, json!({"message": "Unknown event trigger"})));
     assert_eq!(read(&t, first, &h.secret).await.0, 200);
-    assert!(triggers::change(&store, &h.id.to_string(), Change::Resume, now).is_err());
-    assert_eq!(triggers::recent_runs(&store, h.id, 10).unwrap().len(), 2);
+    assert!(triggers::change(&store, None, &h.id.to_string(), Change::Resume, now).is_err());
+    assert_eq!(
+        store
+            .read(|tx| triggers::recent_runs(tx, h.org_id, h.id, 10))
+            .unwrap()
+            .len(),
+        2
+    );
     t.stop().await;
 }
 
@@ -619,7 +626,9 @@ async fn concurrent_deliveries_make_one_run_per_slot() {
     let ids: std::collections::HashSet<u64> = keyed.iter().map(|r| run_id(&r.1)).collect();
     assert_eq!(ids.len(), 64);
     assert_eq!(
-        triggers::recent_runs(&t.app().store, h.id, 1000)
+        t.app()
+            .store
+            .read(|tx| triggers::recent_runs(tx, h.org_id, h.id, 1000))
             .unwrap()
             .len(),
         65
@@ -941,7 +950,11 @@ async fn signed_deliveries_and_duplicate_delivery_ids() {
     let mut t = TestServer::start().await;
     let o = org(&t, "Acme");
     let h = hook(&t, &o, echo(), Some(0));
-    let trigger = triggers::get(&t.app().store, h.id).unwrap();
+    let trigger = t
+        .app()
+        .store
+        .read(|tx| triggers::get(tx, h.org_id, h.id))
+        .unwrap();
     let signing = triggers::signing_secret(&t.app().server_key, &trigger);
     let key = b64.decode(signing.strip_prefix("whsec_").unwrap()).unwrap();
     let now = t.app().clock.now().as_second();
@@ -971,7 +984,9 @@ async fn signed_deliveries_and_duplicate_delivery_ids() {
         .unwrap();
     assert_eq!(r.status(), 401);
     assert!(
-        triggers::recent_runs(&t.app().store, h.id, 10)
+        t.app()
+            .store
+            .read(|tx| triggers::recent_runs(tx, h.org_id, h.id, 10))
             .unwrap()
             .is_empty()
     );
@@ -1023,6 +1038,7 @@ async fn signed_deliveries_and_duplicate_delivery_ids() {
     // Renewing the secret changes the signing secret too.
     triggers::change(
         &t.app().store,
+        None,
         &h.id.to_string(),
         Change::RenewSecret,
         t.app().clock.now(),
@@ -1135,6 +1151,7 @@ async fn portal_trigger_pages_for_admins() {
     let trig = triggers::list(&app.store, "acme").unwrap().remove(0);
     let h = Hook {
         id: trig.id,
+        org_id: trig.org_id,
         url: t.url(&format!("/api/hooks/events/{}", trig.id)),
         secret: secret.clone(),
     };

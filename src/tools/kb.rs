@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use super::args::{Args, opt_int, opt_str, req_str};
 use super::{Caller, ToolError, ToolOk};
 use crate::app::App;
-use crate::kb::search::{self, Budget, SearchRequest};
+use crate::kb::search;
 use crate::kb::{self, DocKind, Expect, KbError, link, path};
 
 pub const DEFAULT_MAX_CHARS: i64 = 8000;
@@ -112,22 +112,16 @@ pub fn read(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolError
 
 pub fn search(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolError> {
     let raw = req_str(args, "query")?;
-    let query = search::parse_query(&raw)?;
-    let folder = path::normalize_folder(opt_str(args, "path")?.as_deref())?;
+    let folder = opt_str(args, "path")?;
     let limit = opt_int(args, "limit", 1, search::MAX_LIMIT as i64)?
         .unwrap_or(search::DEFAULT_LIMIT as i64) as usize;
-    let out = search::search(
+    let out = search::search_text(
         &app.store,
         &app.kb_index,
-        &SearchRequest {
-            org_id: caller.org_id,
-            raw_query: &raw,
-            query: &query,
-            folder: folder.as_deref(),
-            limit,
-            budget: Budget::DEFAULT,
-            output_cap: search::OUTPUT_CAP_CHARS,
-        },
+        caller.org_id,
+        &raw,
+        folder.as_deref(),
+        limit,
     )?;
     let mut text = if out.results.is_empty() {
         format!("No documents match `{raw}`.\n")
@@ -175,19 +169,18 @@ pub fn write(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolErro
         Some(v) => Expect::Version(v as u64),
         None => Expect::Create,
     };
-    let now = app.clock.now();
-    let outcome = app.store.write(|tx| {
-        kb::put_document(
-            tx,
-            caller.org_id,
-            &p,
-            content.as_bytes(),
+    let outcome = kb::write(
+        &app.store,
+        &app.kb_index,
+        kb::NewVersion {
+            org_id: caller.org_id,
+            path: &p,
+            bytes: content.as_bytes(),
             expect,
-            Some(caller.person_id),
-            now,
-        )
-    })?;
-    app.kb_index.catch_up(&app.store)?;
+            by: caller.person_id(),
+            now: app.clock.now(),
+        },
+    )?;
     let text = format!(
         "{} {} (version {}, {} bytes).",
         if outcome.created {

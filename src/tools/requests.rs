@@ -108,7 +108,7 @@ pub fn list(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolError
         app_id,
         status,
         search,
-        author_id: mine.then_some(caller.person_id),
+        author_id: mine.then(|| caller.require_person()).transpose()?,
         page,
     };
     let out = app
@@ -240,7 +240,7 @@ pub fn create(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolErr
         title: req_str(args, "title")?,
         description: req_str(args, "description")?,
     };
-    let r = service::create(app, caller.org_id, caller.person_id, &new)?;
+    let r = service::create(app, caller.org_id, caller.require_person()?, &new)?;
     let agent_note = if r.job.is_some() {
         "The organisation's feature agent has been asked to work on it."
     } else {
@@ -314,7 +314,7 @@ pub fn reply(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolErro
     let (r, accepted) = service::reply(
         app,
         caller.org_id,
-        caller.person_id,
+        caller.require_person()?,
         id,
         message.as_deref(),
         &answers,

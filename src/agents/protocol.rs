@@ -1,0 +1,81 @@
+//! The agent protocol's job and events (DESIGN.md "Agent protocol"), how a job ended, and the
+//! HTTP client for agent endpoints: what every executor and the runtime share.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The agent as named in a job.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobAgent {
+    pub id: u64,
+    pub name: String,
+}
+
+/// One job, as the agent receives it (stdin for `command`, the POST body for `http`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Job {
+    pub job_id: u64,
+    /// `run` or `feature_request`.
+    pub kind: &'static str,
+    /// The organisation's slug.
+    pub organisation: String,
+    pub agent: JobAgent,
+    pub instructions: String,
+    /// Further members for other kinds of jobs (issue 6: `feature_request`).
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// One event from an agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentEvent {
+    Message {
+        text: String,
+    },
+    Question {
+        text: String,
+        #[serde(default)]
+        options: Vec<serde_json::Value>,
+        #[serde(default)]
+        allow_other: bool,
+    },
+    Status {
+        status: String,
+    },
+    Result {
+        text: String,
+    },
+}
+
+/// Receives an agent's events as they arrive.
+pub trait EventSink: Send {
+    fn event(&mut self, event: AgentEvent);
+}
+
+/// How a job ended, as far as the executor can tell. What it means for the request (e.g. a run
+/// without a `result` event) is the caller's decision.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Exit 0 / HTTP 2xx.
+    Completed,
+    /// Non-zero exit, non-2xx, unreadable output, or the agent could not be started.
+    Failed(String),
+    /// The agent's timeout passed; a command was killed.
+    TimedOut,
+}
+
+/// The shared client for agent endpoints: redirects are not followed (an API key must not
+/// travel to another host).
+pub(super) fn http_client() -> &'static reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT.get_or_init(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .expect("http client")
+    })
+}

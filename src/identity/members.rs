@@ -1,0 +1,387 @@
+//! The people of an organisation: role and right to connect, removal, invitations (one-time
+//! links valid 7 days) and admin-issued password resets (one-time links valid 24 hours). One
+//! rule holds across every change: an organisation keeps at least one admin.
+//!
+//! Links carry a random 256-bit token; the store keeps only its SHA-256 (the lookup is the
+//! comparison). A link is used once: the use and the change it makes are one transaction.
+
+use jiff::{SignedDuration, Timestamp};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    IdentityError, Membership, Org, Person, Role, check_name, check_strength, hash_password,
+    hash_token, new_token, normalize_email, person_by_email, verify_password_hash,
+};
+use crate::store::{
+    INVITATIONS, MEMBERSHIPS, MEMBERSHIPS_BY_PERSON, ORGS, PEOPLE, PEOPLE_BY_EMAIL, RESET_LINKS,
+    Read, SESSIONS, Store, StoreError, WriteTx, key,
+};
+
+/// An invitation link is valid this long.
+pub const INVITATION_LIFETIME_SECS: i64 = 7 * 24 * 60 * 60;
+/// A password-reset link is valid this long.
+pub const RESET_LIFETIME_SECS: i64 = 24 * 60 * 60;
+/// Prefix of an invitation token.
+pub const INVITATION_PREFIX: &str = "kb_inv_";
+/// Prefix of a password-reset token.
+pub const RESET_PREFIX: &str = "kb_rst_";
+
+/// An invitation as stored (under the SHA-256 of its token).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Invitation {
+    pub org_id: u64,
+    /// Normalised email address of the person invited.
+    pub email: String,
+    pub role: Role,
+    /// The admin who invited; `None` from the command line.
+    pub invited_by: Option<u64>,
+    pub created_at: Timestamp,
+    pub expires_at: Timestamp,
+    pub used_at: Option<Timestamp>,
+}
+
+/// A password-reset link as stored (under the SHA-256 of its token).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResetLink {
+    pub person_id: u64,
+    pub created_at: Timestamp,
+    pub expires_at: Timestamp,
+    pub used_at: Option<Timestamp>,
+}
+
+/// What may change about a membership; `None` keeps a setting.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MemberChange {
+    pub role: Option<Role>,
+    pub may_connect: Option<bool>,
+}
+
+fn after(t: Timestamp, secs: i64) -> Timestamp {
+    t.saturating_add(SignedDuration::from_secs(secs))
+        .unwrap_or(t)
+}
+
+fn admins(tx: &impl Read, org_id: u64) -> Result<usize, StoreError> {
+    Ok(tx
+        .scan::<Membership>(MEMBERSHIPS, &key::id(org_id))?
+        .iter()
+        .filter(|(_, m)| m.role == Role::Admin)
+        .count())
+}
+
+fn membership_of(tx: &impl Read, org_id: u64, person_id: u64) -> Result<Membership, IdentityError> {
+    tx.get(MEMBERSHIPS, &key::pair(org_id, person_id))?
+        .ok_or_else(|| IdentityError::NotMember(format!("#{person_id}")))
+}
+
+/// Changes a member's role and right to connect. Refused with [`IdentityError::LastAdmin`]
+/// when it would leave the organisation without an admin.
+pub fn set_member(
+    store: &Store,
+    org_id: u64,
+    person_id: u64,
+    change: MemberChange,
+) -> Result<Membership, IdentityError> {
+    store.write(|tx| {
+        let mut m = membership_of(tx, org_id, person_id)?;
+        if m.role == Role::Admin && change.role == Some(Role::Member) && admins(tx, org_id)? <= 1 {
+            return Err(IdentityError::LastAdmin);
+        }
+        if let Some(r) = change.role {
+            m.role = r;
+        }
+        if let Some(c) = change.may_connect {
+            m.may_connect = c;
+        }
+        tx.put(MEMBERSHIPS, &key::pair(org_id, person_id), &m)?;
+        Ok(m)
+    })
+}
+
+/// Removes a member from an organisation in the caller's transaction (which also revokes their
+/// connections there: `oauth::remove_member`). Refused for the last admin and for someone who
+/// is not a member; nothing else of the person changes.
+pub fn remove_member_in(
+    tx: &mut WriteTx,
+    org_id: u64,
+    person_id: u64,
+) -> Result<Membership, IdentityError> {
+    let m = membership_of(tx, org_id, person_id)?;
+    if m.role == Role::Admin && admins(tx, org_id)? <= 1 {
+        return Err(IdentityError::LastAdmin);
+    }
+    tx.delete(MEMBERSHIPS, &key::pair(org_id, person_id))?;
+    tx.delete(MEMBERSHIPS_BY_PERSON, &key::pair(person_id, org_id))?;
+    Ok(m)
+}
+
+/// The person with this email and their membership of the organisation.
+pub fn member_by_email(
+    tx: &impl Read,
+    org_id: u64,
+    email: &str,
+) -> Result<(Membership, Person), IdentityError> {
+    let email = normalize_email(email)?;
+    let person: Person = match tx.get::<u64>(PEOPLE_BY_EMAIL, email.as_bytes())? {
+        Some(id) => tx.get(PEOPLE, &key::id(id))?,
+        None => None,
+    }
+    .ok_or_else(|| IdentityError::NotMember(email.clone()))?;
+    let m = tx
+        .get(MEMBERSHIPS, &key::pair(org_id, person.id))?
+        .ok_or(IdentityError::NotMember(email))?;
+    Ok((m, person))
+}
+
+/// Ends every portal session of a person, in the caller's transaction; how many ended.
+pub fn end_sessions_in(tx: &mut WriteTx, person_id: u64) -> Result<usize, StoreError> {
+    /// The one field of a stored session this needs (the portal owns the rest).
+    #[derive(Deserialize)]
+    struct Owner {
+        person_id: u64,
+    }
+    let theirs: Vec<Vec<u8>> = tx
+        .scan::<Owner>(SESSIONS, b"")?
+        .into_iter()
+        .filter(|(_, s)| s.person_id == person_id)
+        .map(|(k, _)| k)
+        .collect();
+    for k in &theirs {
+        tx.delete(SESSIONS, k)?;
+    }
+    Ok(theirs.len())
+}
+
+/// Invites an email address to an organisation; returns the invitation and its one-time token
+/// (valid [`INVITATION_LIFETIME_SECS`]). Someone already a member cannot be invited again.
+pub fn invite(
+    store: &Store,
+    org_id: u64,
+    email: &str,
+    role: Role,
+    invited_by: Option<u64>,
+    now: Timestamp,
+) -> Result<(Invitation, String), IdentityError> {
+    let email = normalize_email(email)?;
+    let token = new_token(INVITATION_PREFIX);
+    store.write(|tx| {
+        if tx.get::<Org>(ORGS, &key::id(org_id))?.is_none() {
+            return Err(IdentityError::UnknownOrg(format!("#{org_id}")));
+        }
+        if let Some(pid) = tx.get::<u64>(PEOPLE_BY_EMAIL, email.as_bytes())?
+            && tx
+                .get::<Membership>(MEMBERSHIPS, &key::pair(org_id, pid))?
+                .is_some()
+        {
+            return Err(IdentityError::AlreadyMember(email.clone()));
+        }
+        let inv = Invitation {
+            org_id,
+            email: email.clone(),
+            role,
+            invited_by,
+            created_at: now,
+            expires_at: after(now, INVITATION_LIFETIME_SECS),
+            used_at: None,
+        };
+        tx.put(INVITATIONS, &hash_token(&token), &inv)?;
+        Ok((inv, token))
+    })
+}
+
+/// A link's record if it may still be used: unknown, used and expired links are refused with
+/// their own error, so the page can say which.
+fn usable<T>(
+    found: Option<T>,
+    used_at: impl Fn(&T) -> Option<Timestamp>,
+    expires_at: impl Fn(&T) -> Timestamp,
+    now: Timestamp,
+) -> Result<T, IdentityError> {
+    let rec = found.ok_or(IdentityError::LinkUnknown)?;
+    if used_at(&rec).is_some() {
+        return Err(IdentityError::LinkUsed);
+    }
+    if now >= expires_at(&rec) {
+        return Err(IdentityError::LinkExpired);
+    }
+    Ok(rec)
+}
+
+fn token_key(token: &str, prefix: &str) -> Option<[u8; 32]> {
+    (token.starts_with(prefix) && token.len() <= 100).then(|| hash_token(token))
+}
+
+fn live_invitation(
+    tx: &impl Read,
+    token: &str,
+    now: Timestamp,
+) -> Result<([u8; 32], Invitation), IdentityError> {
+    let k = token_key(token, INVITATION_PREFIX).ok_or(IdentityError::LinkUnknown)?;
+    let inv = usable(
+        tx.get::<Invitation>(INVITATIONS, &k)?,
+        |i| i.used_at,
+        |i| i.expires_at,
+        now,
+    )?;
+    Ok((k, inv))
+}
+
+/// An invitation that may still be accepted, its organisation, and whether the person already
+/// has an account (then they confirm with their password instead of choosing one).
+pub fn open_invitation(
+    store: &Store,
+    token: &str,
+    now: Timestamp,
+) -> Result<(Invitation, Org, bool), IdentityError> {
+    store.read(|tx| {
+        let (_, inv) = live_invitation(tx, token, now)?;
+        let org: Org = tx
+            .get(ORGS, &key::id(inv.org_id))?
+            .ok_or(IdentityError::LinkUnknown)?;
+        let existing = tx
+            .get::<u64>(PEOPLE_BY_EMAIL, inv.email.as_bytes())?
+            .is_some();
+        Ok((inv, org, existing))
+    })
+}
+
+/// Accepts an invitation: a new person with this name and password (or, when the email has an
+/// account already, that account after its password is checked) becomes a member with the
+/// invited role. The link is used up in the same transaction.
+pub fn accept_invitation(
+    store: &Store,
+    token: &str,
+    name: &str,
+    password: &str,
+    now: Timestamp,
+) -> Result<Person, IdentityError> {
+    let (inv, _, existing) = open_invitation(store, token, now)?;
+    // Hash (or check) before the write transaction: argon2 is deliberately slow.
+    let new_account = if existing {
+        let p = store
+            .read(|tx| person_by_email(tx, &inv.email))?
+            .ok_or(IdentityError::LinkUnknown)?;
+        if !verify_password_hash(&p.password_hash, password) {
+            return Err(IdentityError::BadCredentials);
+        }
+        None
+    } else {
+        let name = check_name("name", name, 200)?;
+        check_strength(password, &inv.email)?;
+        Some((name, hash_password(password)))
+    };
+    store.write(|tx| {
+        let (k, mut inv) = live_invitation(tx, token, now)?;
+        let known = tx.get::<u64>(PEOPLE_BY_EMAIL, inv.email.as_bytes())?;
+        let person: Person = match (known, new_account) {
+            (Some(id), None) => tx
+                .get(PEOPLE, &key::id(id))?
+                .ok_or(IdentityError::LinkUnknown)?,
+            (None, Some((name, password_hash))) => {
+                let p = Person {
+                    id: tx.next_id("person")?,
+                    email: inv.email.clone(),
+                    name,
+                    password_hash,
+                    totp: None,
+                    accepted_terms: None,
+                    language: None,
+                    last_login: None,
+                    created_at: now,
+                };
+                tx.put(PEOPLE, &key::id(p.id), &p)?;
+                tx.put(PEOPLE_BY_EMAIL, p.email.as_bytes(), &p.id)?;
+                p
+            }
+            // The account appeared or vanished since the page was shown: show it again.
+            _ => return Err(IdentityError::DuplicateEmail(inv.email.clone())),
+        };
+        let mk = key::pair(inv.org_id, person.id);
+        if tx.get::<Membership>(MEMBERSHIPS, &mk)?.is_none() {
+            let m = Membership {
+                org_id: inv.org_id,
+                person_id: person.id,
+                role: inv.role,
+                may_connect: false,
+                created_at: now,
+            };
+            tx.put(MEMBERSHIPS, &mk, &m)?;
+            tx.put(
+                MEMBERSHIPS_BY_PERSON,
+                &key::pair(person.id, inv.org_id),
+                &(),
+            )?;
+        }
+        inv.used_at = Some(now);
+        tx.put(INVITATIONS, &k, &inv)?;
+        Ok(person)
+    })
+}
+
+/// Issues a password-reset link for a person (valid [`RESET_LIFETIME_SECS`], once). Their
+/// portal sessions end now; using the link sets a new password and requires a new second
+/// factor. Returns the token.
+pub fn issue_reset(store: &Store, email: &str, now: Timestamp) -> Result<String, IdentityError> {
+    let email = normalize_email(email)?;
+    let token = new_token(RESET_PREFIX);
+    store.write(|tx| {
+        let person_id: u64 = tx
+            .get(PEOPLE_BY_EMAIL, email.as_bytes())?
+            .ok_or_else(|| IdentityError::UnknownPerson(email.clone()))?;
+        let link = ResetLink {
+            person_id,
+            created_at: now,
+            expires_at: after(now, RESET_LIFETIME_SECS),
+            used_at: None,
+        };
+        tx.put(RESET_LINKS, &hash_token(&token), &link)?;
+        end_sessions_in(tx, person_id)?;
+        Ok(token)
+    })
+}
+
+fn live_reset(
+    tx: &impl Read,
+    token: &str,
+    now: Timestamp,
+) -> Result<([u8; 32], ResetLink, Person), IdentityError> {
+    let k = token_key(token, RESET_PREFIX).ok_or(IdentityError::LinkUnknown)?;
+    let link = usable(
+        tx.get::<ResetLink>(RESET_LINKS, &k)?,
+        |l| l.used_at,
+        |l| l.expires_at,
+        now,
+    )?;
+    let person: Person = tx
+        .get(PEOPLE, &key::id(link.person_id))?
+        .ok_or(IdentityError::LinkUnknown)?;
+    Ok((k, link, person))
+}
+
+/// The person a reset link may still be used for.
+pub fn open_reset(store: &Store, token: &str, now: Timestamp) -> Result<Person, IdentityError> {
+    store.read(|tx| live_reset(tx, token, now).map(|(_, _, p)| p))
+}
+
+/// Uses a reset link: the new password is set, the second factor is cleared (the next login
+/// enrols a new one), every session ends, and the link is used up — one transaction.
+pub fn use_reset(
+    store: &Store,
+    token: &str,
+    password: &str,
+    now: Timestamp,
+) -> Result<Person, IdentityError> {
+    let person = open_reset(store, token, now)?;
+    check_strength(password, &person.email)?;
+    let password_hash = hash_password(password);
+    store.write(|tx| {
+        let (k, mut link, mut person) = live_reset(tx, token, now)?;
+        person.password_hash = password_hash;
+        person.totp = None;
+        tx.put(PEOPLE, &key::id(person.id), &person)?;
+        end_sessions_in(tx, person.id)?;
+        link.used_at = Some(now);
+        tx.put(RESET_LINKS, &k, &link)?;
+        Ok(person)
+    })
+}

@@ -1,0 +1,322 @@
+//! The tools of the knowledge base and the feature requests, with their one entry point
+//! [`call`]: the hourly limit, the tool, the audit record. The MCP connector calls them as a
+//! person's grant; the `llm` agent executor calls the knowledge-base tools in-process as the
+//! organisation's agent, under the same rules, limits and audit.
+
+pub mod args;
+pub mod kb;
+pub mod requests;
+
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use crate::app::App;
+use crate::audit::{self, AuditRecord, Outcome, limits};
+use crate::kb::KbError;
+use crate::store::StoreError;
+
+/// The scope that unlocks the knowledge-base tools.
+pub const SCOPE_KB: &str = "kennisbank";
+/// The scope that unlocks the feature-request tools.
+pub const SCOPE_REQUESTS: &str = "feature_requests";
+
+/// Who acts: a person through a grant, or an organisation's agent during one run (or job).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Actor {
+    Person { person_id: u64, grant_id: u64 },
+    Agent { agent_id: u64, run_id: u64 },
+}
+
+/// Who is calling: the organisation, the actor, and the scopes that decide which tools exist.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Caller {
+    pub org_id: u64,
+    pub actor: Actor,
+    pub scopes: Vec<String>,
+}
+
+impl Caller {
+    /// A person's call through a grant with `scopes`.
+    pub fn person(org_id: u64, person_id: u64, grant_id: u64, scopes: Vec<String>) -> Caller {
+        Caller {
+            org_id,
+            actor: Actor::Person {
+                person_id,
+                grant_id,
+            },
+            scopes,
+        }
+    }
+
+    /// The organisation's agent working on run (or feature-request job) `run_id`: it gets the
+    /// knowledge-base tools only.
+    pub fn agent(org_id: u64, agent_id: u64, run_id: u64) -> Caller {
+        Caller {
+            org_id,
+            actor: Actor::Agent { agent_id, run_id },
+            scopes: vec![SCOPE_KB.to_owned()],
+        }
+    }
+
+    pub fn has_scope(&self, scope: &str) -> bool {
+        self.scopes.iter().any(|s| s == scope)
+    }
+
+    /// The person acting, if a person acts (documents written by an agent have no author).
+    pub fn person_id(&self) -> Option<u64> {
+        match self.actor {
+            Actor::Person { person_id, .. } => Some(person_id),
+            Actor::Agent { .. } => None,
+        }
+    }
+
+    /// The person acting; the feature-request tools act only for people.
+    pub fn require_person(&self) -> Result<u64, ToolError> {
+        self.person_id().ok_or_else(|| {
+            ToolError::InvalidInput("this tool acts for a person, not for an agent".into())
+        })
+    }
+}
+
+/// A tool's successful answer: the structured result and its readable text.
+pub struct ToolOk {
+    pub structured: Value,
+    pub text: String,
+    /// The path or request the call was about, for the audit record.
+    pub target: Option<String>,
+}
+
+/// Why a tool call was refused or failed: a tool error result, never an HTTP error, so the
+/// assistant reads the message and can act on it.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    #[error("{0}")]
+    InvalidInput(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    AppClosed(String),
+    #[error(
+        "hourly limit of {limit} calls of {tool} for this organisation reached; retry in {retry_after_seconds} seconds"
+    )]
+    RateLimited {
+        tool: &'static str,
+        limit: usize,
+        retry_after_seconds: u64,
+    },
+    #[error(transparent)]
+    Kb(#[from] KbError),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<StoreError> for ToolError {
+    fn from(e: StoreError) -> Self {
+        ToolError::Internal(e.to_string())
+    }
+}
+
+impl ToolError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            ToolError::InvalidInput(_) => "invalid_input",
+            ToolError::NotFound(_) => "not_found",
+            ToolError::AppClosed(_) => "app_closed",
+            ToolError::RateLimited { .. } => "rate_limited",
+            ToolError::Kb(e) => e.code(),
+            ToolError::Internal(_) => "internal",
+        }
+    }
+
+    /// The `structuredContent` of the error result.
+    pub fn structured(&self) -> Value {
+        let mut error = json!({"code": self.code(), "message": self.to_string()});
+        match self {
+            ToolError::RateLimited {
+                retry_after_seconds,
+                ..
+            } => error["retry_after_seconds"] = json!(retry_after_seconds),
+            ToolError::Kb(KbError::VersionConflict {
+                current_version, ..
+            }) => error["current_version"] = json!(current_version),
+            _ => {}
+        }
+        json!({ "error": error })
+    }
+
+    fn outcome(&self) -> Outcome {
+        match self {
+            ToolError::Internal(_) | ToolError::Kb(KbError::Index(_) | KbError::Store(_)) => {
+                Outcome::Error
+            }
+            _ => Outcome::Refused,
+        }
+    }
+}
+
+/// A tool: its name, the scope that unlocks it, and its implementation.
+pub struct ToolSpec {
+    pub name: &'static str,
+    /// The tool's title for people (`title` and `annotations.title` in `tools/list`).
+    pub title: &'static str,
+    /// Announced as `readOnlyHint`; clients such as ChatGPT ask before every other call.
+    pub read_only: bool,
+    pub scope: &'static str,
+    pub run: fn(&App, &Caller, &args::Args) -> Result<ToolOk, ToolError>,
+}
+
+/// Every tool the connector knows, in the order `tools/list` shows them.
+pub const TOOLS: &[ToolSpec] = &[
+    ToolSpec {
+        name: "kennisbank_list",
+        title: "List knowledge-base documents",
+        read_only: true,
+        scope: SCOPE_KB,
+        run: kb::list,
+    },
+    ToolSpec {
+        name: "kennisbank_read",
+        title: "Read a knowledge-base document",
+        read_only: true,
+        scope: SCOPE_KB,
+        run: kb::read,
+    },
+    ToolSpec {
+        name: "kennisbank_search",
+        title: "Search the knowledge base",
+        read_only: true,
+        scope: SCOPE_KB,
+        run: kb::search,
+    },
+    ToolSpec {
+        name: "kennisbank_write",
+        title: "Write a knowledge-base document",
+        read_only: false,
+        scope: SCOPE_KB,
+        run: kb::write,
+    },
+    ToolSpec {
+        name: "app_list",
+        title: "List apps",
+        read_only: true,
+        scope: SCOPE_REQUESTS,
+        run: requests::app_list,
+    },
+    ToolSpec {
+        name: "feature_request_list",
+        title: "List feature requests",
+        read_only: true,
+        scope: SCOPE_REQUESTS,
+        run: requests::list,
+    },
+    ToolSpec {
+        name: "feature_request_read",
+        title: "Read a feature request",
+        read_only: true,
+        scope: SCOPE_REQUESTS,
+        run: requests::read,
+    },
+    ToolSpec {
+        name: "feature_request_create",
+        title: "File a feature request",
+        read_only: false,
+        scope: SCOPE_REQUESTS,
+        run: requests::create,
+    },
+    ToolSpec {
+        name: "feature_request_reply",
+        title: "Reply to a feature request",
+        read_only: false,
+        scope: SCOPE_REQUESTS,
+        run: requests::reply,
+    },
+];
+
+/// Every tool's definition (name, description, input schema, output schema), in [`TOOLS`]
+/// order.
+pub fn definitions() -> Vec<(&'static str, &'static str, Value, Value)> {
+    let mut all = kb::definitions();
+    all.extend(requests::definitions());
+    all
+}
+
+/// What a call was about when it failed before saying so: the path, request or app it named.
+fn target_of(args: &args::Args) -> Option<String> {
+    if let Ok(Some(path)) = args::opt_str(args, "path") {
+        return Some(path);
+    }
+    for (name, label) in [("id", "request"), ("app_id", "app")] {
+        if let Some(v) = args.get(name).filter(|v| v.is_number() || v.is_string()) {
+            let v = v.to_string();
+            let v: String = v.trim_matches('"').chars().take(40).collect();
+            return Some(format!("{label} {v}"));
+        }
+    }
+    None
+}
+
+/// The tool a caller may use under this name; `None` if unknown or outside its scopes (such
+/// tools do not exist for the grant).
+pub fn tool_for<'a>(caller: &Caller, name: &str) -> Option<&'a ToolSpec> {
+    TOOLS
+        .iter()
+        .find(|t| t.name == name && caller.has_scope(t.scope))
+}
+
+/// Runs one tool call: the hourly limit, the tool, the audit record. Blocking (redb, index).
+pub fn call(
+    app: &App,
+    caller: &Caller,
+    tool: &ToolSpec,
+    args: &args::Args,
+) -> Result<ToolOk, ToolError> {
+    let started = Instant::now();
+    let now = app.clock.now();
+    let result = match app.tool_limits.check(caller.org_id, tool.name, now) {
+        Err(retry_after_seconds) => Err(ToolError::RateLimited {
+            tool: tool.name,
+            limit: limits::hourly_limit(tool.name).unwrap_or(0),
+            retry_after_seconds,
+        }),
+        Ok(()) => (tool.run)(app, caller, args),
+    };
+    if result.is_ok() {
+        app.tool_limits.record(caller.org_id, tool.name, now);
+    }
+    let (outcome, error, target) = match &result {
+        Ok(ok) => (Outcome::Ok, None, ok.target.clone()),
+        Err(e) => {
+            if e.outcome() == Outcome::Error {
+                tracing::error!(tool = tool.name, error = %e, "tool failed");
+            }
+            (e.outcome(), Some(e.to_string()), target_of(args))
+        }
+    };
+    let (person_id, grant_id, agent_id, run_id) = match caller.actor {
+        Actor::Person {
+            person_id,
+            grant_id,
+        } => (person_id, grant_id, None, None),
+        Actor::Agent { agent_id, run_id } => (0, 0, Some(agent_id), Some(run_id)),
+    };
+    let record = AuditRecord {
+        at: now,
+        org_id: caller.org_id,
+        person_id,
+        grant_id,
+        agent_id,
+        run_id,
+        tool: tool.name.to_owned(),
+        target,
+        outcome,
+        error,
+        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+    };
+    app.batch.put(
+        crate::store::AUDIT,
+        audit::record_key(caller.org_id, now),
+        &record,
+    );
+    result
+}
