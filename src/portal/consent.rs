@@ -21,7 +21,7 @@ use crate::http::client_ip::CallerIp;
 use crate::http::error::rate_limited;
 use crate::identity::{self, Org};
 use crate::oauth::authorize::{
-    AuthRequest, AuthorizeProblem, error_redirect, redirect_with, validate_authorize,
+    AuthRequest, AuthorizeProblem, error_redirect, load_client, redirect_with, validate_authorize,
 };
 use crate::oauth::{NewCode, OAuthError, create_code};
 
@@ -121,7 +121,13 @@ fn consent_markup(
     orgs: &[Org],
 ) -> Markup {
     html! {
-        p { strong { (req.client.client_name) } " wants to use kennis on your behalf." }
+        p {
+            strong { (req.client.client_name) }
+            @if let Some(host) = req.client.metadata_host() {
+                " (described by " code.client-host { (host) } ")"
+            }
+            " wants to use kennis on your behalf."
+        }
         p.muted { "After you approve, you are sent back to " code { (redirect_host(&req.redirect_uri)) } "." }
         @if orgs.is_empty() {
             p.error { "None of your organisations allows you to connect an assistant. Ask an administrator." }
@@ -163,10 +169,13 @@ pub(super) async fn authorize_page(
     if let Some(r) = rate_limited(&limits.authorize, ip) {
         return r;
     }
-    let checked = {
-        let params = params.clone();
-        app.blocking(move |app| validate_authorize(app, &params))
-            .await
+    let checked = match load_client(&app, &params).await {
+        Ok(()) => {
+            let params = params.clone();
+            app.blocking(move |app| validate_authorize(app, &params))
+                .await
+        }
+        Err(p) => Err(p),
     };
     let auth = match checked {
         Ok(a) => a,
@@ -215,6 +224,9 @@ pub(super) async fn authorize_submit(
         .filter(|(k, _)| k == "scope")
         .map(|(_, v)| v.clone())
         .collect();
+    if let Err(p) = load_client(&app, &params).await {
+        return problem_response(&app, p);
+    }
     let decision = form.field("decision").unwrap_or_default().to_owned();
     let org_slug = form.field("org").unwrap_or_default().to_owned();
     let person_id = user.person.id;

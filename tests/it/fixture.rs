@@ -736,3 +736,57 @@ pub async fn exchange(
     )
     .await
 }
+
+/// A free loopback port (bound and released; for programs that must be told a port).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// An outside program (nginx, pebble) killed when the test ends, passed or not.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An agent that echoes its job (the generic `echo` executor).
+pub fn echo_agent() -> kennis::agents::NewAgent {
+    kennis::agents::NewAgent {
+        name: "Echo".into(),
+        kind: kennis::agents::AgentKind::Generic,
+        exec: "echo".into(),
+        program: None,
+        args: vec![],
+        url: None,
+        timeout_secs: None,
+    }
+}
+
+/// A trigger in `org` whose agent echoes, in a ready project; the trigger and its secret.
+pub fn echo_trigger(t: &TestServer, org: &str) -> kennis::triggers::Created {
+    use kennis::agents::{self, Rollout};
+    let app = t.app();
+    let now = app.clock.now();
+    let a = agents::add_agent(&app.store, org, &echo_agent(), now).unwrap();
+    let p = agents::add_project(&app.store, org, "P", Rollout::Ready, now).unwrap();
+    kennis::triggers::add(
+        &app.store,
+        org,
+        &kennis::triggers::NewTrigger {
+            name: "T".into(),
+            agent_id: a.id,
+            project_id: p.id,
+            instructions: "Handle the event.".into(),
+            cooldown_secs: None,
+        },
+        now,
+    )
+    .unwrap()
+}
