@@ -140,7 +140,7 @@ pub(super) async fn run_page(
     let took = duration(r.created_at, if r.status.is_final() { r.updated_at } else { now });
     let events = events(transcript.as_ref());
     let body = html! {
-        dl #run {
+        dl #run .facts {
             dt { (t("run-status")) } dd #run-status { span class={ "badge " (r.status.as_str()) } { (r.status.as_str()) } }
             dt { (t("run-agent")) } dd { (agent) }
             @if let Some(k) = &r.event_key { dt { (t("run-event-key")) } dd { code { (k) } } }
