@@ -81,7 +81,10 @@ fn apps_page(
             }
         }
     };
-    page(status, layout(&t("nav-apps"), Some(&m.user), Some(&m.org), body))
+    page(
+        status,
+        layout(&t("nav-apps"), Some(&m.user), Some(&m.org), body),
+    )
 }
 
 fn load(app: &App, org_id: u64) -> Result<Vec<RequestApp>, RequestError> {

@@ -137,7 +137,14 @@ pub(super) async fn run_page(
     };
     let base = format!("/portal/o/{}/runs/{}", m.0.org.slug, r.id);
     let now = app.clock.now();
-    let took = duration(r.created_at, if r.status.is_final() { r.updated_at } else { now });
+    let took = duration(
+        r.created_at,
+        if r.status.is_final() {
+            r.updated_at
+        } else {
+            now
+        },
+    );
     let events = events(transcript.as_ref());
     let body = html! {
         dl #run .facts {
@@ -192,48 +199,39 @@ pub(super) async fn run_page(
     )
 }
 
-/// "Run again": a new run of the same trigger with the same instructions, if the trigger's
-/// rules allow one now (see [`triggers::run_again`]); then that run's page.
-pub(super) async fn again(
+/// The run page's buttons: `cancel` a queued or running run (then its page again), or `again`
+/// — a new run of the same trigger with the same instructions, if the trigger's rules allow one
+/// now (see [`triggers::run_again`]; then the new run's page).
+pub(super) async fn act(
     State(app): State<Arc<App>>,
     m: OrgAdmin,
-    Path((_slug, id)): Path<(String, String)>,
+    Path((_slug, id, action)): Path<(String, String, String)>,
     _form: CsrfForm,
 ) -> Response {
     let Ok(id) = id.parse::<u64>() else {
         return not_found(&m);
     };
-    match triggers::run_again(&app, m.0.org.id, id, app.clock.now()).await {
-        Ok(new) => see_other(&format!("/portal/o/{}/runs/{new}", m.0.org.slug)),
-        Err(e) => problem_page(&t("run-again"), Some(&m.0.user), Some(&m.0.org), &e.problem()),
-    }
-}
-
-pub(super) async fn cancel(
-    State(app): State<Arc<App>>,
-    m: OrgAdmin,
-    Path((_slug, id)): Path<(String, String)>,
-    _form: CsrfForm,
-) -> Response {
-    let Ok(id) = id.parse::<u64>() else {
-        return not_found(&m);
+    let (org_id, now) = (m.0.org.id, app.clock.now());
+    let (title, result) = match action.as_str() {
+        "cancel" => {
+            let who = m.0.user.person.email.clone();
+            let r = app
+                .blocking(move |app| {
+                    agents::cancel_run(&app.store, Some(&app.runs), Some(org_id), id, &who, now)
+                })
+                .await;
+            ("run-cancel", r.map(|_| id).map_err(|e| e.problem()))
+        }
+        "again" => (
+            "run-again",
+            triggers::run_again(&app, org_id, id, now)
+                .await
+                .map_err(|e| e.problem()),
+        ),
+        _ => return not_found(&m),
     };
-    let org_id = m.0.org.id;
-    let who = m.0.user.person.email.clone();
-    let result = app
-        .blocking(move |app| {
-            agents::cancel_run(
-                &app.store,
-                Some(&app.runs),
-                Some(org_id),
-                id,
-                &who,
-                app.clock.now(),
-            )
-        })
-        .await;
     match result {
-        Ok(_) => see_other(&format!("/portal/o/{}/runs/{id}", m.0.org.slug)),
-        Err(e) => problem_page(&t("run-cancel"), Some(&m.0.user), Some(&m.0.org), &e.problem()),
+        Ok(run) => see_other(&format!("/portal/o/{}/runs/{run}", m.0.org.slug)),
+        Err(p) => problem_page(&t(title), Some(&m.0.user), Some(&m.0.org), &p),
     }
 }

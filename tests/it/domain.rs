@@ -2,10 +2,9 @@
 //! writes are searchable at once, trigger lookups are bound to an organisation, and who may
 //! see or revoke a connection.
 
-use kennis::agents::{self, AgentKind, NewAgent, Rollout};
 use kennis::kb::{self, Expect, NewVersion};
 use kennis::oauth::{self, NewGrant};
-use kennis::triggers::{self, Change, NewTrigger, TriggerError};
+use kennis::triggers::{self, Change, TriggerError};
 
 use crate::fixture::{Seeded, TestServer};
 
@@ -72,27 +71,7 @@ async fn kb_write_leaves_the_document_searchable_at_once() {
 }
 
 fn generic_trigger(t: &TestServer, org: &str) -> triggers::Trigger {
-    let app = t.app();
-    let now = app.clock.now();
-    let agent = NewAgent {
-        name: "Echo".into(),
-        kind: AgentKind::Generic,
-        exec: "echo".into(),
-        program: None,
-        args: vec![],
-        url: None,
-        timeout_secs: None,
-    };
-    let a = agents::add_agent(&app.store, org, &agent, now).unwrap();
-    let p = agents::add_project(&app.store, org, "P", Rollout::Ready, now).unwrap();
-    let new = NewTrigger {
-        name: "T".into(),
-        agent_id: a.id,
-        project_id: p.id,
-        instructions: "Handle the event.".into(),
-        cooldown_secs: None,
-    };
-    triggers::add(&app.store, org, &new, now).unwrap().trigger
+    t.echo_trigger(org, "Handle the event.", None).trigger
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -736,3 +736,55 @@ pub async fn exchange(
     )
     .await
 }
+
+impl TestServer {
+    /// A trigger of the organisation `org` (slug) for a new built-in echo agent and a ready
+    /// project, with `instructions` and `cooldown` seconds; its secret is in the result.
+    pub fn echo_trigger(
+        &self,
+        org: &str,
+        instructions: &str,
+        cooldown: Option<u64>,
+    ) -> kennis::triggers::Created {
+        use kennis::agents::{self, AgentKind, NewAgent, Rollout};
+        let app = self.app();
+        let now = app.clock.now();
+        let agent = NewAgent {
+            name: "Echo".into(),
+            kind: AgentKind::Generic,
+            exec: "echo".into(),
+            program: None,
+            args: vec![],
+            url: None,
+            timeout_secs: None,
+        };
+        let a = agents::add_agent(&app.store, org, &agent, now).unwrap();
+        let p = agents::add_project(&app.store, org, "Website", Rollout::Ready, now).unwrap();
+        let new = kennis::triggers::NewTrigger {
+            name: "Nieuwe offerte".into(),
+            agent_id: a.id,
+            project_id: p.id,
+            instructions: instructions.into(),
+            cooldown_secs: cooldown,
+        };
+        kennis::triggers::add(&app.store, org, &new, now).unwrap()
+    }
+
+    /// Writes a new document `path` with `text` into `seeded`'s organisation, as that person.
+    pub fn put_doc(&self, seeded: &Seeded, path: &str, text: &str) {
+        let app = self.app();
+        kennis::kb::write(
+            &app.store,
+            &app.kb_index,
+            kennis::kb::NewVersion {
+                org_id: seeded.org.id,
+                path,
+                bytes: text.as_bytes(),
+                expect: kennis::kb::Expect::Create,
+                by: Some(seeded.person.id),
+                now: app.clock.now(),
+            },
+        )
+        .unwrap();
+    }
+}

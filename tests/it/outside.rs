@@ -146,70 +146,37 @@ async fn official_mcp_sdk_oauth_client_completes_the_flow() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs chromium and `npm ci` in tests/node; run by .ci/run"]
 async fn portal_tasks_in_chromium_with_axe_in_both_languages() {
-    use kennis::agents::{self, AgentKind, NewAgent, Rollout};
     use kennis::identity::{self, Role};
-    use kennis::kb::{self, Expect, NewVersion};
-    use kennis::triggers::{self, NewTrigger};
+    use kennis::triggers;
 
     let t = TestServer::start().await;
     let s = t.seed("Bouwbedrijf Jansen", "ada@example.org");
     let mo = t.seed("Elders BV", "mo@example.org");
     let app = t.app().clone();
     let now = app.clock.now();
-    identity::add_member(&app.store, &s.org.slug, "mo@example.org", Role::Member, true, now)
-        .unwrap();
-    let mo_token = t.grant_pair(s.org.id, mo.person.id, &["kennisbank"]).access_token;
-    for (path, text) in [
-        (
-            "handboek/dakgoot.md",
-            "# Dakgoot\n\nDe **dakgoot** wordt elk voorjaar schoongemaakt.\n\n- ladder\n- emmer\n",
-        ),
-        ("aangeleverd/offerte.txt", "Offerte voor de dakgoot: 450 euro.\n"),
-    ] {
-        kb::write(
-            &app.store,
-            &app.kb_index,
-            NewVersion {
-                org_id: s.org.id,
-                path,
-                bytes: text.as_bytes(),
-                expect: Expect::Create,
-                by: Some(s.person.id),
-                now,
-            },
-        )
-        .unwrap();
-    }
-    let agent = agents::add_agent(
+    identity::add_member(
         &app.store,
         &s.org.slug,
-        &NewAgent {
-            name: "Echo".into(),
-            kind: AgentKind::Generic,
-            exec: "echo".into(),
-            program: None,
-            args: vec![],
-            url: None,
-            timeout_secs: None,
-        },
+        "mo@example.org",
+        Role::Member,
+        true,
         now,
     )
     .unwrap();
-    let project = agents::add_project(&app.store, &s.org.slug, "Website", Rollout::Ready, now)
-        .unwrap();
-    let trigger = triggers::add(
-        &app.store,
-        &s.org.slug,
-        &NewTrigger {
-            name: "Nieuwe offerte".into(),
-            agent_id: agent.id,
-            project_id: project.id,
-            instructions: "Vat de offerte samen.".into(),
-            cooldown_secs: Some(0),
-        },
-        now,
-    )
-    .unwrap();
+    let mo_token = t
+        .grant_pair(s.org.id, mo.person.id, &["kennisbank"])
+        .access_token;
+    t.put_doc(
+        &s,
+        "handboek/dakgoot.md",
+        "# Dakgoot\n\nDe **dakgoot** wordt elk voorjaar schoongemaakt.\n\n- ladder\n- emmer\n",
+    );
+    t.put_doc(
+        &s,
+        "aangeleverd/offerte.txt",
+        "Offerte voor de dakgoot: 450 euro.\n",
+    );
+    let trigger = t.echo_trigger(&s.org.slug, "Vat de offerte samen.", Some(0));
     let r = t
         .client
         .post(t.url(&format!("/api/hooks/events/{}", trigger.trigger.id)))
@@ -246,10 +213,7 @@ async fn portal_tasks_in_chromium_with_axe_in_both_languages() {
         "portal.mjs",
         &[
             ("KENNIS_TOTP_SECRET", s.totp_secret.clone()),
-            (
-                "KENNIS_NOW",
-                (app.clock.now().as_second() + 30).to_string(),
-            ),
+            ("KENNIS_NOW", (app.clock.now().as_second() + 30).to_string()),
             ("KENNIS_MEMBER_TOKEN", mo_token.clone()),
             ("KENNIS_RUN_ID", run_id.to_string()),
             ("KENNIS_SCREENSHOTS", shots.display().to_string()),
@@ -282,9 +246,11 @@ async fn portal_tasks_in_chromium_with_axe_in_both_languages() {
         .store
         .read(|tx| identity::members(tx, s.org.id))
         .unwrap();
-    assert!(members
-        .iter()
-        .any(|(m, p)| p.id == nina.id && m.role == Role::Admin));
+    assert!(
+        members
+            .iter()
+            .any(|(m, p)| p.id == nina.id && m.role == Role::Admin)
+    );
     assert!(!members.iter().any(|(_, p)| p.id == mo.person.id));
     assert!(oauth::check_bearer(&app, &mo_token).is_err());
     let runs = app
@@ -293,7 +259,14 @@ async fn portal_tasks_in_chromium_with_axe_in_both_languages() {
         .unwrap();
     assert_eq!(runs.len(), 2);
     assert_eq!(runs[0].instructions, runs[1].instructions);
-    for shot in ["login", "members", "kb-document", "run", "members-nl", "phone-kb"] {
+    for shot in [
+        "login",
+        "members",
+        "kb-document",
+        "run",
+        "members-nl",
+        "phone-kb",
+    ] {
         assert!(shots.join(format!("{shot}.png")).is_file(), "{shot}.png");
     }
     // Every page got an axe verdict in both languages.

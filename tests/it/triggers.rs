@@ -1223,7 +1223,9 @@ async fn portal_run_page_shows_the_run_and_runs_it_again_within_the_rules() {
     wait_result(&t, first, &h.secret).await;
 
     let mut b = Browser::new(&t);
-    let page = b.login(&admin, &format!("/portal/o/acme/runs/{first}")).await;
+    let page = b
+        .login(&admin, &format!("/portal/o/acme/runs/{first}"))
+        .await;
     assert_eq!(page.status, 200, "{}", page.body);
     for part in [
         "id=\"run-instructions\"",
@@ -1279,11 +1281,16 @@ async fn portal_run_page_shows_the_run_and_runs_it_again_within_the_rules() {
 
     // Another organisation's admin cannot run it again (nor see it).
     let mut ob = Browser::new(&t);
-    let page = ob.login(&other, &format!("/portal/o/beta/runs/{first}")).await;
+    let page = ob
+        .login(&other, &format!("/portal/o/beta/runs/{first}"))
+        .await;
     assert_eq!(page.status, 404);
     let csrf = page.csrf();
     let p = ob
-        .post(&format!("/portal/o/beta/runs/{first}/again"), &[("csrf_token", &csrf)])
+        .post(
+            &format!("/portal/o/beta/runs/{first}/again"),
+            &[("csrf_token", &csrf)],
+        )
         .await;
     assert_eq!(p.status, 404);
     assert_eq!(runs(t.app()).len(), 2);
