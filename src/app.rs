@@ -10,6 +10,7 @@ use crate::agents::RunQueue;
 use crate::audit::limits::ToolLimits;
 use crate::clock::SharedClock;
 use crate::config::Config;
+use crate::identity::LoginGuard;
 use crate::kb::KbError;
 use crate::kb::index::SearchIndex;
 use crate::metrics::Metrics;
@@ -50,6 +51,8 @@ pub struct App {
     pub runs: RunQueue,
     /// When each grant's last use was last queued for writing (throttles the batch writer).
     pub grant_use_stamped: DashMap<u64, Timestamp>,
+    /// Password and second-factor checks: failure counts and the bounded hashing pool.
+    pub login: LoginGuard,
 }
 
 impl App {
@@ -70,6 +73,7 @@ impl App {
         let tool_limits = ToolLimits::restore(&store, clock.now())?;
         let batch = BatchWriter::start(store.clone());
         let commits = GroupCommit::start(store.clone());
+        let login = LoginGuard::new(clock.clone(), crate::identity::login::hashers());
         Ok(Arc::new(App {
             grant_use_stamped: DashMap::new(),
             config,
@@ -83,6 +87,7 @@ impl App {
             tool_limits,
             commits,
             runs: RunQueue::new(),
+            login,
         }))
     }
 

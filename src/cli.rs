@@ -711,6 +711,7 @@ pub fn serve(config: Config, demo: bool) -> Result<(), CliError> {
         .build()
         .map_err(|e| CliError::Failed(format!("starting the runtime: {e}")))?;
     runtime.block_on(async move {
+        crate::server::install_panic_hook();
         let server = crate::server::start(config, clock::system())
             .await
             .map_err(|e| CliError::Failed(e.to_string()))?;

@@ -12,6 +12,9 @@ use kennis::config::Settings;
 use kennis::triggers::{Change, NewTrigger};
 
 fn main() -> ExitCode {
+    // Everything kennis creates (database, index, keys, backups, uploads) is for its own user.
+    #[cfg(unix)]
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

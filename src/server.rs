@@ -48,11 +48,49 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(crate::hooks::routes())
         .merge(crate::oauth::routes::routes(clock.clone()))
         .merge(crate::portal::routes(app.clone()))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            panic_response,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             observe::observe,
         ))
         .with_state(app)
+}
+
+/// What a request whose handler panicked gets: a plain 500, like any internal error. The
+/// panic itself is logged once, without a backtrace, by [`install_panic_hook`].
+fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> axum::response::Response {
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        axum::Json(serde_json::json!({"message": "internal error"})),
+    )
+        .into_response()
+}
+
+/// Replaces the default panic output (a message and, with `RUST_BACKTRACE`, a backtrace on
+/// stderr for every panic) by one log line per panic, and after the first 20 only every
+/// power of two, so input that makes a handler panic cannot flood the logs.
+pub fn install_panic_hook() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static PANICS: AtomicU64 = AtomicU64::new(0);
+    std::panic::set_hook(Box::new(|info| {
+        let n = PANICS.fetch_add(1, Ordering::Relaxed) + 1;
+        if n > 20 && !n.is_power_of_two() {
+            return;
+        }
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let location = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        tracing::error!(%location, %message, panics = n, "panic (the request was answered 500)");
+    }));
 }
 
 async fn healthz(State(app): State<Arc<App>>) -> impl IntoResponse {

@@ -85,6 +85,7 @@ language-heading = Language
 language-browser = As my browser asks
 password-heading = Password
 password-changed = Password changed.
+password-changed-others = Password changed; { $count } other session(s) were logged out.
 wrong-current-password = The current password is wrong.
 totp-heading = Second factor
 totp-reset-explain = Resetting the second factor logs this session out of it; you then set up a new authenticator entry.

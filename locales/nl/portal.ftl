@@ -85,6 +85,7 @@ language-heading = Taal
 language-browser = Zoals mijn browser vraagt
 password-heading = Wachtwoord
 password-changed = Wachtwoord gewijzigd.
+password-changed-others = Wachtwoord gewijzigd; { $count } andere sessie(s) zijn afgemeld.
 wrong-current-password = Het huidige wachtwoord klopt niet.
 totp-heading = Tweede factor
 totp-reset-explain = Na het opnieuw instellen van de tweede factor moet deze sessie die opnieuw doorlopen; u maakt dan een nieuwe vermelding in uw authenticator-app.

@@ -139,6 +139,58 @@ fn tail(text: &str) -> String {
     text.chars().skip(count - REASON_TAIL).collect()
 }
 
+enum Line {
+    Text(String),
+    TooLong,
+}
+
+/// Reads one line of at most [`MAX_OUTPUT`] bytes, never buffering more than that (a line
+/// without an end is not read whole before it is refused).
+async fn bounded_line<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+) -> std::io::Result<Option<Line>> {
+    let mut buf = Vec::new();
+    let n = (&mut *r)
+        .take(MAX_OUTPUT as u64 + 1)
+        .read_until(b'\n', &mut buf)
+        .await?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if buf.last() == Some(&b'\n') {
+        buf.pop();
+    } else if buf.len() > MAX_OUTPUT {
+        return Ok(Some(Line::TooLong));
+    }
+    String::from_utf8(buf)
+        .map(|t| Some(Line::Text(t)))
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// Reads a response body of at most [`MAX_OUTPUT`] bytes, chunk by chunk: a larger one is
+/// refused as soon as it passes the limit, not after it was read whole.
+async fn bounded_body(mut response: reqwest::Response, url: &str) -> Result<Vec<u8>, String> {
+    let too_large = || format!("the response of {url} is over 1 MB");
+    if response
+        .content_length()
+        .is_some_and(|n| n > MAX_OUTPUT as u64)
+    {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| format!("reading the response of {url}: {e}"))?
+    {
+        if body.len() + chunk.len() > MAX_OUTPUT {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
 async fn run_command(
     program: &str,
     args: &[String],
@@ -175,17 +227,17 @@ async fn run_command(
                 .await;
             String::from_utf8_lossy(&buf).into_owned()
         });
-        let mut lines = BufReader::new(stdout).lines();
+        let mut out = BufReader::new(stdout);
         let mut bad_line = None;
         loop {
-            match lines.next_line().await {
-                Ok(Some(line)) => {
+            match bounded_line(&mut out).await {
+                Ok(Some(Line::TooLong)) => {
+                    bad_line = Some("an output line is over 1 MB".to_owned());
+                    break;
+                }
+                Ok(Some(Line::Text(line))) => {
                     if line.trim().is_empty() {
                         continue;
-                    }
-                    if line.len() > MAX_OUTPUT {
-                        bad_line = Some("an output line is over 1 MB".to_owned());
-                        break;
                     }
                     match serde_json::from_str::<AgentEvent>(&line) {
                         Ok(ev) => sink.event(ev),
@@ -244,13 +296,7 @@ async fn post_job(url: &str, job: &Job, sink: &mut dyn EventSink, limit: Duratio
             .await
             .map_err(|e| format!("POST {url}: {e}"))?;
         let status = response.status();
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| format!("reading the response of {url}: {e}"))?;
-        if body.len() > MAX_OUTPUT {
-            return Err(format!("the response of {url} is over 1 MB"));
-        }
+        let body = bounded_body(response, url).await?;
         if !status.is_success() {
             return Err(format!(
                 "{url} answered {status}: {}",

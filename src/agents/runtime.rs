@@ -347,6 +347,7 @@ async fn execute_run(app: &Arc<App>, id: u64) {
             };
             run.status = Status::Running;
             run.attempts += 1;
+            run.started_at = Some(now);
             run.updated_at = now;
             requests::put(tx, &run)?;
             let job = Job {

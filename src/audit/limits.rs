@@ -1,5 +1,12 @@
-//! Hourly tool limits per organisation. Only calls that succeed are counted, so a refused call
-//! does not use up the budget; the refusal says when the oldest counted call leaves the hour.
+//! Hourly tool limits per organisation. A call reserves its place in the hour before it runs
+//! (atomically, so parallel calls cannot overrun the limit) and gives it back when it is
+//! refused, so only calls that succeed use up the budget; a refusal says when the oldest counted
+//! call leaves the hour.
+
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -31,23 +38,59 @@ pub struct ToolLimits {
     calls: Mutex<HashMap<(u64, &'static str), VecDeque<Timestamp>>>,
 }
 
+/// One counted call, taken before the tool runs; give it back with [`ToolLimits::release`]
+/// when the call is refused or fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reservation {
+    org_id: u64,
+    tool: &'static str,
+    at: Timestamp,
+}
+
 impl ToolLimits {
-    /// `Err(seconds)` when the organisation has used up the tool's hour.
-    pub fn check(&self, org_id: u64, tool: &'static str, now: Timestamp) -> Result<(), u64> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(u64, &'static str), VecDeque<Timestamp>>> {
+        self.calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Takes one call of the tool's hour for the organisation, atomically: at most `limit`
+    /// calls are ever counted in an hour, however many run at once. `Ok(None)` for a tool
+    /// without a limit; `Err(seconds)` when the hour is used up (until its oldest call leaves).
+    pub fn reserve(
+        &self,
+        org_id: u64,
+        tool: &'static str,
+        now: Timestamp,
+    ) -> Result<Option<Reservation>, u64> {
         let Some(limit) = hourly_limit(tool) else {
-            return Ok(());
+            return Ok(None);
         };
-        let mut calls = self.calls.lock().expect("limits lock");
+        let mut calls = self.lock();
         let log = calls.entry((org_id, tool)).or_default();
         while log.front().is_some_and(|t| *t + HOUR <= now) {
             log.pop_front();
         }
         if log.len() >= limit {
-            let oldest = *log.front().expect("non-empty at the limit");
-            let wait = (oldest + HOUR).duration_since(now).as_secs().max(1);
-            return Err(wait as u64);
+            let wait = log.front().map_or(1, |oldest| {
+                (*oldest + HOUR).duration_since(now).as_secs().max(1)
+            });
+            return Err(wait.unsigned_abs());
         }
-        Ok(())
+        // Kept in time order: a reservation may be stamped a little before one already there.
+        let at = log.back().map_or(now, |last| now.max(*last));
+        log.push_back(at);
+        Ok(Some(Reservation { org_id, tool, at }))
+    }
+
+    /// Gives back a reservation whose call did not succeed, so it does not use up the hour.
+    pub fn release(&self, r: Reservation) {
+        let mut calls = self.lock();
+        if let Some(log) = calls.get_mut(&(r.org_id, r.tool))
+            && let Some(i) = log.iter().rposition(|t| *t == r.at)
+        {
+            log.remove(i);
+        }
     }
 
     /// Rebuilds the last hour's counts from the audit log, so a restart does not hand every
@@ -73,15 +116,10 @@ impl ToolLimits {
         Ok(limits)
     }
 
-    /// Counts one successful call.
-    pub fn record(&self, org_id: u64, tool: &'static str, now: Timestamp) {
+    /// Counts one successful call (rebuilding from the audit log).
+    fn record(&self, org_id: u64, tool: &'static str, at: Timestamp) {
         if hourly_limit(tool).is_some() {
-            self.calls
-                .lock()
-                .expect("limits lock")
-                .entry((org_id, tool))
-                .or_default()
-                .push_back(now);
+            self.lock().entry((org_id, tool)).or_default().push_back(at);
         }
     }
 }
@@ -95,22 +133,40 @@ mod tests {
         let l = ToolLimits::default();
         let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
         for i in 0..30 {
-            assert!(l.check(1, "feature_request_create", t0).is_ok());
-            l.record(
-                1,
-                "feature_request_create",
-                t0 + SignedDuration::from_secs(i),
+            assert!(
+                l.reserve(
+                    1,
+                    "feature_request_create",
+                    t0 + SignedDuration::from_secs(i)
+                )
+                .unwrap()
+                .is_some()
             );
         }
         let t1 = t0 + SignedDuration::from_secs(600);
-        assert_eq!(l.check(1, "feature_request_create", t1), Err(3000));
+        assert_eq!(l.reserve(1, "feature_request_create", t1), Err(3000));
         assert!(
-            l.check(2, "feature_request_create", t1).is_ok(),
+            l.reserve(2, "feature_request_create", t1).is_ok(),
             "per organisation"
         );
-        assert!(l.check(1, "feature_request_create", t0 + HOUR).is_ok());
+        assert!(l.reserve(1, "feature_request_create", t0 + HOUR).is_ok());
+        assert_eq!(l.reserve(1, "kennisbank_read", t1), Ok(None));
         for tool in LIMITED {
             assert!(hourly_limit(tool).is_some(), "{tool}");
         }
+    }
+
+    #[test]
+    fn released_reservations_do_not_count() {
+        let l = ToolLimits::default();
+        let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let mut taken = Vec::new();
+        for _ in 0..30 {
+            taken.push(l.reserve(1, "feature_request_create", t0).unwrap().unwrap());
+        }
+        assert!(l.reserve(1, "feature_request_create", t0).is_err());
+        l.release(taken[3]);
+        assert!(l.reserve(1, "feature_request_create", t0).is_ok());
+        assert!(l.reserve(1, "feature_request_create", t0).is_err());
     }
 }

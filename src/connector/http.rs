@@ -1,6 +1,11 @@
 //! The HTTP edge of the connector: method, Host/Origin (DNS-rebinding protection), body size,
 //! and the bearer token with its per-call rechecks, before the MCP SDK sees the request.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -127,7 +132,7 @@ fn auth_error(app: &App, status: StatusCode, code: &str, description: &str) -> R
                 &app.public_url,
                 challenge_code,
             ))
-            .expect("header value is ASCII"),
+            .unwrap_or_else(|_| HeaderValue::from_static("Bearer")),
         )],
         axum::Json(json!({"error": code, "error_description": description})),
     )

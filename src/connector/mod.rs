@@ -4,6 +4,11 @@
 //! ([`mcp`]) lists and calls only the tools of the grant's scopes. The tools themselves, with
 //! their hourly limits and audit, are the domain's ([`crate::tools`]).
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 pub mod http;
 pub mod mcp;
 

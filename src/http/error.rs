@@ -8,6 +8,11 @@
 //! `tracing` and shown only as "internal error". JSON endpoints answer with [`JsonError`] (or
 //! [`oauth_error`] in RFC 6749 form); portal pages render the same [`Problem`] as HTML.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -114,6 +119,9 @@ impl ToProblem for IdentityError {
             I::LinkUnknown => (StatusCode::NOT_FOUND, "link_unknown"),
             I::LinkUsed => (StatusCode::GONE, "link_used"),
             I::LinkExpired => (StatusCode::GONE, "link_expired"),
+            I::TooManyAttempts { .. } => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
+            I::Busy { .. } => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
+            I::Interrupted => return Problem::internal("identity check interrupted", self),
         };
         Problem::refused(status, code, self)
     }
@@ -281,11 +289,26 @@ pub fn oauth_error(e: &OAuthError) -> Response {
 }
 
 /// Counts a request of `key` against `limiter`; the 429 response when over.
-pub fn rate_limited<K: std::hash::Hash + Eq + Clone>(
+pub fn rate_limited<K: crate::ratelimit::LimitKey>(
     limiter: &crate::ratelimit::Limiter<K>,
     key: K,
 ) -> Option<Response> {
     limiter.check(&key).err().map(too_many_requests)
+}
+
+/// The answer to a login refused by its limits: 429 (too many attempts) or 503 (every
+/// password hasher busy), both with `Retry-After`; `None` for other identity errors.
+pub fn login_refusal(e: &crate::identity::IdentityError) -> Option<Response> {
+    use crate::identity::IdentityError as I;
+    match e {
+        I::TooManyAttempts { retry_after } => Some(too_many_requests(*retry_after)),
+        I::Busy { retry_after } => {
+            let mut r = too_many_requests(*retry_after);
+            *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            Some(r)
+        }
+        _ => None,
+    }
 }
 
 /// 429 with `Retry-After` in whole seconds.

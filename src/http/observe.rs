@@ -1,6 +1,11 @@
 //! One middleware that logs every request and feeds the request metrics. Query strings are
 //! redacted before logging: webhook senders may put a trigger secret in `?token=`.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -25,14 +30,18 @@ const SECRET_PARAMS: &[&str] = &[
 ];
 
 /// The query string with the values of secret-bearing parameters replaced by `REDACTED`.
+/// Names are compared as the handlers see them — percent-decoded (and `+` as a space) and in
+/// any case — so `?t%6Fken=` is redacted like `?token=`.
 pub fn redact_query(query: &str) -> String {
     query
         .split('&')
         .map(|pair| {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let lower = name.to_ascii_lowercase();
-            let decoded_name = lower.replace("%5f", "_");
-            if SECRET_PARAMS.contains(&decoded_name.as_str()) && !value.is_empty() {
+            let decoded = form_urlencoded::parse(name.as_bytes())
+                .next()
+                .map(|(n, _)| n.to_lowercase())
+                .unwrap_or_default();
+            if SECRET_PARAMS.contains(&decoded.trim()) && !value.is_empty() {
                 format!("{name}=REDACTED")
             } else {
                 pair.to_owned()
@@ -40,6 +49,21 @@ pub fn redact_query(query: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join("&")
+}
+
+/// Path prefixes whose rest is a credential (signed download links).
+const SECRET_PATHS: &[&str] = &["/files/"];
+
+/// The path as logged: a signed link's token is replaced by `REDACTED`.
+pub fn redact_path(path: &str) -> String {
+    for prefix in SECRET_PATHS {
+        if let Some(rest) = path.strip_prefix(prefix)
+            && !rest.is_empty()
+        {
+            return format!("{prefix}REDACTED");
+        }
+    }
+    path.to_owned()
 }
 
 pub async fn observe(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
@@ -50,7 +74,7 @@ pub async fn observe(State(app): State<Arc<App>>, req: Request, next: Next) -> R
         .get::<MatchedPath>()
         .map(|m| m.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".to_owned());
-    let path = req.uri().path().to_owned();
+    let path = redact_path(req.uri().path());
     let query = req.uri().query().map(redact_query);
     let response = next.run(req).await;
     let elapsed = start.elapsed();
@@ -95,5 +119,13 @@ mod tests {
             "access%5Ftoken=REDACTED"
         );
         assert_eq!(redact_query("page=2"), "page=2");
+        assert_eq!(redact_query("t%6Fken=abc&key=k"), "t%6Fken=REDACTED&key=k");
+        assert_eq!(redact_query("%54OKEN=abc"), "%54OKEN=REDACTED");
+        assert_eq!(
+            redact_query("client%5fsecret=abc"),
+            "client%5fsecret=REDACTED"
+        );
+        assert_eq!(redact_path("/files/abc.def"), "/files/REDACTED");
+        assert_eq!(redact_path("/healthz"), "/healthz");
     }
 }

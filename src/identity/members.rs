@@ -10,11 +10,11 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     IdentityError, Membership, Org, Person, Role, check_name, check_strength, hash_password,
-    hash_token, new_token, normalize_email, person_by_email, verify_password_hash,
+    hash_secret, new_secret, normalize_email, person_by_email, verify_password_hash,
 };
 use crate::store::{
     INVITATIONS, MEMBERSHIPS, MEMBERSHIPS_BY_PERSON, ORGS, PEOPLE, PEOPLE_BY_EMAIL, RESET_LINKS,
-    Read, SESSIONS, Store, StoreError, WriteTx, key,
+    Read, Store, StoreError, WriteTx, key,
 };
 
 /// An invitation link is valid this long.
@@ -133,25 +133,6 @@ pub fn member_by_email(
     Ok((m, person))
 }
 
-/// Ends every portal session of a person, in the caller's transaction; how many ended.
-pub fn end_sessions_in(tx: &mut WriteTx, person_id: u64) -> Result<usize, StoreError> {
-    /// The one field of a stored session this needs (the portal owns the rest).
-    #[derive(Deserialize)]
-    struct Owner {
-        person_id: u64,
-    }
-    let theirs: Vec<Vec<u8>> = tx
-        .scan::<Owner>(SESSIONS, b"")?
-        .into_iter()
-        .filter(|(_, s)| s.person_id == person_id)
-        .map(|(k, _)| k)
-        .collect();
-    for k in &theirs {
-        tx.delete(SESSIONS, k)?;
-    }
-    Ok(theirs.len())
-}
-
 /// Invites an email address to an organisation; returns the invitation and its one-time token
 /// (valid [`INVITATION_LIFETIME_SECS`]). Someone already a member cannot be invited again.
 pub fn invite(
@@ -163,7 +144,7 @@ pub fn invite(
     now: Timestamp,
 ) -> Result<(Invitation, String), IdentityError> {
     let email = normalize_email(email)?;
-    let token = new_token(INVITATION_PREFIX);
+    let token = new_secret(INVITATION_PREFIX);
     store.write(|tx| {
         if tx.get::<Org>(ORGS, &key::id(org_id))?.is_none() {
             return Err(IdentityError::UnknownOrg(format!("#{org_id}")));
@@ -184,7 +165,7 @@ pub fn invite(
             expires_at: after(now, INVITATION_LIFETIME_SECS),
             used_at: None,
         };
-        tx.put(INVITATIONS, &hash_token(&token), &inv)?;
+        tx.put(INVITATIONS, &hash_secret(&token), &inv)?;
         Ok((inv, token))
     })
 }
@@ -208,7 +189,7 @@ fn usable<T>(
 }
 
 fn token_key(token: &str, prefix: &str) -> Option<[u8; 32]> {
-    (token.starts_with(prefix) && token.len() <= 100).then(|| hash_token(token))
+    (token.starts_with(prefix) && token.len() <= 100).then(|| hash_secret(token))
 }
 
 fn live_invitation(
@@ -310,7 +291,7 @@ pub fn accept_invitation(
 /// factor. Returns the token.
 pub fn issue_reset(store: &Store, email: &str, now: Timestamp) -> Result<String, IdentityError> {
     let email = normalize_email(email)?;
-    let token = new_token(RESET_PREFIX);
+    let token = new_secret(RESET_PREFIX);
     store.write(|tx| {
         let person_id: u64 = tx
             .get(PEOPLE_BY_EMAIL, email.as_bytes())?
@@ -321,8 +302,8 @@ pub fn issue_reset(store: &Store, email: &str, now: Timestamp) -> Result<String,
             expires_at: after(now, RESET_LIFETIME_SECS),
             used_at: None,
         };
-        tx.put(RESET_LINKS, &hash_token(&token), &link)?;
-        end_sessions_in(tx, person_id)?;
+        tx.put(RESET_LINKS, &hash_secret(&token), &link)?;
+        super::sessions::end_others_in(tx, person_id, None)?;
         Ok(token)
     })
 }
@@ -366,7 +347,7 @@ pub fn use_reset(
         person.password_hash = password_hash;
         person.totp = None;
         tx.put(PEOPLE, &key::id(person.id), &person)?;
-        end_sessions_in(tx, person.id)?;
+        super::sessions::end_others_in(tx, person.id, None)?;
         link.used_at = Some(now);
         tx.put(RESET_LINKS, &k, &link)?;
         Ok(person)

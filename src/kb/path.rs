@@ -1,6 +1,11 @@
 //! Document paths: validated and NFC-normalised at the edge, before anything is looked up or
 //! stored.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 use unicode_normalization::UnicodeNormalization;
 
 use super::KbError;
@@ -123,9 +128,9 @@ pub fn text_type(path: &str) -> &'static str {
 /// Checks a path given to `kennisbank_write`: write rules 1, 2 and 4 of the specification.
 pub fn check_write_path(path: &str) -> Result<String, KbError> {
     let path = normalize(path)?;
-    let segments: Vec<&str> = path.split('/').collect();
-    let (folders, name) = segments.split_at(segments.len() - 1);
-    let name = name[0];
+    let mut folders: Vec<&str> = path.split('/').collect();
+    let name = folders.pop().unwrap_or_default();
+    let folders = folders.as_slice();
     if folders.first() != Some(&WRITE_ROOT) {
         if folders
             .first()

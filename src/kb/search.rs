@@ -2,6 +2,11 @@
 //! index (see [`super::index`]) only proposes candidates; the verifier decides, so what is
 //! found is exactly what the rules select.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 use memchr::memmem::Finder;
 use serde::Serialize;
 
@@ -68,7 +73,7 @@ pub fn parse_query(raw: &str) -> Result<Query, KbError> {
             let inner = &rest[first.len_utf8()..];
             match inner.find(is_quote) {
                 Some(end) => {
-                    let q = inner[end..].chars().next().expect("quote").len_utf8();
+                    let q = inner[end..].chars().next().map_or(1, char::len_utf8);
                     (inner[..end].trim(), &inner[end + q..])
                 }
                 None => (inner.trim(), ""),
@@ -115,9 +120,11 @@ pub fn first_match(folded: &str, finders: &[Finder<'_>]) -> Option<usize> {
         })
         .collect();
     (0..masks.len()).find(|&l| {
-        masks[l] != 0
-            && masks[l..(l + WINDOW_LINES).min(masks.len())]
+        masks.get(l).is_some_and(|m| *m != 0)
+            && masks
                 .iter()
+                .skip(l)
+                .take(WINDOW_LINES)
                 .fold(0, |m, x| m | x)
                 == all
     })

@@ -2,6 +2,11 @@
 //! order RFC 6749 §4.1.2.1 asks, used by the consent page (portal) on both its GET and POST.
 //! Nothing about a pending authorization is stored; the parameters are checked again on submit.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 use std::collections::HashMap;
 
 use super::redirect::matches_registered;
@@ -51,7 +56,7 @@ pub fn validate_authorize(
                 "the redirect URI is not one this client registered".into(),
             ));
         }
-        None if client.redirect_uris.len() == 1 => client.redirect_uris[0].clone(),
+        None if client.redirect_uris.len() == 1 => client.redirect_uris.concat(),
         None => {
             return Err(AuthorizeProblem::Page(
                 "the request names no redirect URI (redirect_uri)".into(),

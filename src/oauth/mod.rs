@@ -12,6 +12,11 @@
 //! Every code, token and client secret is random 256-bit base64url with a readable prefix and
 //! is stored only as its SHA-256.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 pub mod authorize;
 mod clients;
 mod grants;
@@ -109,15 +114,7 @@ impl OAuthError {
     }
 }
 
-/// A fresh secret: `prefix` + 256 random bits, base64url without padding.
-pub fn new_secret(prefix: &str) -> String {
-    crate::identity::new_token(prefix)
-}
-
-/// SHA-256 of a secret: the only form in which secrets are stored and looked up.
-pub fn hash_secret(secret: &str) -> [u8; 32] {
-    crate::identity::hash_token(secret)
-}
+pub use crate::identity::{hash_secret, new_secret};
 
 /// Splits a space-separated scope string into the known scopes, in [`SCOPES`] order, dropping
 /// unknown ones (clients ask for things like `offline_access`).

@@ -2,6 +2,11 @@
 //! and the parameter checks of `/authorize` (whose pages live in the portal). Handlers parse,
 //! call the domain functions of this module's parent, and map errors in `http::error`.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -137,9 +142,9 @@ async fn register(
                 "response_types": ["code"],
                 "scope": SCOPES.join(" "),
             });
-            if let Some(secret) = reg.client_secret {
-                body["client_secret"] = json!(secret);
-                body["client_secret_expires_at"] = json!(0);
+            if let (Some(secret), Some(fields)) = (reg.client_secret, body.as_object_mut()) {
+                fields.insert("client_secret".into(), json!(secret));
+                fields.insert("client_secret_expires_at".into(), json!(0));
             }
             (
                 StatusCode::CREATED,
@@ -152,12 +157,25 @@ async fn register(
     }
 }
 
-fn parse_form(body: &[u8]) -> HashMap<String, String> {
-    let mut out = HashMap::new();
+/// A parsed form body: its parameters, and the first one that was sent more than once.
+#[derive(Debug, Default)]
+pub struct Form {
+    pub params: HashMap<String, String>,
+    pub repeated: Option<String>,
+}
+
+/// Parses an `application/x-www-form-urlencoded` body. A repeated parameter is ambiguous;
+/// RFC 6749 §3.1 says such requests are invalid, so the first repeated name is kept aside.
+pub fn parse_form(body: &[u8]) -> Form {
+    let mut out = Form::default();
     for (k, v) in form_urlencoded::parse(body) {
-        // A repeated parameter is ambiguous; RFC 6749 §3.1 says such requests are invalid.
-        if out.insert(k.clone().into_owned(), v.into_owned()).is_some() {
-            out.insert(format!("\u{0}dup:{k}"), String::new());
+        if out
+            .params
+            .insert(k.clone().into_owned(), v.into_owned())
+            .is_some()
+            && out.repeated.is_none()
+        {
+            out.repeated = Some(k.into_owned());
         }
     }
     out
@@ -196,13 +214,14 @@ async fn token(
     }
 }
 
-fn token_request(app: &App, form: &HashMap<String, String>) -> Result<TokenPair, OAuthError> {
-    if let Some(k) = form.keys().find(|k| k.starts_with('\u{0}')) {
+fn token_request(app: &App, form: &Form) -> Result<TokenPair, OAuthError> {
+    if let Some(k) = &form.repeated {
         return Err(OAuthError::InvalidRequest(format!(
             "parameter `{}` was sent more than once",
-            &k[5..]
+            k.escape_debug()
         )));
     }
+    let form = &form.params;
     let get = |k: &str| form.get(k).map(String::as_str).filter(|v| !v.is_empty());
     let need =
         |k: &str| get(k).ok_or_else(|| OAuthError::InvalidRequest(format!("`{k}` is required")));
@@ -241,7 +260,7 @@ async fn revoke(
     if let Some(r) = rate_limited(&limits.revoke, ip) {
         return r;
     }
-    let form = parse_form(&body);
+    let form = parse_form(&body).params;
     let Some(token) = form.get("token").cloned().filter(|t| !t.is_empty()) else {
         return oauth_error(&OAuthError::InvalidRequest("`token` is required".into()));
     };

@@ -1,5 +1,10 @@
 //! The portal's start page and the account page (password, second factor, terms).
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -8,10 +13,11 @@ use axum::response::Response;
 use maud::html;
 
 use super::i18n::{Lang, t, ta};
-use super::{CsrfForm, PortalUser, csrf_field, layout, page, see_other, update_session};
+use super::{CsrfForm, PortalUser, csrf_field, layout, page, see_other};
 use crate::app::App;
-use crate::http::error::ToProblem;
-use crate::identity::{self, IdentityError, Role};
+use crate::http::client_ip::CallerIp;
+use crate::http::error::{ToProblem, login_refusal};
+use crate::identity::{self, IdentityError, Role, sessions};
 
 pub(super) async fn home(State(app): State<Arc<App>>, user: PortalUser) -> Response {
     let orgs = {
@@ -92,37 +98,40 @@ pub(super) async fn account_page(State(app): State<Arc<App>>, user: PortalUser) 
 
 pub(super) async fn change_password(
     State(app): State<Arc<App>>,
-    axum::Extension(limits): super::Limits,
+    CallerIp(ip): CallerIp,
     user: PortalUser,
     form: CsrfForm,
 ) -> Response {
-    if let Some(wait) = limits.login_failures.blocked(&user.person.email) {
-        return crate::http::error::too_many_requests(wait);
-    }
-    let current = form
-        .field("current_password")
-        .unwrap_or_default()
-        .to_owned();
-    let new = form.field("new_password").unwrap_or_default().to_owned();
-    let email = user.person.email.clone();
+    let current = form.field("current_password").unwrap_or_default();
+    let new = form.field("new_password").unwrap_or_default();
     let r = app
-        .blocking(move |app| {
-            identity::verify_login(&app.store, &email, &current)?;
-            identity::set_password(&app.store, &email, &new)
-        })
+        .login
+        .change_password(
+            &app.store,
+            &user.person,
+            user.session_hash,
+            current,
+            new,
+            ip,
+        )
         .await;
     let (status, msg) = match &r {
-        Ok(()) => (StatusCode::OK, (t("password-changed"), false)),
-        Err(IdentityError::BadCredentials) => {
-            if let Some(wait) = limits.login_failures.record_failure(&user.person.email) {
-                return crate::http::error::too_many_requests(wait);
-            }
+        Ok(0) => (StatusCode::OK, (t("password-changed"), false)),
+        Ok(n) => (
+            StatusCode::OK,
             (
-                StatusCode::UNAUTHORIZED,
-                (t("wrong-current-password"), true),
-            )
-        }
+                ta("password-changed-others", &[("count", n.to_string())]),
+                false,
+            ),
+        ),
+        Err(IdentityError::BadCredentials) => (
+            StatusCode::UNAUTHORIZED,
+            (t("wrong-current-password"), true),
+        ),
         Err(e) => {
+            if let Some(refused) = login_refusal(e) {
+                return refused;
+            }
             let p = e.problem();
             (p.status, (super::problem_text(&p), true))
         }
@@ -143,14 +152,9 @@ pub(super) async fn reset_totp(
     user: PortalUser,
     _form: CsrfForm,
 ) -> Response {
-    let email = user.person.email.clone();
-    let hash = user.session_hash;
+    let (id, hash) = (user.person.id, user.session_hash);
     let r = app
-        .blocking(move |app| {
-            identity::reset_totp(&app.store, &email)?;
-            update_session(app, &hash, |s| s.second_factor = false)?;
-            Ok::<_, IdentityError>(())
-        })
+        .blocking(move |app| sessions::reset_second_factor(&app.store, id, &hash))
         .await;
     match r {
         Ok(()) => see_other("/login/totp?next=%2Fportal%2Faccount"),

@@ -19,7 +19,7 @@ use super::{
 };
 use crate::app::App;
 use crate::http::error::ToProblem;
-use crate::identity::{self, IdentityError, hash_token};
+use crate::identity::{self, IdentityError, hash_secret};
 
 pub fn router() -> Router<Arc<App>> {
     Router::new()
@@ -28,7 +28,7 @@ pub fn router() -> Router<Arc<App>> {
 }
 
 fn link_csrf(app: &App, token: &str) -> String {
-    csrf_token_for(app, &hash_token(token))
+    csrf_token_for(app, &hash_secret(token))
 }
 
 /// A refused link or form: used and expired links get their own words (410).
@@ -107,15 +107,17 @@ async fn invite_page(State(app): State<Arc<App>>, Path(token): Path<String>) -> 
 
 /// Logs the person in (password checked by the link) and sends them to the second factor.
 fn start_session(app: &App, person_id: u64) -> Response {
-    match super::create_session(app, person_id) {
+    match identity::sessions::create(&app.store, person_id, app.clock.now()) {
         Ok(session) => {
             let mut resp = see_other("/login/totp?next=%2Fportal");
-            resp.headers_mut().append(
-                header::SET_COOKIE,
-                set_cookie(app, SESSION_COOKIE, &session, SESSION_LIFETIME_SECS)
-                    .parse()
-                    .expect("cookie"),
-            );
+            if let Ok(v) = header::HeaderValue::try_from(set_cookie(
+                app,
+                SESSION_COOKIE,
+                &session,
+                SESSION_LIFETIME_SECS,
+            )) {
+                resp.headers_mut().append(header::SET_COOKIE, v);
+            }
             resp
         }
         Err(e) => refused(&t("invite-title"), &IdentityError::Store(e)),

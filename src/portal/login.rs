@@ -1,4 +1,10 @@
-//! Login, second factor (with first-time enrolment), terms, logout.
+//! Login, second factor (with first-time enrolment), terms, logout. The checks and their
+//! limits are the domain's (`identity::LoginGuard`); these handlers parse and render.
+
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,12 +20,12 @@ use super::i18n::{t, ta};
 use super::{
     AnySession, CsrfForm, PRE_COOKIE, SESSION_COOKIE, UncheckedForm, csrf_field, csrf_rejected,
     csrf_token_for, layout, load_session, login_step, page, problem_page, safe_next, see_other,
-    set_cookie, update_session, with_next,
+    set_cookie, with_next,
 };
 use crate::app::App;
-use crate::http::error::{ToProblem, too_many_requests};
-use crate::identity::{self, IdentityError};
-use crate::store::SESSIONS;
+use crate::http::client_ip::CallerIp;
+use crate::http::error::{ToProblem, login_refusal};
+use crate::identity::{self, IdentityError, sessions};
 
 type Params = Query<HashMap<String, String>>;
 
@@ -62,19 +68,14 @@ pub(super) async fn login_page(
         ),
     );
     if existing.is_none() {
-        resp.headers_mut().append(
-            header::SET_COOKIE,
-            set_cookie(&app, PRE_COOKIE, &pre, 3600)
-                .parse()
-                .expect("cookie"),
-        );
+        append_cookie(&mut resp, set_cookie(&app, PRE_COOKIE, &pre, 3600));
     }
     resp
 }
 
 pub(super) async fn login_submit(
     State(app): State<Arc<App>>,
-    axum::Extension(limits): super::Limits,
+    CallerIp(ip): CallerIp,
     Query(q): Params,
     headers: HeaderMap,
     form: UncheckedForm,
@@ -89,45 +90,39 @@ pub(super) async fn login_submit(
         Ok(f) => f,
         Err(rejected) => return rejected.into_response(),
     };
-    let email = form.field("email").unwrap_or_default().to_owned();
-    let password = form.field("password").unwrap_or_default().to_owned();
-    let account = identity::normalize_email(&email).unwrap_or_else(|_| email.to_lowercase());
-    if let Some(wait) = limits.login_failures.blocked(&account) {
-        return too_many_requests(wait);
-    }
-    let result = app
-        .blocking(move |app| {
-            let person = identity::verify_login(&app.store, &email, &password)?;
-            Ok::<_, IdentityError>(super::create_session(app, person.id)?)
-        })
-        .await;
-    match result {
-        Ok(token) => {
+    let email = form.field("email").unwrap_or_default();
+    let password = form.field("password").unwrap_or_default();
+    match app
+        .login
+        .password_login(&app.store, email, password, ip)
+        .await
+    {
+        Ok((token, _)) => {
             let mut resp = see_other(&with_next("/login/totp", &next));
-            resp.headers_mut().append(
-                header::SET_COOKIE,
-                set_cookie(&app, SESSION_COOKIE, &token, super::SESSION_LIFETIME_SECS)
-                    .parse()
-                    .expect("cookie"),
+            append_cookie(
+                &mut resp,
+                set_cookie(&app, SESSION_COOKIE, &token, super::SESSION_LIFETIME_SECS),
             );
             resp
         }
-        Err(IdentityError::BadCredentials) => {
-            if let Some(wait) = limits.login_failures.record_failure(&account) {
-                return too_many_requests(wait);
-            }
-            let shown = form.field("email").unwrap_or_default();
-            page(
-                StatusCode::UNAUTHORIZED,
-                layout(
-                    &t("login-title"),
-                    None,
-                    None,
-                    login_form(&csrf, &next, shown, Some(&t("wrong-login"))),
-                ),
-            )
-        }
-        Err(e) => refused(&t("login-title"), &e),
+        Err(IdentityError::BadCredentials) => page(
+            StatusCode::UNAUTHORIZED,
+            layout(
+                &t("login-title"),
+                None,
+                None,
+                login_form(&csrf, &next, email, Some(&t("wrong-login"))),
+            ),
+        ),
+        Err(e) => login_refusal(&e).unwrap_or_else(|| refused(&t("login-title"), &e)),
+    }
+}
+
+/// Adds a `Set-Cookie` header (built from tokens and fixed attributes; a value that would not
+/// be a header is dropped rather than panicking).
+fn append_cookie(resp: &mut Response, cookie: String) {
+    if let Ok(v) = header::HeaderValue::try_from(cookie) {
+        resp.headers_mut().append(header::SET_COOKIE, v);
     }
 }
 
@@ -230,23 +225,14 @@ pub(super) async fn totp_page(
 
 pub(super) async fn totp_submit(
     State(app): State<Arc<App>>,
-    axum::Extension(limits): super::Limits,
+    CallerIp(ip): CallerIp,
     LoginStep { s, next }: LoginStep,
     form: CsrfForm,
 ) -> Response {
-    let account = s.person.email.clone();
-    if let Some(wait) = limits.login_failures.blocked(&account) {
-        return too_many_requests(wait);
-    }
-    let code = form.field("code").unwrap_or_default().trim().to_owned();
-    let person_id = s.person.id;
-    let hash = s.hash;
+    let code = form.field("code").unwrap_or_default().trim();
     let r = app
-        .blocking(move |app| {
-            identity::verify_totp(&app.store, person_id, &code, app.clock.now())?;
-            update_session(app, &hash, |s| s.second_factor = true)?;
-            identity::find_person(&app.store, &account)
-        })
+        .login
+        .second_factor(&app.store, s.hash, &s.person, code, ip)
         .await;
     match r {
         Ok(person) => {
@@ -255,21 +241,16 @@ pub(super) async fn totp_submit(
             s.session.second_factor = true;
             see_other(&login_step(&app, Some(&s), &next).unwrap_or(next))
         }
-        Err(IdentityError::BadSecondFactor) => {
-            if let Some(wait) = limits.login_failures.record_failure(&s.person.email) {
-                return too_many_requests(wait);
-            }
-            page(
-                StatusCode::UNAUTHORIZED,
-                layout(
-                    &t("totp-title"),
-                    None,
-                    None,
-                    totp_markup(&s, &next, Some(&t("wrong-code"))),
-                ),
-            )
-        }
-        Err(e) => refused(&t("totp-title"), &e),
+        Err(IdentityError::BadSecondFactor) => page(
+            StatusCode::UNAUTHORIZED,
+            layout(
+                &t("totp-title"),
+                None,
+                None,
+                totp_markup(&s, &next, Some(&t("wrong-code"))),
+            ),
+        ),
+        Err(e) => login_refusal(&e).unwrap_or_else(|| refused(&t("totp-title"), &e)),
     }
 }
 
@@ -332,15 +313,13 @@ pub(super) async fn logout(
         return rejected.into_response();
     }
     let hash = s.hash;
-    let _ = app
-        .blocking(move |app| app.store.write(|tx| tx.delete(SESSIONS, &hash)))
-        .await;
+    if let Err(e) = app
+        .blocking(move |app| sessions::end(&app.store, &hash))
+        .await
+    {
+        return refused("Log out", &e);
+    }
     let mut resp = see_other("/login");
-    resp.headers_mut().append(
-        header::SET_COOKIE,
-        set_cookie(&app, SESSION_COOKIE, "", 0)
-            .parse()
-            .expect("cookie"),
-    );
-    resp.into_response()
+    append_cookie(&mut resp, set_cookie(&app, SESSION_COOKIE, "", 0));
+    resp
 }

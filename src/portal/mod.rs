@@ -21,6 +21,11 @@
 //! Sessions: cookie [`SESSION_COOKIE`] holds a `kb_sess_` token; the store keeps its SHA-256
 //! only. Cookies are HttpOnly, SameSite=Lax, and Secure when the public URL is https.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 mod account;
 mod apps;
 mod connections;
@@ -44,9 +49,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use hmac::{Hmac, Mac};
-use jiff::{SignedDuration, Timestamp};
 use maud::{DOCTYPE, Markup, html};
-use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
 pub use form::{CsrfForm, CsrfRejected, UncheckedForm};
@@ -55,17 +58,14 @@ pub use i18n::{t, ta};
 use crate::app::App;
 use crate::clock::SharedClock;
 use crate::http::error::Problem;
-use crate::identity::{self, Membership, Org, Person, Role};
-use crate::oauth::{hash_secret, new_secret};
-use crate::ratelimit::{FailureLimiter, Limiter, WINDOW};
-use crate::store::{PEOPLE, SESSIONS, StoreError, key};
+use crate::identity::{self, Membership, Org, Person, Role, sessions};
+use crate::ratelimit::{Limiter, WINDOW};
+use crate::store::{StoreError, key};
 
 /// Name of the session cookie.
 pub const SESSION_COOKIE: &str = "kb_session";
 /// Name of the cookie that binds the CSRF token of the login form (no session yet).
 const PRE_COOKIE: &str = "kb_pre";
-/// Sessions end 12 hours after login, whatever happens in between.
-pub const SESSION_LIFETIME_SECS: i64 = 12 * 60 * 60;
 
 /// Navigation entries inside an organisation: (message key in `locales/`, path after
 /// `/portal/o/{slug}`). Other areas add their pages here (a label without a message shows as
@@ -85,32 +85,19 @@ pub const STYLESHEET: &str = "/portal/assets/style.css";
 /// The one script (drag and drop onto upload forms; every task works without it).
 pub const SCRIPT: &str = "/portal/assets/upload.js";
 
-/// A portal session as stored (under the SHA-256 of its token).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Session {
-    pub person_id: u64,
-    pub created_at: Timestamp,
-    pub expires_at: Timestamp,
-    /// Whether the second factor was passed in this session.
-    pub second_factor: bool,
-}
+pub use crate::identity::sessions::{SESSION_LIFETIME_SECS, Session};
 
 /// Limits the portal's own endpoints keep (in memory, per window; README "Security notes").
+/// Login failures are the domain's (`identity::LoginGuard`, held by `App`).
 pub struct PortalLimits {
     /// `/authorize` requests per client address.
     pub authorize: Limiter<std::net::IpAddr>,
-    /// Failed password and second-factor attempts per account (normalised email).
-    pub login_failures: FailureLimiter<String>,
 }
-
-/// Failed password or second-factor attempts allowed per account per 15 minutes.
-pub const LOGIN_FAILURES_PER_WINDOW: u32 = 10;
 
 impl PortalLimits {
     fn new(clock: SharedClock) -> PortalLimits {
         PortalLimits {
-            authorize: Limiter::new(100, WINDOW, clock.clone()),
-            login_failures: FailureLimiter::new(LOGIN_FAILURES_PER_WINDOW, WINDOW, clock),
+            authorize: Limiter::new(100, WINDOW, clock),
         }
     }
 }
@@ -276,6 +263,7 @@ pub fn csrf_field(token: &str) -> Markup {
 
 /// The CSRF token bound to `binding` (a session's hash, or the pre-login cookie): an HMAC
 /// with the server key, so nothing needs storing and it cannot be forged without the key.
+#[allow(clippy::expect_used, reason = "HMAC takes keys of any length")]
 pub fn csrf_token_for(app: &App, binding: &[u8]) -> String {
     use base64::Engine;
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&app.server_key).expect("any key length");
@@ -374,58 +362,12 @@ pub struct AnySession {
 
 fn load_session(app: &App, headers: &HeaderMap) -> Option<AnySession> {
     let token = cookie(headers, SESSION_COOKIE)?;
-    if !token.starts_with("kb_sess_") || token.len() > 100 {
-        return None;
-    }
-    let hash = hash_secret(token);
-    let now = app.clock.now();
-    let found = app.store.read(|tx| -> Result<_, StoreError> {
-        let Some(s) = tx.get::<Session>(SESSIONS, &hash)? else {
-            return Ok(None);
-        };
-        let p: Option<Person> = tx.get(PEOPLE, &key::id(s.person_id))?;
-        Ok(p.map(|p| (s, p)))
-    });
-    let (session, person) = found.ok()??;
-    if now >= session.expires_at {
-        return None;
-    }
+    let (hash, session, person) = sessions::load(&app.store, token, app.clock.now()).ok()??;
     Some(AnySession {
         hash,
         csrf: csrf_token_for(app, &hash),
         session,
         person,
-    })
-}
-
-/// Starts a session for a person whose password was checked; returns the cookie token.
-pub fn create_session(app: &App, person_id: u64) -> Result<String, StoreError> {
-    let token = new_secret("kb_sess_");
-    let now = app.clock.now();
-    let s = Session {
-        person_id,
-        created_at: now,
-        expires_at: now
-            .checked_add(SignedDuration::from_secs(SESSION_LIFETIME_SECS))
-            .expect("in range"),
-        second_factor: false,
-    };
-    app.store
-        .write(|tx| tx.put(SESSIONS, &hash_secret(&token), &s))?;
-    Ok(token)
-}
-
-fn update_session(
-    app: &App,
-    hash: &[u8; 32],
-    f: impl FnOnce(&mut Session),
-) -> Result<(), StoreError> {
-    app.store.write(|tx| {
-        if let Some(mut s) = tx.get::<Session>(SESSIONS, hash)? {
-            f(&mut s);
-            tx.put(SESSIONS, hash, &s)?;
-        }
-        Ok(())
     })
 }
 
@@ -504,10 +446,11 @@ impl FromRequestParts<Arc<App>> for PortalUser {
     async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Response> {
         let headers = parts.headers.clone();
         let s = app.blocking(move |app| load_session(app, &headers)).await;
-        if let Some(to) = login_step(app, s.as_ref(), &here(parts)) {
-            return Err(see_other(&to));
-        }
-        let s = s.expect("checked above");
+        let s = match (login_step(app, s.as_ref(), &here(parts)), s) {
+            (None, Some(s)) => s,
+            (Some(to), _) => return Err(see_other(&to)),
+            (None, None) => return Err(see_other("/login")),
+        };
         // For a `CsrfForm` among the handler's arguments: no second session lookup.
         parts.extensions.insert(form::SessionCsrf(s.csrf.clone()));
         Ok(PortalUser {

@@ -165,6 +165,9 @@ pub struct Request {
     /// How often a worker started executing it (recovery after a crash counts on this).
     #[serde(default)]
     pub attempts: u32,
+    /// When a worker last started executing it (a trigger's cooldown counts from here).
+    #[serde(default)]
+    pub started_at: Option<Timestamp>,
     /// The app a feature request is filed for.
     #[serde(default)]
     pub app_id: Option<u64>,
@@ -261,6 +264,7 @@ impl Request {
             created_at: Timestamp::UNIX_EPOCH,
             updated_at: Timestamp::UNIX_EPOCH,
             attempts: 0,
+            started_at: None,
             app_id: None,
             title: String::new(),
             description: String::new(),

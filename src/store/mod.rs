@@ -228,6 +228,16 @@ impl Store {
             }
             Err(e) => return Err(e.into()),
         };
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(
+                |source| StoreError::Io {
+                    path: path.to_owned(),
+                    source,
+                },
+            )?;
+        }
         let store = Store {
             db: Arc::new(db),
             path: path.to_owned(),
@@ -276,10 +286,45 @@ pub fn ensure_private_dir(dir: &Path) -> Result<(), StoreError> {
     };
     if !dir.exists() {
         std::fs::create_dir_all(dir).map_err(io)?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir).map_err(io)?.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                dir = %dir.display(),
+                mode = format!("{mode:o}"),
+                "the data directory was open to other users; it is now 0700 and its files 0600 (check who could read it)"
+            );
+        }
+        make_private(dir)?;
+    }
+    Ok(())
+}
+
+/// Makes a directory tree private to this user: directories 0700, files 0600, whatever they
+/// were before (symbolic links are left alone, and not followed).
+#[cfg(unix)]
+pub fn make_private(dir: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::PermissionsExt;
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| StoreError::Io { path, source }
+    };
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).map_err(io(&d))?;
+        for entry in std::fs::read_dir(&d).map_err(io(&d))? {
+            let path = entry.map_err(io(&d))?.path();
+            let meta = std::fs::symlink_metadata(&path).map_err(io(&path))?;
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.is_file() && meta.permissions().mode() & 0o077 != 0 {
+                let mode = meta.permissions().mode() & 0o700 | 0o600;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+                    .map_err(io(&path))?;
+            }
         }
     }
     Ok(())

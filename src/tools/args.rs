@@ -1,6 +1,11 @@
 //! Reading tool arguments. A wrong argument is a tool error (`invalid_input`) rather than a
 //! protocol error, so the assistant sees the message and can correct itself.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 use serde_json::{Map, Value};
 
 use super::ToolError;
@@ -54,5 +59,12 @@ pub fn opt_bool(args: &Args, name: &str) -> Result<Option<bool>, ToolError> {
         Some(_) => Err(ToolError::InvalidInput(format!(
             "`{name}` must be true or false"
         ))),
+    }
+}
+
+/// Sets a field of a JSON object built by the tools (no-op on anything else, never a panic).
+pub fn set(object: &mut Value, name: &str, value: Value) {
+    if let Some(fields) = object.as_object_mut() {
+        fields.insert(name.to_owned(), value);
     }
 }

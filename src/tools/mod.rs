@@ -3,6 +3,11 @@
 //! person's grant; the `llm` agent executor calls the knowledge-base tools in-process as the
 //! organisation's agent, under the same rules, limits and audit.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 pub mod args;
 pub mod kb;
 pub mod requests;
@@ -136,10 +141,14 @@ impl ToolError {
             ToolError::RateLimited {
                 retry_after_seconds,
                 ..
-            } => error["retry_after_seconds"] = json!(retry_after_seconds),
+            } => args::set(
+                &mut error,
+                "retry_after_seconds",
+                json!(retry_after_seconds),
+            ),
             ToolError::Kb(KbError::VersionConflict {
                 current_version, ..
-            }) => error["current_version"] = json!(current_version),
+            }) => args::set(&mut error, "current_version", json!(current_version)),
             _ => {}
         }
         json!({ "error": error })
@@ -251,17 +260,22 @@ pub fn call(
 ) -> Result<ToolOk, ToolError> {
     let started = Instant::now();
     let now = app.clock.now();
-    let result = match app.tool_limits.check(caller.org_id, tool.name, now) {
+    // The place in the hour is reserved atomically before the tool runs (parallel calls cannot
+    // overrun the limit) and given back when the call is refused or fails.
+    let result = match app.tool_limits.reserve(caller.org_id, tool.name, now) {
         Err(retry_after_seconds) => Err(ToolError::RateLimited {
             tool: tool.name,
             limit: limits::hourly_limit(tool.name).unwrap_or(0),
             retry_after_seconds,
         }),
-        Ok(()) => (tool.run)(app, caller, args),
+        Ok(reservation) => {
+            let result = (tool.run)(app, caller, args);
+            if let (Err(_), Some(r)) = (&result, reservation) {
+                app.tool_limits.release(r);
+            }
+            result
+        }
     };
-    if result.is_ok() {
-        app.tool_limits.record(caller.org_id, tool.name, now);
-    }
     let (outcome, error, target) = match &result {
         Ok(ok) => (Outcome::Ok, None, ok.target.clone()),
         Err(e) => {

@@ -3,6 +3,11 @@
 //! the grant's organisation; every lookup goes through `requests::feature` / `requests::apps`,
 //! which are bound to that organisation. Attachments and settings are never shown here.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 use serde_json::{Value, json};
 
 use super::args::{Args, opt_bool, opt_int, opt_str, req_str};
@@ -160,7 +165,7 @@ pub fn read(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolError
     let r = app.store.read(|tx| feature::get(tx, caller.org_id, id))?;
     let total = r.conversation.len();
     let skipped = total.saturating_sub(MESSAGES_SHOWN);
-    let shown = &r.conversation[skipped..];
+    let shown = r.conversation.get(skipped..).unwrap_or_default();
     let open: Vec<Value> = r
         .open_questions()
         .map(|q| {
@@ -174,10 +179,14 @@ pub fn read(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolError
         .collect();
     let description = shorten(&r.description, DESCRIPTION_SHOWN);
     let mut structured = summary(&r);
-    structured["description"] = json!(description);
-    structured["conversation"] = Value::Array(shown.iter().map(message_json).collect());
-    structured["conversation_total"] = json!(total);
-    structured["open_questions"] = Value::Array(open);
+    super::args::set(&mut structured, "description", json!(description));
+    super::args::set(
+        &mut structured,
+        "conversation",
+        Value::Array(shown.iter().map(message_json).collect()),
+    );
+    super::args::set(&mut structured, "conversation_total", json!(total));
+    super::args::set(&mut structured, "open_questions", Value::Array(open));
 
     let mut text = format!(
         "Feature request #{} for app {}: {}\nStatus: {}. Filed {}, updated {}.\n\nDescription:\n{}\n",

@@ -85,6 +85,13 @@ where
     // Without a secret, a signature may authenticate the delivery instead.
     let signed = if secret.is_none() { signature } else { None };
     let has_sig = signed.is_some();
+    // A signed delivery is known by what its signature covers (`Signature::delivery_id`), never
+    // by an unsigned header: a captured delivery replayed under another event key or delivery
+    // id is a duplicate, not another run.
+    let delivery_id = match &signed {
+        Some(sig) => Some(sig.delivery_id()),
+        None => delivery_id,
+    };
     let (trigger, checks, pre) = app
         .blocking(move |app| {
             app.store.read(|tx| {

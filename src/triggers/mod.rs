@@ -7,6 +7,11 @@
 //! create at most one run per slot. A read-only [`precheck`] answers skipped deliveries without
 //! touching the writer, which keeps skips cheap; the write transaction checks again.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 mod deliver;
 mod signature;
 
@@ -61,7 +66,8 @@ pub struct Trigger {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Slot {
     pub run_id: Option<u64>,
-    /// When the last run started: the cooldown counts from here.
+    /// When the last run was created; the cooldown counts from the run's own `started_at`
+    /// once a worker started it, from here only for a run that never started.
     pub started_at: Option<Timestamp>,
 }
 
@@ -204,6 +210,7 @@ pub fn validate_key(key: Option<&str>) -> Result<Option<String>, TriggerError> {
 
 /// The trigger's instructions with the payload appended as JSON, the JSON cut after 8 KB at
 /// the last character boundary that fits.
+#[allow(clippy::expect_used, reason = "a JSON value always serialises")]
 pub fn instructions_with_payload(instructions: &str, payload: &Value) -> String {
     let json = serde_json::to_string(payload).expect("JSON values serialise");
     let mut out = String::with_capacity(instructions.len() + json.len().min(PAYLOAD_LIMIT) + 80);
@@ -278,7 +285,10 @@ fn slot_skip(
     if run.is_some_and(|r| !r.status.is_final()) {
         return Some(Skip::InFlight);
     }
-    if let Some(start) = slot.started_at {
+    // The cooldown starts when the run starts (spec), not when it was queued: a run that
+    // waited for a busy worker pool cools down from the moment a worker took it.
+    let started = run.and_then(|r| r.started_at).or(slot.started_at);
+    if let Some(start) = started {
         let cooldown = SignedDuration::from_secs(trigger.cooldown_secs as i64);
         if now < start.saturating_add(cooldown).unwrap_or(start) {
             return Some(Skip::Cooldown);

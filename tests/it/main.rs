@@ -2,12 +2,14 @@
 
 mod fixture;
 
+mod attacks;
 mod backup;
 mod cli;
 mod conformance;
 mod connector;
 mod crash;
 mod domain;
+mod fuzz;
 mod kb;
 mod layering;
 mod llm;
@@ -20,4 +22,5 @@ mod portal_requests;
 mod requests;
 mod search_reference;
 mod server;
+mod soak;
 mod triggers;

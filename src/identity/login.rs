@@ -1,0 +1,212 @@
+//! The rules that keep password and second-factor checks safe under parallel attack, in one
+//! service the portal holds through `App`:
+//!
+//! - **Reserve, then judge.** A failure is counted *before* the password is hashed (the
+//!   reservation) and given back when the check succeeds, so a burst of parallel guesses cannot
+//!   all pass a "not blocked yet" check: at most [`FAILURES_PER_WINDOW`] are ever judged.
+//! - **Per account and address.** Failures count per (account, client address): a stranger
+//!   who fails against someone's account blocks only their own address, never the owner.
+//!   Each address may also post the login and the second-factor form only
+//!   [`ATTEMPTS_PER_WINDOW`] times per window, whatever the account.
+//! - **Second factor per account too.** Only someone who knows the password reaches it, so a
+//!   per-account cap ([`CODE_FAILURES_PER_ACCOUNT`]) cannot be used by a stranger.
+//! - **A bounded pool for argon2.** Each hash takes ~19 MiB; at most [`hashers`] run at once,
+//!   others wait up to [`HASH_WAIT`] and are then refused as busy (503), so parallel logins
+//!   cannot grow memory without bound. Unknown emails hash too (same time), inside the pool.
+
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+use super::{IdentityError, Person, sessions};
+use crate::clock::SharedClock;
+use crate::ratelimit::{Limiter, WINDOW};
+use crate::store::Store;
+
+/// Login and second-factor form posts per client address per window (each form counted on
+/// its own).
+pub const ATTEMPTS_PER_WINDOW: u32 = 50;
+/// Failed passwords (and, separately, failed codes) per account and address per window.
+pub const FAILURES_PER_WINDOW: u32 = 10;
+/// Failed second-factor codes per account per window, from all addresses together.
+pub const CODE_FAILURES_PER_ACCOUNT: u32 = 30;
+/// How long a login waits for a free hasher before it is refused as busy.
+pub const HASH_WAIT: Duration = Duration::from_secs(5);
+
+/// Password hashes computed at once: the machine's cores, 2 to 4.
+pub fn hashers() -> usize {
+    std::thread::available_parallelism()
+        .map(usize::from)
+        .unwrap_or(2)
+        .clamp(2, 4)
+}
+
+/// The account a login names, as the failure counts key it (normalised, capped).
+pub fn account_key(email: &str) -> String {
+    super::normalize_email(email).unwrap_or_else(|_| {
+        let lower = email.trim().to_lowercase();
+        lower.chars().take(320).collect()
+    })
+}
+
+pub struct LoginGuard {
+    clock: SharedClock,
+    password_posts: Limiter<IpAddr>,
+    code_posts: Limiter<IpAddr>,
+    password_failures: Limiter<(String, IpAddr)>,
+    code_failures: Limiter<(String, IpAddr)>,
+    code_failures_account: Limiter<String>,
+    hashing: Arc<Semaphore>,
+    hash_wait: Duration,
+}
+
+fn too_many(wait: Duration) -> IdentityError {
+    IdentityError::TooManyAttempts { retry_after: wait }
+}
+
+impl LoginGuard {
+    pub fn new(clock: SharedClock, hashers: usize) -> LoginGuard {
+        LoginGuard {
+            password_posts: Limiter::new(ATTEMPTS_PER_WINDOW, WINDOW, clock.clone()),
+            code_posts: Limiter::new(ATTEMPTS_PER_WINDOW, WINDOW, clock.clone()),
+            password_failures: Limiter::new(FAILURES_PER_WINDOW, WINDOW, clock.clone()),
+            code_failures: Limiter::new(FAILURES_PER_WINDOW, WINDOW, clock.clone()),
+            code_failures_account: Limiter::new(CODE_FAILURES_PER_ACCOUNT, WINDOW, clock.clone()),
+            hashing: Arc::new(Semaphore::new(hashers.max(1))),
+            hash_wait: HASH_WAIT,
+            clock,
+        }
+    }
+
+    /// Runs password hashing work (`f`) in the bounded pool, off the async workers.
+    pub async fn hash<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, IdentityError> {
+        let permit = tokio::time::timeout(self.hash_wait, self.hashing.clone().acquire_owned())
+            .await
+            .map_err(|_| IdentityError::Busy {
+                retry_after: Duration::from_secs(2),
+            })?
+            .map_err(|_| IdentityError::Interrupted)?;
+        let out = tokio::task::spawn_blocking(move || {
+            let out = f();
+            drop(permit);
+            out
+        })
+        .await
+        .map_err(|_| IdentityError::Interrupted)?;
+        Ok(out)
+    }
+
+    /// Checks a password login from `ip` and starts a session: the session token and person.
+    pub async fn password_login(
+        &self,
+        store: &Store,
+        email: &str,
+        password: &str,
+        ip: IpAddr,
+    ) -> Result<(String, Person), IdentityError> {
+        self.password_posts.check(&ip).map_err(too_many)?;
+        let reserved = (account_key(email), ip);
+        self.password_failures.check(&reserved).map_err(too_many)?;
+        let (s, e, p) = (store.clone(), email.to_owned(), password.to_owned());
+        let judged = self
+            .hash(move || super::verify_login(&s, &e, &p))
+            .await
+            .and_then(|r| r);
+        match judged {
+            Err(IdentityError::BadCredentials) => Err(IdentityError::BadCredentials),
+            Err(e) => {
+                self.password_failures.refund(&reserved);
+                Err(e)
+            }
+            Ok(person) => {
+                self.password_failures.refund(&reserved);
+                let token = sessions::create(store, person.id, self.clock.now())?;
+                Ok((token, person))
+            }
+        }
+    }
+
+    /// Checks a second-factor code for a session from `ip`; on success the session has
+    /// passed the second factor. Returns the person as now stored.
+    pub async fn second_factor(
+        &self,
+        store: &Store,
+        session: [u8; 32],
+        person: &Person,
+        code: &str,
+        ip: IpAddr,
+    ) -> Result<Person, IdentityError> {
+        self.code_posts.check(&ip).map_err(too_many)?;
+        let account = account_key(&person.email);
+        let reserved = (account.clone(), ip);
+        self.code_failures.check(&reserved).map_err(too_many)?;
+        if let Err(wait) = self.code_failures_account.check(&account) {
+            self.code_failures.refund(&reserved);
+            return Err(too_many(wait));
+        }
+        let (s, id, code, now) = (store.clone(), person.id, code.to_owned(), self.clock.now());
+        let judged = tokio::task::spawn_blocking(move || {
+            super::verify_totp(&s, id, &code, now)?;
+            sessions::update(&s, &session, |s| s.second_factor = true)?;
+            s.read(|tx| tx.get::<Person>(crate::store::PEOPLE, &crate::store::key::id(id)))?
+                .ok_or_else(|| IdentityError::UnknownPerson(format!("#{id}")))
+        })
+        .await
+        .map_err(|_| IdentityError::Interrupted)
+        .and_then(|r| r);
+        if !matches!(judged, Err(IdentityError::BadSecondFactor)) {
+            self.code_failures.refund(&reserved);
+            self.code_failures_account.refund(&account);
+        }
+        judged
+    }
+
+    /// Changes a person's password from one of their sessions: the current password is
+    /// checked (counted like a login failure when wrong), the new one must be strong, and every
+    /// other session of the person ends. Returns how many sessions ended.
+    pub async fn change_password(
+        &self,
+        store: &Store,
+        person: &Person,
+        session: [u8; 32],
+        current: &str,
+        new: &str,
+        ip: IpAddr,
+    ) -> Result<usize, IdentityError> {
+        let reserved = (account_key(&person.email), ip);
+        self.password_failures.check(&reserved).map_err(too_many)?;
+        let (s, email, id) = (store.clone(), person.email.clone(), person.id);
+        let (current, new) = (current.to_owned(), new.to_owned());
+        let judged = self
+            .hash(move || {
+                super::verify_login(&s, &email, &current)?;
+                super::check_strength(&new, &email)?;
+                let hash = super::hash_password(&new);
+                s.write(|tx| {
+                    let key = crate::store::key::id(id);
+                    let mut p: Person = tx
+                        .get(crate::store::PEOPLE, &key)?
+                        .ok_or_else(|| IdentityError::UnknownPerson(format!("#{id}")))?;
+                    p.password_hash = hash;
+                    tx.put(crate::store::PEOPLE, &key, &p)?;
+                    Ok(sessions::end_others_in(tx, id, Some(&session))?)
+                })
+            })
+            .await
+            .and_then(|r| r);
+        if !matches!(judged, Err(IdentityError::BadCredentials)) {
+            self.password_failures.refund(&reserved);
+        }
+        judged
+    }
+}
