@@ -746,19 +746,10 @@ impl TestServer {
         instructions: &str,
         cooldown: Option<u64>,
     ) -> kennis::triggers::Created {
-        use kennis::agents::{self, AgentKind, NewAgent, Rollout};
+        use kennis::agents::{self, Rollout};
         let app = self.app();
         let now = app.clock.now();
-        let agent = NewAgent {
-            name: "Echo".into(),
-            kind: AgentKind::Generic,
-            exec: "echo".into(),
-            program: None,
-            args: vec![],
-            url: None,
-            timeout_secs: None,
-        };
-        let a = agents::add_agent(&app.store, org, &agent, now).unwrap();
+        let a = agents::add_agent(&app.store, org, &echo_agent(), now).unwrap();
         let p = agents::add_project(&app.store, org, "Website", Rollout::Ready, now).unwrap();
         let new = kennis::triggers::NewTrigger {
             name: "Nieuwe offerte".into(),
@@ -786,5 +777,18 @@ impl TestServer {
             },
         )
         .unwrap();
+    }
+}
+
+/// The built-in echo agent (generic: it takes trigger runs and does nothing).
+pub fn echo_agent() -> kennis::agents::NewAgent {
+    kennis::agents::NewAgent {
+        name: "Echo".into(),
+        kind: kennis::agents::AgentKind::Generic,
+        exec: "echo".into(),
+        program: None,
+        args: vec![],
+        url: None,
+        timeout_secs: None,
     }
 }

@@ -28,15 +28,7 @@ fn org(t: &TestServer, name: &str) -> String {
 }
 
 fn echo() -> NewAgent {
-    NewAgent {
-        name: "Echo".into(),
-        kind: AgentKind::Generic,
-        exec: "echo".into(),
-        program: None,
-        args: vec![],
-        url: None,
-        timeout_secs: None,
-    }
+    crate::fixture::echo_agent()
 }
 
 fn command(program: &Path, timeout: u64) -> NewAgent {
