@@ -149,6 +149,16 @@ pub struct ServeArgs {
     pub tls_cert: Option<PathBuf>,
     #[arg(long, value_name = "F", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Get a certificate for this domain from an ACME CA (repeatable; TLS-ALPN-01 on the
+    /// listen address, which must be reachable on port 443).
+    #[arg(long = "acme-domain", value_name = "DOMAIN")]
+    pub acme_domains: Vec<String>,
+    /// Contact address given to the ACME CA.
+    #[arg(long, value_name = "EMAIL")]
+    pub acme_email: Option<String>,
+    /// ACME directory URL (default: Let's Encrypt production).
+    #[arg(long, value_name = "URL")]
+    pub acme_directory: Option<String>,
     /// Create a demo organisation and person on first start.
     #[arg(long)]
     pub demo: bool,

@@ -88,6 +88,58 @@ pub struct Config {
     pub agent_workers: usize,
     pub trusted_proxies: Vec<IpNet>,
     pub log_format: LogFormat,
+    /// Certificates from an ACME CA (TLS-ALPN-01 on `listen`); `None` without `[acme]`.
+    pub acme: Option<Acme>,
+    /// Tests only: Client ID Metadata Documents may also be `http://127.0.0.1:<port>/…`.
+    pub cimd_allow_http_loopback: bool,
+}
+
+/// Let's Encrypt's production directory, the default ACME directory.
+pub const LETS_ENCRYPT: &str = "https://acme-v02.api.letsencrypt.org/directory";
+
+/// Validated ACME settings.
+#[derive(Debug, Clone)]
+pub struct Acme {
+    pub domains: Vec<String>,
+    pub email: String,
+    pub directory: String,
+    /// Extra PEM roots trusted for the directory's own TLS (private or test CAs).
+    pub ca_root: Option<PathBuf>,
+}
+
+/// The `[acme]` table, and the same from env and flags.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcmeSettings {
+    pub domains: Option<Vec<String>>,
+    pub email: Option<String>,
+    pub directory: Option<String>,
+    pub ca_root: Option<PathBuf>,
+}
+
+impl AcmeSettings {
+    fn overlay(self, over: AcmeSettings) -> AcmeSettings {
+        AcmeSettings {
+            domains: over.domains.or(self.domains),
+            email: over.email.or(self.email),
+            directory: over.directory.or(self.directory),
+            ca_root: over.ca_root.or(self.ca_root),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.domains.is_none()
+            && self.email.is_none()
+            && self.directory.is_none()
+            && self.ca_root.is_none()
+    }
+}
+
+/// The `[oauth]` table.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthSettings {
+    pub cimd_allow_http_loopback: Option<bool>,
 }
 
 /// PEM files for TLS.
@@ -111,6 +163,8 @@ pub struct Settings {
     pub trusted_proxies: Option<Vec<String>>,
     pub log_format: Option<String>,
     pub redirect: Option<RedirectAllowList>,
+    pub acme: Option<AcmeSettings>,
+    pub oauth: Option<OAuthSettings>,
 }
 
 impl Settings {
@@ -141,6 +195,24 @@ impl Settings {
                 .map(|v| v.split(',').map(|s| s.trim().to_owned()).collect()),
             log_format: get("KENNIS_LOG_FORMAT"),
             redirect: None,
+            acme: Some(AcmeSettings {
+                domains: get("KENNIS_ACME_DOMAINS").map(|v| {
+                    v.split(',')
+                        .map(|s| s.trim().to_owned())
+                        .filter(|s| !s.is_empty())
+                        .collect()
+                }),
+                email: get("KENNIS_ACME_EMAIL"),
+                directory: get("KENNIS_ACME_DIRECTORY"),
+                ca_root: get("KENNIS_ACME_CA_ROOT").map(PathBuf::from),
+            })
+            .filter(|a| !a.is_empty()),
+            oauth: get("KENNIS_CIMD_ALLOW_HTTP_LOOPBACK").map(|v| OAuthSettings {
+                cimd_allow_http_loopback: Some(matches!(
+                    v.trim().to_ascii_lowercase().as_str(),
+                    "1" | "true" | "yes" | "on"
+                )),
+            }),
         }
     }
 
@@ -157,6 +229,14 @@ impl Settings {
             trusted_proxies: over.trusted_proxies.or(self.trusted_proxies),
             log_format: over.log_format.or(self.log_format),
             redirect: over.redirect.or(self.redirect),
+            acme: match (self.acme, over.acme) {
+                (Some(a), Some(b)) => Some(a.overlay(b)),
+                (a, b) => b.or(a),
+            },
+            oauth: over
+                .oauth
+                .filter(|o| o.cimd_allow_http_loopback.is_some())
+                .or(self.oauth),
         }
     }
 
@@ -171,8 +251,16 @@ impl Settings {
                 )
             })?,
         };
+        let acme = self.acme.map(validate_acme).transpose()?;
+        if acme.is_some() && (self.tls_cert.is_some() || self.tls_key.is_some()) {
+            return Err(invalid(
+                "acme",
+                "ACME and tls_cert/tls_key exclude each other; use one of them",
+            ));
+        }
         let public_url = self
             .public_url
+            .or_else(|| acme.as_ref().map(|a| format!("https://{}", a.domains[0])))
             .map(|u| normalize_public_url(&u))
             .transpose()?;
         let data_dir = self.data_dir.unwrap_or_else(|| PathBuf::from("data"));
@@ -234,8 +322,83 @@ impl Settings {
             agent_workers,
             trusted_proxies,
             log_format,
+            acme,
+            cimd_allow_http_loopback: self
+                .oauth
+                .and_then(|o| o.cimd_allow_http_loopback)
+                .unwrap_or(false),
         })
     }
+}
+
+fn validate_acme(a: AcmeSettings) -> Result<Acme, ConfigError> {
+    let domains: Vec<String> = a
+        .domains
+        .unwrap_or_default()
+        .into_iter()
+        .map(|d| d.trim().trim_end_matches('.').to_ascii_lowercase())
+        .collect();
+    if domains.is_empty() {
+        return Err(invalid(
+            "acme.domains",
+            "name at least one domain (--acme-domain) that points to this server",
+        ));
+    }
+    for d in &domains {
+        let labels_ok = d.split('.').count() >= 2
+            && d.len() <= 253
+            && d.split('.').all(|l| {
+                !l.is_empty()
+                    && l.len() <= 63
+                    && !l.starts_with('-')
+                    && !l.ends_with('-')
+                    && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            });
+        if !labels_ok || d.parse::<std::net::IpAddr>().is_ok() {
+            return Err(invalid(
+                "acme.domains",
+                format!(
+                    "`{d}` is not a DNS name (TLS-ALPN-01 cannot validate wildcards or IP addresses)"
+                ),
+            ));
+        }
+    }
+    let email = a.email.map(|e| e.trim().to_owned()).unwrap_or_default();
+    let at = email.find('@');
+    if email.is_empty()
+        || at.is_none_or(|i| i == 0 || i + 1 == email.len())
+        || email.contains([' ', ',', '<', '>'])
+    {
+        return Err(invalid(
+            "acme.email",
+            "give an address the CA may write to about this certificate (--acme-email)",
+        ));
+    }
+    let directory = a
+        .directory
+        .map(|d| d.trim().to_owned())
+        .unwrap_or_else(|| LETS_ENCRYPT.to_owned());
+    if url::Url::parse(&directory)
+        .ok()
+        .is_none_or(|u| u.scheme() != "https" || u.host_str().is_none())
+    {
+        return Err(invalid(
+            "acme.directory",
+            format!("`{directory}` is not an https:// URL of an ACME directory"),
+        ));
+    }
+    let mut unique = Vec::new();
+    for d in domains {
+        if !unique.contains(&d) {
+            unique.push(d);
+        }
+    }
+    Ok(Acme {
+        domains: unique,
+        email,
+        directory,
+        ca_root: a.ca_root,
+    })
 }
 
 impl Config {
@@ -367,6 +530,62 @@ mod tests {
     #[test]
     fn unknown_keys_in_the_file_are_refused() {
         assert!(toml::from_str::<Settings>("lisen = \"x\"").is_err());
+        assert!(toml::from_str::<Settings>("[acme]\ndomain = [\"x\"]").is_err());
+        assert!(toml::from_str::<Settings>("[oauth]\ncimd = true").is_err());
+    }
+
+    #[test]
+    fn acme_from_file_env_and_flags() {
+        let file: Settings = toml::from_str(
+            "[acme]\ndomains = [\"kennis.example.org\"]\nemail = \"ops@example.org\"\n[oauth]\ncimd_allow_http_loopback = true",
+        )
+        .unwrap();
+        let cfg = file.clone().validate().unwrap();
+        let acme = cfg.acme.unwrap();
+        assert_eq!(acme.directory, LETS_ENCRYPT);
+        assert_eq!(
+            cfg.public_url.as_deref(),
+            Some("https://kennis.example.org")
+        );
+        assert!(cfg.cimd_allow_http_loopback);
+        let env = Settings::from_env(|k| match k {
+            "KENNIS_ACME_DOMAINS" => Some("a.example.org, b.example.org".into()),
+            "KENNIS_ACME_DIRECTORY" => Some("https://localhost:14000/dir".into()),
+            "KENNIS_CIMD_ALLOW_HTTP_LOOPBACK" => Some("false".into()),
+            _ => None,
+        });
+        let cfg = file.overlay(env).validate().unwrap();
+        let acme = cfg.acme.unwrap();
+        assert_eq!(acme.domains, ["a.example.org", "b.example.org"]);
+        assert_eq!(acme.email, "ops@example.org");
+        assert_eq!(acme.directory, "https://localhost:14000/dir");
+        assert_eq!(cfg.public_url.as_deref(), Some("https://a.example.org"));
+        assert!(!cfg.cimd_allow_http_loopback);
+        let cases = [
+            ("[acme]\nemail = \"a@b.org\"", "acme.domains"),
+            (
+                "[acme]\ndomains = [\"*.example.org\"]\nemail = \"a@b.org\"",
+                "acme.domains",
+            ),
+            (
+                "[acme]\ndomains = [\"10.0.0.1\"]\nemail = \"a@b.org\"",
+                "acme.domains",
+            ),
+            ("[acme]\ndomains = [\"k.example.org\"]", "acme.email"),
+            (
+                "[acme]\ndomains = [\"k.example.org\"]\nemail = \"a@b.org\"\ndirectory = \"http://x/d\"",
+                "acme.directory",
+            ),
+            (
+                "tls_cert = \"c\"\ntls_key = \"k\"\n[acme]\ndomains = [\"k.example.org\"]\nemail = \"a@b.org\"",
+                "acme",
+            ),
+        ];
+        for (toml_text, field) in cases {
+            let s: Settings = toml::from_str(toml_text).unwrap();
+            let err = s.validate().unwrap_err().to_string();
+            assert!(err.contains(&format!("`{field}`")), "{toml_text}: {err}");
+        }
     }
 
     #[test]

@@ -32,6 +32,13 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 public_url: args.public_url,
                 tls_cert: args.tls_cert,
                 tls_key: args.tls_key,
+                acme: Some(kennis::config::AcmeSettings {
+                    domains: (!args.acme_domains.is_empty()).then_some(args.acme_domains),
+                    email: args.acme_email,
+                    directory: args.acme_directory,
+                    ca_root: None,
+                })
+                .filter(|a| a.domains.is_some() || a.email.is_some() || a.directory.is_some()),
                 ..Settings::default()
             },
         )?;

@@ -1,5 +1,6 @@
 //! Prometheus metrics: requests by route and status, latencies by route, webhook deliveries by
-//! outcome, runs by status, the run queue and run durations.
+//! outcome, runs by status, the run queue and run durations, the TLS certificate's expiry and
+//! ACME failures.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -46,6 +47,10 @@ pub struct Metrics {
     pub run_queue: Gauge,
     /// Execution time of runs that reached a final status.
     pub run_duration: Histogram,
+    /// `notAfter` of the TLS certificate in use, Unix seconds (0 without TLS).
+    pub tls_cert_expiry: Gauge,
+    /// ACME orders and cache operations that failed.
+    pub acme_failures: Counter,
 }
 
 fn latency_histogram() -> Histogram {
@@ -95,8 +100,22 @@ impl Metrics {
             "Execution time of finished runs",
             run_duration.clone(),
         );
+        let tls_cert_expiry = Gauge::default();
+        registry.register(
+            "tls_certificate_expiry_timestamp_seconds",
+            "When the TLS certificate in use expires (Unix seconds; 0 without TLS)",
+            tls_cert_expiry.clone(),
+        );
+        let acme_failures = Counter::default();
+        registry.register(
+            "acme_failures",
+            "ACME orders and certificate cache operations that failed",
+            acme_failures.clone(),
+        );
         Metrics {
             registry,
+            tls_cert_expiry,
+            acme_failures,
             requests,
             latency,
             deliveries,

@@ -16,7 +16,7 @@ use crate::admin::{self, AdminContext};
 use crate::app::App;
 use crate::clock::SharedClock;
 use crate::config::Config;
-use crate::http::{PeerAddr, files, observe, tls};
+use crate::http::{PeerAddr, acme, files, observe, tls};
 use crate::store::StoreError;
 
 /// Why the server could not start.
@@ -99,17 +99,29 @@ async fn healthz(State(app): State<Arc<App>>) -> impl IntoResponse {
         .await
         .map(|r| r.is_ok())
         .unwrap_or(false);
-    if ok {
-        (
-            StatusCode::OK,
-            axum::Json(serde_json::json!({"status": "ok"})),
-        )
+    let mut body = if ok {
+        serde_json::json!({"status": "ok"})
     } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(serde_json::json!({"status": "store unavailable"})),
-        )
+        serde_json::json!({"status": "store unavailable"})
+    };
+    // With TLS: when the certificate in use expires (null while ACME has none yet).
+    if app.config.tls.is_some() || app.config.acme.is_some() {
+        let expiry = app.metrics.tls_cert_expiry.get();
+        let at = (expiry > 0)
+            .then(|| jiff::Timestamp::from_second(expiry).ok())
+            .flatten();
+        body["certificate"] = serde_json::json!({
+            "source": if app.config.acme.is_some() { "acme" } else { "files" },
+            "expiresAt": at.map(|t| t.to_string()),
+            "daysLeft": at.map(|t| t.duration_since(app.clock.now()).as_secs() / 86_400),
+        });
     }
+    let status = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, axum::Json(body))
 }
 
 async fn metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
@@ -161,9 +173,21 @@ impl RunningServer {
 
 /// Opens the data directory, binds the listener and starts serving.
 pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, ServerError> {
-    let tls = match &config.tls {
-        Some(files) => Some(tls::acceptor(files).map_err(ServerError::Tls)?),
-        None => None,
+    let mut acme_tls = None;
+    let mut file_expiry = None;
+    let tls = match (&config.tls, &config.acme) {
+        (Some(files), _) => {
+            let (acceptor, expiry) = tls::acceptor(files).map_err(ServerError::Tls)?;
+            file_expiry = expiry;
+            Some(acceptor)
+        }
+        (None, Some(acme)) => {
+            let setup = acme::setup(acme, &config.data_dir).map_err(ServerError::Tls)?;
+            let acceptor = tokio_rustls::TlsAcceptor::from(setup.server_config.clone());
+            acme_tls = Some(setup);
+            Some(acceptor)
+        }
+        (None, None) => None,
     };
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -186,8 +210,20 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
             .await
             .expect("open task")?
     };
+    if let Some(t) = file_expiry {
+        app.metrics.tls_cert_expiry.set(t);
+    }
     let (stop, stop_rx) = watch::channel(false);
     let mut workers = crate::agents::start_workers(&app, stop_rx.clone())?;
+    if let Some(acme_tls) = acme_tls {
+        // Runs until shutdown: ordering and renewal never stop the server.
+        let driver = acme_tls.drive(app.clone());
+        let mut rx = stop_rx.clone();
+        workers.push(tokio::spawn(async move {
+            let _ = rx.wait_for(|s| *s).await;
+            driver.abort();
+        }));
+    }
     workers.push(crate::housekeeping::start(&app, stop_rx.clone()));
     let wait_stop = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;

@@ -286,3 +286,4 @@ col-accepts-requests = Accepts requests
 col-change-status = Change status
 app-new = New app
 app-add = Add app
+consent-described-by = described by

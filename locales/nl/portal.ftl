@@ -286,3 +286,4 @@ col-accepts-requests = Neemt wensen aan
 col-change-status = Status wijzigen
 app-new = Nieuwe app
 app-add = App toevoegen
+consent-described-by = beschreven door

@@ -23,7 +23,7 @@ use tower::ServiceExt;
 use super::mcp::KennisMcp;
 use super::{CONNECTOR_PATH, Caller, SCOPE_KB, SCOPE_REQUESTS};
 use crate::app::App;
-use crate::http::client_ip::CallerIp;
+use crate::http::client_ip::{CallerIp, request_origin};
 use crate::http::error::{ToProblem, too_many_requests};
 use crate::oauth::{self, BearerError};
 use crate::ratelimit::{FailureLimiter, WINDOW};
@@ -156,12 +156,9 @@ async fn handle(
     mut req: Request,
 ) -> Response {
     let hosts = &guard.hosts;
+    // Behind a trusted proxy, the host the client asked the proxy for counts.
+    let host = request_origin(&app, req.extensions(), req.headers()).host;
     let headers = req.headers();
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("")
-        .to_ascii_lowercase();
     if !hosts.contains(&host) {
         return (StatusCode::FORBIDDEN, axum::Json(json!({"error": "forbidden", "error_description": "Host header does not name this server"}))).into_response();
     }

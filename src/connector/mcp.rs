@@ -12,7 +12,7 @@ use std::sync::Arc;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
     Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-    Tool,
+    Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
@@ -71,14 +71,27 @@ pub fn with_error_shape(mut output: Value) -> Value {
     output
 }
 
+/// What clients are told about a tool's effects: writes keep versions (never destructive),
+/// and no tool reaches beyond this service.
+fn annotations(spec: &tools::ToolSpec) -> ToolAnnotations {
+    ToolAnnotations::with_title(spec.title)
+        .read_only(spec.read_only)
+        .destructive(false)
+        .open_world(false)
+}
+
 /// The tool definitions the caller's scopes unlock.
 pub fn visible_tools(caller: &Caller) -> Vec<Tool> {
     tools::definitions()
         .into_iter()
-        .filter(|(name, ..)| tool_for(caller, name).is_some())
-        .map(|(name, description, input, output)| {
-            Tool::new(name, description, as_object(input))
-                .with_raw_output_schema(as_object(with_error_shape(output)))
+        .filter_map(|(name, description, input, output)| {
+            let spec = tool_for(caller, name)?;
+            Some(
+                Tool::new(name, description, as_object(input))
+                    .with_title(spec.title)
+                    .with_annotations(annotations(spec))
+                    .with_raw_output_schema(as_object(with_error_shape(output))),
+            )
         })
         .collect()
 }

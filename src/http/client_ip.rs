@@ -1,5 +1,10 @@
-//! The client's address for rate limits: the peer, unless the peer is a trusted proxy, in
-//! which case `X-Forwarded-For` is read from the right, skipping trusted proxies.
+//! What a request says about where it came from, believing proxies only when the peer is in
+//! `trusted_proxies`:
+//! - the client's address for rate limits: the peer, or RFC 7239 `Forwarded: for=` (else
+//!   `X-Forwarded-For`) read from the right, skipping trusted proxies;
+//! - the host and scheme the client asked for: `Host`, or from a trusted proxy `Forwarded:
+//!   host=`/`proto=` (else `X-Forwarded-Host`/`X-Forwarded-Proto`), the value the nearest proxy
+//!   wrote (rightmost), for the connector's Host/Origin check.
 //!
 //! [`PeerAddr`] is the connection's peer (from plain and TLS listeners alike); [`CallerIp`]
 //! is the extractor handlers use to get the client's address.
@@ -51,30 +56,209 @@ impl FromRequestParts<Arc<App>> for CallerIp {
 /// The client's address of a request (see [`CallerIp`]); a request that did not come through
 /// a listener (none in this service) counts as the unspecified address.
 pub fn caller_ip(app: &App, parts: &Parts) -> IpAddr {
-    let peer = parts
-        .extensions
-        .get::<ConnectInfo<PeerAddr>>()
-        .map(|ConnectInfo(p)| p.0.ip())
-        .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
-    client_ip(peer, &parts.headers, &app.config.trusted_proxies)
+    client_ip(
+        peer_of(&parts.extensions),
+        &parts.headers,
+        &app.config.trusted_proxies,
+    )
+}
+
+fn is_trusted(trusted: &[IpNet], ip: &IpAddr) -> bool {
+    trusted.iter().any(|net| net.contains(ip))
 }
 
 pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> IpAddr {
-    let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
-    if !is_trusted(&peer) {
+    if !is_trusted(trusted, &peer) {
         return peer;
     }
-    let hops: Vec<IpAddr> = headers
-        .get_all("x-forwarded-for")
+    let elements = forwarded_elements(headers);
+    // A `for=` that is not an address (`unknown`, an obfuscated name) ends the walk: we cannot
+    // tell who is behind it, so the hop before it counts.
+    let hops: Vec<Option<IpAddr>> = if elements.iter().any(|e| e.for_.is_some()) {
+        elements
+            .iter()
+            .filter_map(|e| e.for_.as_deref())
+            .map(parse_node)
+            .collect()
+    } else {
+        header_list(headers, "x-forwarded-for")
+            .map(|s| s.parse().ok())
+            .collect()
+    };
+    let mut client = peer;
+    for hop in hops.into_iter().rev() {
+        match hop {
+            Some(ip) if is_trusted(trusted, &client) => client = ip,
+            _ => break,
+        }
+    }
+    client
+}
+
+/// The host (with port, lowercase) and scheme the client asked for, as [`origin_of`] tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestOrigin {
+    pub host: String,
+    /// `http` or `https` when a trusted proxy said so; `None` when nobody did.
+    pub proto: Option<String>,
+}
+
+/// The host and scheme of a request: `Host`, unless the peer is a trusted proxy that says
+/// otherwise in `Forwarded` (preferred) or `X-Forwarded-Host`/`X-Forwarded-Proto`.
+pub fn origin_of(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> RequestOrigin {
+    let own_host = headers
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let mut origin = RequestOrigin {
+        host: own_host,
+        proto: None,
+    };
+    if !is_trusted(trusted, &peer) {
+        return origin;
+    }
+    let elements = forwarded_elements(headers);
+    let host = elements
+        .iter()
+        .rev()
+        .find_map(|e| e.host.clone())
+        .or_else(|| {
+            header_list(headers, "x-forwarded-host")
+                .last()
+                .map(str::to_owned)
+        });
+    let proto = elements
+        .iter()
+        .rev()
+        .find_map(|e| e.proto.clone())
+        .or_else(|| {
+            header_list(headers, "x-forwarded-proto")
+                .last()
+                .map(str::to_owned)
+        });
+    if let Some(host) = host.filter(|h| !h.is_empty()) {
+        origin.host = host.to_ascii_lowercase();
+    }
+    origin.proto = proto
+        .map(|p| p.to_ascii_lowercase())
+        .filter(|p| p == "http" || p == "https");
+    origin
+}
+
+/// The host and scheme of a request as the handler sees it (see [`origin_of`]).
+pub fn request_origin(
+    app: &App,
+    extensions: &axum::http::Extensions,
+    headers: &HeaderMap,
+) -> RequestOrigin {
+    origin_of(peer_of(extensions), headers, &app.config.trusted_proxies)
+}
+
+fn peer_of(extensions: &axum::http::Extensions) -> IpAddr {
+    extensions
+        .get::<ConnectInfo<PeerAddr>>()
+        .map(|ConnectInfo(p)| p.0.ip())
+        .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))
+}
+
+/// The comma-separated values of every instance of a header, trimmed, empty ones dropped.
+fn header_list<'a>(headers: &'a HeaderMap, name: &str) -> impl Iterator<Item = &'a str> {
+    headers
+        .get_all(name)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .filter_map(|s| s.trim().parse().ok())
-        .collect();
-    hops.into_iter()
-        .rev()
-        .find(|ip| !is_trusted(ip))
-        .unwrap_or(peer)
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+}
+
+/// One element of an RFC 7239 `Forwarded` header (one hop).
+#[derive(Debug, Default)]
+struct ForwardedElement {
+    for_: Option<String>,
+    host: Option<String>,
+    proto: Option<String>,
+}
+
+/// The elements of every `Forwarded` header, in order (leftmost is the first proxy). Values
+/// may be quoted strings (RFC 7230 `quoted-string`); commas and semicolons inside quotes do
+/// not split.
+fn forwarded_elements(headers: &HeaderMap) -> Vec<ForwardedElement> {
+    let mut out = Vec::new();
+    for value in headers
+        .get_all("forwarded")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+    {
+        for element in split_unquoted(value, ',') {
+            let mut e = ForwardedElement::default();
+            for pair in split_unquoted(element, ';') {
+                let Some((name, value)) = pair.split_once('=') else {
+                    continue;
+                };
+                let value = unquote(value.trim());
+                match name.trim().to_ascii_lowercase().as_str() {
+                    "for" => e.for_ = Some(value),
+                    "host" => e.host = Some(value),
+                    "proto" => e.proto = Some(value),
+                    _ => {}
+                }
+            }
+            out.push(e);
+        }
+    }
+    out
+}
+
+fn split_unquoted(s: &str, sep: char) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut start, mut quoted, mut escaped) = (0, false, false);
+    for (i, c) in s.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            c if c == sep && !quoted => {
+                parts.push(s[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(s[start..].trim());
+    parts.into_iter().filter(|p| !p.is_empty()).collect()
+}
+
+fn unquote(v: &str) -> String {
+    match v.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+        Some(inner) => {
+            let mut out = String::with_capacity(inner.len());
+            let mut escaped = false;
+            for c in inner.chars() {
+                if escaped || c != '\\' {
+                    out.push(c);
+                    escaped = false;
+                } else {
+                    escaped = true;
+                }
+            }
+            out
+        }
+        None => v.to_owned(),
+    }
+}
+
+/// An RFC 7239 node (`192.0.2.1`, `192.0.2.1:4711`, `[2001:db8::1]:4711`) as an address;
+/// `unknown` and obfuscated identifiers are `None`.
+fn parse_node(node: &str) -> Option<IpAddr> {
+    if let Ok(ip) = node.parse() {
+        return Some(ip);
+    }
+    if let Some(rest) = node.strip_prefix('[') {
+        return rest.split_once(']')?.0.parse().ok();
+    }
+    node.parse::<std::net::SocketAddr>().ok().map(|a| a.ip())
 }
 
 #[cfg(test)]
@@ -94,5 +278,54 @@ mod tests {
         let stranger: IpAddr = "198.51.100.1".parse().unwrap();
         assert_eq!(client_ip(stranger, &h, &trusted), stranger);
         assert_eq!(client_ip(proxy, &HeaderMap::new(), &trusted), proxy);
+    }
+
+    #[test]
+    fn rfc7239_forwarded_names_client_host_and_scheme() {
+        let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        let proxy: IpAddr = "10.0.0.1".parse().unwrap();
+        let mut h = HeaderMap::new();
+        h.insert("host", "127.0.0.1:8080".parse().unwrap());
+        h.insert(
+            "forwarded",
+            "for=198.51.100.7;host=evil.example, for=\"[2001:db8::1]:4711\";host=\"Kennis.Example.org\";proto=https"
+                .parse()
+                .unwrap(),
+        );
+        h.insert("x-forwarded-for", "192.0.2.99".parse().unwrap());
+        // Forwarded wins over X-Forwarded-For; the rightmost untrusted hop is the client.
+        assert_eq!(
+            client_ip(proxy, &h, &trusted),
+            "2001:db8::1".parse::<IpAddr>().unwrap()
+        );
+        let o = origin_of(proxy, &h, &trusted);
+        assert_eq!(o.host, "kennis.example.org");
+        assert_eq!(o.proto.as_deref(), Some("https"));
+        // The same headers from a stranger change nothing.
+        let stranger: IpAddr = "198.51.100.1".parse().unwrap();
+        assert_eq!(client_ip(stranger, &h, &trusted), stranger);
+        let o = origin_of(stranger, &h, &trusted);
+        assert_eq!(o.host, "127.0.0.1:8080");
+        assert_eq!(o.proto, None);
+        // `for=unknown` stops the walk at the proxy that could not tell.
+        let mut h = HeaderMap::new();
+        h.insert("forwarded", "for=203.0.113.1, for=unknown".parse().unwrap());
+        assert_eq!(client_ip(proxy, &h, &trusted), proxy);
+    }
+
+    #[test]
+    fn x_forwarded_host_and_proto_from_the_nearest_proxy() {
+        let trusted: Vec<IpNet> = vec!["127.0.0.1/32".parse().unwrap()];
+        let proxy: IpAddr = "127.0.0.1".parse().unwrap();
+        let mut h = HeaderMap::new();
+        h.insert("host", "127.0.0.1:8080".parse().unwrap());
+        h.append("x-forwarded-host", "evil.example".parse().unwrap());
+        h.append("x-forwarded-host", "kennis.example.org".parse().unwrap());
+        h.insert("x-forwarded-proto", "HTTPS".parse().unwrap());
+        let o = origin_of(proxy, &h, &trusted);
+        assert_eq!(o.host, "kennis.example.org");
+        assert_eq!(o.proto.as_deref(), Some("https"));
+        h.insert("x-forwarded-proto", "gopher".parse().unwrap());
+        assert_eq!(origin_of(proxy, &h, &trusted).proto, None);
     }
 }

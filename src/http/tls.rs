@@ -17,8 +17,9 @@ use crate::config::TlsFiles;
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Builds the acceptor from PEM files, with a message that names the file on failure.
-pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, String> {
+/// Builds the acceptor from PEM files, with a message that names the file on failure; also
+/// returns the certificate's `notAfter` (Unix seconds) for `/healthz` and `/metrics`.
+pub fn acceptor(files: &TlsFiles) -> Result<(TlsAcceptor, Option<i64>), String> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
         .map_err(|e| format!("tls_cert {}: {e}", files.cert.display()))?
         .collect::<Result<_, _>>()
@@ -29,6 +30,7 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, String> {
             files.cert.display()
         ));
     }
+    let certs_first = certs[0].clone();
     let key = PrivateKeyDer::from_pem_file(&files.key)
         .map_err(|e| format!("tls_key {}: {e}", files.key.display()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -39,7 +41,10 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, String> {
         .with_single_cert(certs, key)
         .map_err(|e| format!("tls_cert/tls_key: {e}"))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(TlsAcceptor::from(Arc::new(config)))
+    let expiry = x509_parser::parse_x509_certificate(&certs_first)
+        .ok()
+        .map(|(_, c)| c.validity().not_after.timestamp());
+    Ok((TlsAcceptor::from(Arc::new(config)), expiry))
 }
 
 pub struct TlsListener {
@@ -55,7 +60,12 @@ impl TlsListener {
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(async move {
             loop {
-                let (tcp, peer) = match listener.accept().await {
+                // Stop as soon as the server is gone, so the port is free for a restart.
+                let accepted = tokio::select! {
+                    _ = tx.closed() => break,
+                    a = listener.accept() => a,
+                };
+                let (tcp, peer) = match accepted {
                     Ok(c) => c,
                     Err(e) => {
                         tracing::warn!(error = %e, "accept failed");
@@ -63,13 +73,17 @@ impl TlsListener {
                         continue;
                     }
                 };
-                if tx.is_closed() {
-                    break;
-                }
                 let acceptor = acceptor.clone();
                 let tx = tx.clone();
                 tokio::spawn(async move {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                        // A TLS-ALPN-01 validation ends with the handshake (RFC 8737).
+                        Ok(Ok(tls))
+                            if tls.get_ref().1.alpn_protocol()
+                                == Some(super::acme::ACME_TLS_ALPN) =>
+                        {
+                            tracing::info!(%peer, "answered an ACME TLS-ALPN-01 validation");
+                        }
                         Ok(Ok(tls)) => {
                             let _ = tx.send((tls, peer)).await;
                         }

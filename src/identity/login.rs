@@ -20,7 +20,8 @@
 )]
 
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -65,6 +66,59 @@ pub struct LoginGuard {
     code_failures_account: Limiter<String>,
     hashing: Arc<Semaphore>,
     hash_wait: Duration,
+    hashers: Hashers,
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A fixed set of threads that run every password hash. Fixed, not tokio's blocking pool:
+/// each thread that ever ran argon2 keeps its ~19 MiB in its malloc arena, so hashing on up to
+/// 512 blocking threads grew the process by gigabytes under a burst of logins; a few
+/// dedicated threads keep that to a few of those.
+struct Hashers {
+    jobs: Mutex<Sender<Job>>,
+}
+
+impl Hashers {
+    fn start(n: usize) -> Hashers {
+        let (tx, rx) = channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..n.max(1) {
+            let rx: Arc<Mutex<Receiver<Job>>> = rx.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("kennis-hash-{i}"))
+                .spawn(move || {
+                    loop {
+                        // The lock is held only while taking a job, not while running it.
+                        let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                        match job {
+                            Ok(job) => job(),
+                            Err(_) => break, // the guard is gone
+                        }
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::error!(error = %e, "cannot start a password-hashing thread");
+            }
+        }
+        Hashers {
+            jobs: Mutex::new(tx),
+        }
+    }
+
+    /// Runs `f` on a hashing thread; `None` when no thread took it (the service is stopping).
+    async fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        let (done, result) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move || {
+            let _ = done.send(f());
+        });
+        self.jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .send(job)
+            .ok()?;
+        result.await.ok()
+    }
 }
 
 fn too_many(wait: Duration) -> IdentityError {
@@ -81,11 +135,13 @@ impl LoginGuard {
             code_failures_account: Limiter::new(CODE_FAILURES_PER_ACCOUNT, WINDOW, clock.clone()),
             hashing: Arc::new(Semaphore::new(hashers.max(1))),
             hash_wait: HASH_WAIT,
+            hashers: Hashers::start(hashers),
             clock,
         }
     }
 
-    /// Runs password hashing work (`f`) in the bounded pool, off the async workers.
+    /// Runs password hashing work (`f`) in the bounded pool of hashing threads, off the async
+    /// workers; waits at most [`HASH_WAIT`] for a free one.
     pub async fn hash<T: Send + 'static>(
         &self,
         f: impl FnOnce() -> T + Send + 'static,
@@ -96,13 +152,12 @@ impl LoginGuard {
                 retry_after: Duration::from_secs(2),
             })?
             .map_err(|_| IdentityError::Interrupted)?;
-        let out = tokio::task::spawn_blocking(move || {
-            let out = f();
-            drop(permit);
-            out
-        })
-        .await
-        .map_err(|_| IdentityError::Interrupted)?;
+        let out = self
+            .hashers
+            .run(f)
+            .await
+            .ok_or(IdentityError::Interrupted)?;
+        drop(permit);
         Ok(out)
     }
 

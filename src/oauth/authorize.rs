@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use super::redirect::matches_registered;
-use super::{Client, OAuthError, SCOPES, check_resource, get_client, known_scopes};
+use super::{Client, OAuthError, SCOPES, check_resource, cimd, get_client, known_scopes};
 use crate::app::App;
 
 /// A checked authorization request.
@@ -35,6 +35,29 @@ pub enum AuthorizeProblem {
         state: Option<String>,
         error: OAuthError,
     },
+}
+
+/// Before [`validate_authorize`]: when the `client_id` is the URL of a Client ID Metadata
+/// Document, fetch it (or use the fresh stored copy), so the client is known. A document that
+/// cannot be used is a page error: the client cannot be trusted with a redirect.
+pub async fn load_client(
+    app: &std::sync::Arc<App>,
+    params: &HashMap<String, String>,
+) -> Result<(), AuthorizeProblem> {
+    let Some(client_id) = params.get("client_id").filter(|c| cimd::is_metadata_url(c)) else {
+        return Ok(());
+    };
+    match cimd::ensure_fresh(app, client_id).await {
+        Ok(_) => Ok(()),
+        Err(cimd::CimdError::Store(e)) => {
+            tracing::error!(error = %e, "storing a metadata-document client");
+            Err(AuthorizeProblem::Page("internal error".into()))
+        }
+        Err(e) => {
+            tracing::info!(error = %e, "metadata document refused");
+            Err(AuthorizeProblem::Page(e.to_string()))
+        }
+    }
 }
 
 /// The parameters of `/authorize`, checked in the order RFC 6749 §4.1.2.1 asks: client and

@@ -1,4 +1,5 @@
-//! Dynamic client registration (RFC 7591) and client authentication at `/token`.
+//! Dynamic client registration (RFC 7591), the registration rules Client ID Metadata
+//! Documents share (see `cimd`), and client authentication at `/token`.
 
 #![cfg_attr(
     not(test),
@@ -13,6 +14,9 @@ use super::redirect::allowed_at_registration;
 use super::{OAuthError, hash_secret, new_secret};
 use crate::app::App;
 use crate::store::OAUTH_CLIENTS;
+
+/// Longest client id looked up: registered ids are short; metadata-document ids are URLs.
+pub const MAX_CLIENT_ID_LEN: usize = 2048;
 
 /// Most redirect URIs one client may send (specification).
 pub const MAX_REDIRECT_URIS: usize = 10;
@@ -31,6 +35,22 @@ pub struct Client {
     /// SHA-256 of the client secret (hex), for `client_secret_post` clients.
     pub secret_sha256: Option<String>,
     pub created_at: Timestamp,
+    /// For a client whose id is the URL of its metadata document: until when the stored copy
+    /// of the document counts as fresh (after that, the next authorization fetches it again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata_fresh_until: Option<Timestamp>,
+}
+
+impl Client {
+    /// The host of a metadata-document client's URL (shown on the consent page); `None` for
+    /// registered clients.
+    pub fn metadata_host(&self) -> Option<String> {
+        self.metadata_fresh_until?;
+        url::Url::parse(&self.client_id)
+            .ok()?
+            .host_str()
+            .map(str::to_owned)
+    }
 }
 
 /// The registration request; fields we do not use are ignored, as RFC 7591 allows.
@@ -54,9 +74,47 @@ fn meta_err(m: impl Into<String>) -> OAuthError {
     OAuthError::InvalidClientMetadata(m.into())
 }
 
+/// Client metadata that passed the registration rules.
+pub(super) struct CheckedMetadata {
+    pub client_name: String,
+    pub redirect_uris: Vec<String>,
+    pub token_endpoint_auth_method: String,
+    pub grant_types: Vec<String>,
+}
+
 /// Registers a client. URIs off the allow-list are left out; the registration fails only
 /// when none is left (or more than ten were sent).
 pub fn register_client(app: &App, meta: ClientMetadata) -> Result<RegisteredClient, OAuthError> {
+    let checked = check_metadata(&app.config.redirect, meta, "client_secret_post")?;
+    let method = checked.token_endpoint_auth_method;
+    let client_secret = (method == "client_secret_post").then(|| new_secret("kb_cs_"));
+    let client = Client {
+        client_id: format!("kb_client_{}", uuid::Uuid::new_v4().simple()),
+        client_name: checked.client_name,
+        redirect_uris: checked.redirect_uris,
+        token_endpoint_auth_method: method,
+        grant_types: checked.grant_types,
+        secret_sha256: client_secret
+            .as_deref()
+            .map(|s| hex::encode(hash_secret(s))),
+        created_at: app.clock.now(),
+        metadata_fresh_until: None,
+    };
+    app.store
+        .write(|tx| tx.put(OAUTH_CLIENTS, client.client_id.as_bytes(), &client))?;
+    Ok(RegisteredClient {
+        client,
+        client_secret,
+    })
+}
+
+/// The registration rules: redirect URIs on the allow-list (others left out; none left is an
+/// error), a supported authentication method, grant and response types, a sane name.
+pub(super) fn check_metadata(
+    allow: &crate::config::RedirectAllowList,
+    meta: ClientMetadata,
+    default_method: &str,
+) -> Result<CheckedMetadata, OAuthError> {
     let uris = meta.redirect_uris.unwrap_or_default();
     if uris.is_empty() {
         return Err(OAuthError::InvalidRedirectUri(
@@ -70,7 +128,7 @@ pub fn register_client(app: &App, meta: ClientMetadata) -> Result<RegisteredClie
     }
     let mut kept: Vec<String> = Vec::new();
     for u in uris {
-        if allowed_at_registration(&app.config.redirect, &u) && !kept.contains(&u) {
+        if allowed_at_registration(allow, &u) && !kept.contains(&u) {
             kept.push(u);
         }
     }
@@ -81,7 +139,7 @@ pub fn register_client(app: &App, meta: ClientMetadata) -> Result<RegisteredClie
     }
     let method = meta
         .token_endpoint_auth_method
-        .unwrap_or_else(|| "client_secret_post".into());
+        .unwrap_or_else(|| default_method.to_owned());
     if method != "none" && method != "client_secret_post" {
         return Err(meta_err(format!(
             "token_endpoint_auth_method `{method}` is not supported; use `none` or `client_secret_post`"
@@ -115,28 +173,16 @@ pub fn register_client(app: &App, meta: ClientMetadata) -> Result<RegisteredClie
         Some(n) if !n.trim().is_empty() => n.trim().to_owned(),
         _ => "Unnamed client".to_owned(),
     };
-    let client_secret = (method == "client_secret_post").then(|| new_secret("kb_cs_"));
-    let client = Client {
-        client_id: format!("kb_client_{}", uuid::Uuid::new_v4().simple()),
+    Ok(CheckedMetadata {
         client_name,
         redirect_uris: kept,
         token_endpoint_auth_method: method,
         grant_types,
-        secret_sha256: client_secret
-            .as_deref()
-            .map(|s| hex::encode(hash_secret(s))),
-        created_at: app.clock.now(),
-    };
-    app.store
-        .write(|tx| tx.put(OAUTH_CLIENTS, client.client_id.as_bytes(), &client))?;
-    Ok(RegisteredClient {
-        client,
-        client_secret,
     })
 }
 
 pub fn get_client(app: &App, client_id: &str) -> Result<Option<Client>, OAuthError> {
-    if client_id.is_empty() || client_id.len() > 100 {
+    if client_id.is_empty() || client_id.len() > MAX_CLIENT_ID_LEN {
         return Ok(None);
     }
     Ok(app

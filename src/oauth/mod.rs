@@ -18,6 +18,7 @@
 )]
 
 pub mod authorize;
+pub mod cimd;
 mod clients;
 mod grants;
 pub mod redirect;

@@ -97,6 +97,7 @@ async fn authorization_server_metadata(State(app): State<Arc<App>>) -> Response 
         "revocation_endpoint_auth_methods_supported": ["none", "client_secret_post"],
         "scopes_supported": SCOPES,
         "authorization_response_iss_parameter_supported": true,
+        "client_id_metadata_document_supported": true,
     }))
     .into_response()
 }

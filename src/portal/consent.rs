@@ -22,7 +22,7 @@ use crate::http::client_ip::CallerIp;
 use crate::http::error::rate_limited;
 use crate::identity::{self, Org};
 use crate::oauth::authorize::{
-    AuthRequest, AuthorizeProblem, error_redirect, redirect_with, validate_authorize,
+    AuthRequest, AuthorizeProblem, error_redirect, load_client, redirect_with, validate_authorize,
 };
 use crate::oauth::{NewCode, OAuthError, create_code};
 
@@ -122,7 +122,13 @@ fn consent_markup(
     orgs: &[Org],
 ) -> Markup {
     html! {
-        p { strong { (req.client.client_name) } " " (t("consent-wants")) }
+        p {
+            strong { (req.client.client_name) }
+            @if let Some(host) = req.client.metadata_host() {
+                " (" (t("consent-described-by")) " " code.client-host { (host) } ")"
+            }
+            " " (t("consent-wants"))
+        }
         p.muted { (t("consent-back-to")) " " code { (redirect_host(&req.redirect_uri)) } }
         @if orgs.is_empty() {
             p.notice.error { (t("consent-no-org")) }
@@ -168,10 +174,13 @@ pub(super) async fn authorize_page(
     if let Some(r) = rate_limited(&limits.authorize, ip) {
         return r;
     }
-    let checked = {
-        let params = params.clone();
-        app.blocking(move |app| validate_authorize(app, &params))
-            .await
+    let checked = match load_client(&app, &params).await {
+        Ok(()) => {
+            let params = params.clone();
+            app.blocking(move |app| validate_authorize(app, &params))
+                .await
+        }
+        Err(p) => Err(p),
     };
     let auth = match checked {
         Ok(a) => a,
@@ -220,6 +229,9 @@ pub(super) async fn authorize_submit(
         .filter(|(k, _)| k == "scope")
         .map(|(_, v)| v.clone())
         .collect();
+    if let Err(p) = load_client(&app, &params).await {
+        return problem_response(&app, p);
+    }
     let decision = form.field("decision").unwrap_or_default().to_owned();
     let org_slug = form.field("org").unwrap_or_default().to_owned();
     let person_id = user.person.id;

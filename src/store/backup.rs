@@ -15,6 +15,21 @@ use super::{ALL_TABLES, DB_FILE, SCHEMA_VERSION, Store, StoreError};
 pub const MANIFEST: &str = "manifest.json";
 /// Files of the data directory, besides the database, that a backup carries.
 pub const EXTRA_FILES: &[&str] = &["secret.key"];
+/// Directories of the data directory whose plain files a backup carries (one level; names in
+/// the manifest are `dir/file`): the ACME account key and certificates, so a restored server
+/// does not have to ask the CA again.
+pub const EXTRA_DIRS: &[&str] = &[ACME_DIR];
+/// The ACME cache directory inside the data directory.
+pub const ACME_DIR: &str = "acme";
+
+/// Whether a manifest name is a plain file name, or `dir/file` for one of [`EXTRA_DIRS`].
+fn valid_name(name: &str) -> bool {
+    let plain = |n: &str| !n.is_empty() && !n.contains(['/', '\\']) && !n.starts_with('.');
+    match name.split_once('/') {
+        None => plain(name),
+        Some((dir, file)) => EXTRA_DIRS.contains(&dir) && plain(file),
+    }
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BackupManifest {
@@ -109,6 +124,31 @@ pub fn backup_to_dir(
             names.push((*extra).to_owned());
         }
     }
+    for dir in EXTRA_DIRS {
+        let from_dir = data_dir.join(dir);
+        let Ok(entries) = std::fs::read_dir(&from_dir) else {
+            continue;
+        };
+        let mut files: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| valid_name(&format!("{dir}/{n}")))
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            continue;
+        }
+        let to_dir = dest.join(dir);
+        create_private_dir(&to_dir)?;
+        for f in files {
+            let from = from_dir.join(&f);
+            let to = to_dir.join(&f);
+            std::fs::copy(&from, &to).map_err(io_err(&from))?;
+            set_private(&to)?;
+            names.push(format!("{dir}/{f}"));
+        }
+    }
     let mut files = Vec::new();
     let mut bytes = 0;
     for name in names {
@@ -175,7 +215,7 @@ pub fn restore_from_dir(
     }
     let mut bytes = 0;
     for f in &manifest.files {
-        if f.name.contains(['/', '\\']) || f.name.starts_with('.') {
+        if !valid_name(&f.name) {
             return Err(StoreError::Backup(format!(
                 "manifest names a bad file `{}`",
                 f.name
@@ -195,7 +235,14 @@ pub fn restore_from_dir(
     for f in &manifest.files {
         progress(&format!("restoring {}", f.name));
         let to = data_dir.join(&f.name);
-        let tmp = data_dir.join(format!(".{}.restoring", f.name));
+        let (dir, file) = match f.name.split_once('/') {
+            Some((dir, file)) => {
+                create_private_dir(&data_dir.join(dir))?;
+                (data_dir.join(dir), file)
+            }
+            None => (data_dir.to_owned(), f.name.as_str()),
+        };
+        let tmp = dir.join(format!(".{file}.restoring"));
         std::fs::copy(src.join(&f.name), &tmp).map_err(io_err(&tmp))?;
         set_private(&tmp)?;
         std::fs::File::open(&tmp)
@@ -239,6 +286,15 @@ fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
         .map_err(io_err(path))
 }
 
+fn create_private_dir(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(io_err(path))
+}
+
 fn set_private(path: &Path) -> Result<(), StoreError> {
     #[cfg(unix)]
     {
@@ -265,6 +321,38 @@ mod tests {
             })
             .unwrap();
         store
+    }
+
+    #[test]
+    fn acme_cache_travels_with_the_backup_and_stays_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let data = tempfile::tempdir().unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let store = filled_store(data.path());
+        let acme = data.path().join(ACME_DIR);
+        std::fs::create_dir(&acme).unwrap();
+        std::fs::write(acme.join("cert-abc.pem"), b"cert").unwrap();
+        std::fs::write(acme.join("account-abc.pem"), b"key").unwrap();
+        std::fs::write(acme.join(".cert-abc.pem.tmp"), b"half").unwrap();
+        let dest = out.path().join("b");
+        backup_to_dir(&store, data.path(), &dest, "now", &mut |_| {}).unwrap();
+        let manifest: BackupManifest =
+            serde_json::from_slice(&std::fs::read(dest.join(MANIFEST)).unwrap()).unwrap();
+        let names: Vec<&str> = manifest.files.iter().map(|f| f.name.as_str()).collect();
+        assert!(names.contains(&"acme/cert-abc.pem"), "{names:?}");
+        assert!(names.contains(&"acme/account-abc.pem"), "{names:?}");
+        assert!(!names.iter().any(|n| n.contains(".tmp")), "{names:?}");
+        let target = out.path().join("restored");
+        restore_from_dir(&dest, &target, &mut |_| {}).unwrap();
+        let restored = target.join(ACME_DIR).join("account-abc.pem");
+        assert_eq!(std::fs::read(&restored).unwrap(), b"key");
+        let mode = std::fs::metadata(&restored).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        // A manifest naming a path outside the known directories is refused.
+        assert!(!valid_name("../secret.key"));
+        assert!(!valid_name("other/cert.pem"));
+        assert!(!valid_name("acme/../x"));
+        assert!(!valid_name("acme/.hidden"));
     }
 
     #[test]

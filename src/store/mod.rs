@@ -21,7 +21,7 @@ use redb::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-pub use backup::{BackupManifest, BackupSummary, backup_to_dir, restore_from_dir};
+pub use backup::{ACME_DIR, BackupManifest, BackupSummary, backup_to_dir, restore_from_dir};
 pub use batch::BatchWriter;
 pub use group::GroupCommit;
 pub use migrate::{SCHEMA_VERSION, set_schema_version_for_tests};

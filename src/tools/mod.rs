@@ -167,6 +167,10 @@ impl ToolError {
 /// A tool: its name, the scope that unlocks it, and its implementation.
 pub struct ToolSpec {
     pub name: &'static str,
+    /// The tool's title for people (`title` and `annotations.title` in `tools/list`).
+    pub title: &'static str,
+    /// Announced as `readOnlyHint`; clients such as ChatGPT ask before every other call.
+    pub read_only: bool,
     pub scope: &'static str,
     pub run: fn(&App, &Caller, &args::Args) -> Result<ToolOk, ToolError>,
 }
@@ -175,46 +179,64 @@ pub struct ToolSpec {
 pub const TOOLS: &[ToolSpec] = &[
     ToolSpec {
         name: "kennisbank_list",
+        title: "List knowledge-base documents",
+        read_only: true,
         scope: SCOPE_KB,
         run: kb::list,
     },
     ToolSpec {
         name: "kennisbank_read",
+        title: "Read a knowledge-base document",
+        read_only: true,
         scope: SCOPE_KB,
         run: kb::read,
     },
     ToolSpec {
         name: "kennisbank_search",
+        title: "Search the knowledge base",
+        read_only: true,
         scope: SCOPE_KB,
         run: kb::search,
     },
     ToolSpec {
         name: "kennisbank_write",
+        title: "Write a knowledge-base document",
+        read_only: false,
         scope: SCOPE_KB,
         run: kb::write,
     },
     ToolSpec {
         name: "app_list",
+        title: "List apps",
+        read_only: true,
         scope: SCOPE_REQUESTS,
         run: requests::app_list,
     },
     ToolSpec {
         name: "feature_request_list",
+        title: "List feature requests",
+        read_only: true,
         scope: SCOPE_REQUESTS,
         run: requests::list,
     },
     ToolSpec {
         name: "feature_request_read",
+        title: "Read a feature request",
+        read_only: true,
         scope: SCOPE_REQUESTS,
         run: requests::read,
     },
     ToolSpec {
         name: "feature_request_create",
+        title: "File a feature request",
+        read_only: false,
         scope: SCOPE_REQUESTS,
         run: requests::create,
     },
     ToolSpec {
         name: "feature_request_reply",
+        title: "Reply to a feature request",
+        read_only: false,
         scope: SCOPE_REQUESTS,
         run: requests::reply,
     },

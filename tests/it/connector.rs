@@ -340,3 +340,33 @@ async fn every_tool_call_is_audited() {
     assert_eq!(lines[2]["tool"], "kennisbank_list");
     t.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tool_has_a_title_and_annotations() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let token = t.grant(&s, &["kennisbank", "feature_requests"]);
+    let mcp = t.mcp(&token);
+    let (status, body) = mcp.rpc("tools/list", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let tools = body["result"]["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 9, "{body}");
+    let read_only = [
+        "kennisbank_list",
+        "kennisbank_read",
+        "kennisbank_search",
+        "app_list",
+        "feature_request_list",
+        "feature_request_read",
+    ];
+    for tool in tools {
+        let name = tool["name"].as_str().unwrap();
+        let title = tool["title"].as_str().unwrap_or_default();
+        assert!(!title.is_empty(), "{name} has no title");
+        let a = &tool["annotations"];
+        assert_eq!(a["readOnlyHint"], read_only.contains(&name), "{name}: {a}");
+        assert_eq!(a["destructiveHint"], false, "{name}: {a}");
+        assert_eq!(a["openWorldHint"], false, "{name}: {a}");
+    }
+    t.stop().await;
+}

@@ -71,7 +71,7 @@ async fn kb_write_leaves_the_document_searchable_at_once() {
 }
 
 fn generic_trigger(t: &TestServer, org: &str) -> triggers::Trigger {
-    t.echo_trigger(org, "Handle the event.", None).trigger
+    crate::fixture::echo_trigger(t, org).trigger
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -780,7 +780,26 @@ impl TestServer {
     }
 }
 
-/// The built-in echo agent (generic: it takes trigger runs and does nothing).
+/// A free loopback port (bound and released; for programs that must be told a port).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// An outside program (nginx, pebble) killed when the test ends, passed or not.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An agent that echoes its job (the generic `echo` executor).
 pub fn echo_agent() -> kennis::agents::NewAgent {
     kennis::agents::NewAgent {
         name: "Echo".into(),
@@ -791,4 +810,9 @@ pub fn echo_agent() -> kennis::agents::NewAgent {
         url: None,
         timeout_secs: None,
     }
+}
+
+/// A trigger in `org` whose agent echoes, in a ready project; the trigger and its secret.
+pub fn echo_trigger(t: &TestServer, org: &str) -> kennis::triggers::Created {
+    t.echo_trigger(org, "Handle the event.", None)
 }

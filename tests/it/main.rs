@@ -2,8 +2,10 @@
 
 mod fixture;
 
+mod acme;
 mod attacks;
 mod backup;
+mod cimd;
 mod cli;
 mod conformance;
 mod connector;
@@ -19,6 +21,7 @@ mod outside;
 mod portal;
 mod portal_kb;
 mod portal_requests;
+mod proxy;
 mod requests;
 mod search_reference;
 mod server;

@@ -21,18 +21,17 @@ async fn run_node(t: &TestServer, s: &Seeded, script: &str) -> serde_json::Value
     run_node_with(t, s, script, &[]).await
 }
 
-/// [`run_node`] with more environment variables for the script.
+/// [`run_node`] with extra environment variables.
 async fn run_node_with(
     t: &TestServer,
     s: &Seeded,
     script: &str,
-    extra: &[(&str, String)],
+    envs: &[(&str, &str)],
 ) -> serde_json::Value {
     // The seeding used the current time step; codes are single use.
     t.clock.advance(SignedDuration::from_secs(30));
     let code = kennis::identity::code_at(&s.totp_secret, t.app().clock.now());
     let mut cmd = Command::new("node");
-    cmd.envs(extra.iter().map(|(k, v)| (*k, v.as_str())));
     cmd.arg(script)
         .current_dir(node_dir())
         .env("KENNIS_URL", &t.base)
@@ -40,6 +39,7 @@ async fn run_node_with(
         .env("KENNIS_PASSWORD", &s.password)
         .env("KENNIS_TOTP_CODE", &code)
         .env("KENNIS_ORG", &s.org.slug)
+        .envs(envs.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -91,6 +91,51 @@ async fn headless_chromium_logs_in_consents_and_gets_a_code() {
     assert_eq!(tok["scope"], "kennisbank feature_requests");
     let ctx = oauth::check_bearer(t.app(), tok["access_token"].as_str().unwrap()).unwrap();
     assert_eq!((ctx.org_id, ctx.person_id), (s.org.id, s.person.id));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Node and `npm ci` in tests/node; run by .ci/run"]
+async fn official_mcp_sdk_client_authorizes_with_a_metadata_document() {
+    // The document, served on loopback (allowed by the test-only switch).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/sdk-client.json", listener.local_addr().unwrap());
+    let doc = serde_json::json!({
+        "client_id": url,
+        "client_name": "MCP SDK metadata client",
+        "redirect_uris": ["http://127.0.0.1:43210/callback"],
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+        "token_endpoint_auth_method": "none",
+    })
+    .to_string();
+    let router = axum::Router::new().route(
+        "/sdk-client.json",
+        axum::routing::get(move || async move { doc }),
+    );
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let t = TestServer::start_with(kennis::config::Settings {
+        oauth: Some(kennis::config::OAuthSettings {
+            cimd_allow_http_loopback: Some(true),
+        }),
+        ..Default::default()
+    })
+    .await;
+    let s = t.seed("Acme", "sdk-cimd@example.org");
+    let now = t.app().clock.now();
+    for (name, status) in [("Planning", AppStatus::Live), ("Uren", AppStatus::Draft)] {
+        apps::add(&t.app().store, s.org.id, name, status, now).unwrap();
+    }
+    let got = run_node_with(&t, &s, "sdk-client.mjs", &[("KENNIS_CIMD_URL", &url)]).await;
+    assert_eq!(got["client_id"], url);
+    assert_eq!(
+        got["tools"].as_array().unwrap().len(),
+        9,
+        "{}",
+        got["tools"]
+    );
+    let token = got["refreshed"]["access_token"].as_str().unwrap();
+    let ctx = oauth::check_bearer(t.app(), token).unwrap();
+    assert_eq!(ctx.client_id, url);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -212,11 +257,14 @@ async fn portal_tasks_in_chromium_with_axe_in_both_languages() {
         &s,
         "portal.mjs",
         &[
-            ("KENNIS_TOTP_SECRET", s.totp_secret.clone()),
-            ("KENNIS_NOW", (app.clock.now().as_second() + 30).to_string()),
-            ("KENNIS_MEMBER_TOKEN", mo_token.clone()),
-            ("KENNIS_RUN_ID", run_id.to_string()),
-            ("KENNIS_SCREENSHOTS", shots.display().to_string()),
+            ("KENNIS_TOTP_SECRET", s.totp_secret.as_str()),
+            (
+                "KENNIS_NOW",
+                &(app.clock.now().as_second() + 30).to_string(),
+            ),
+            ("KENNIS_MEMBER_TOKEN", &mo_token),
+            ("KENNIS_RUN_ID", &run_id.to_string()),
+            ("KENNIS_SCREENSHOTS", &shots.display().to_string()),
         ],
     )
     .await;

@@ -182,6 +182,7 @@ async fn crash_soak_loses_no_acknowledged_run_or_write() {
         .unwrap_or(20)
         .max(20);
     let acked = Arc::new(Mutex::new(Acked::default()));
+    crate::fixture::install_crypto();
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()
@@ -358,6 +359,7 @@ async fn two_hundred_parallel_logins_stay_below_400_mb_above_idle() {
         &[("KENNIS_TRUSTED_PROXIES", "127.0.0.1")],
     );
     let pid = server.child.id();
+    crate::fixture::install_crypto();
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(60))

@@ -1,5 +1,6 @@
 // The official MCP TypeScript SDK's OAuth client against kennis: metadata discovery, dynamic
-// registration, authorization URL with PKCE, code exchange and refresh. The person's part
+// registration (or, with KENNIS_CIMD_URL, a Client ID Metadata Document URL as client_id),
+// authorization URL with PKCE, code exchange and refresh. The person's part
 // (login, second factor, consent) is scripted with plain HTTP; the SDK does the client's part.
 // Then the SDK's MCP client uses the token: it lists the tools and calls the feature-request
 // tools, checking each structured result against the tool's output schema as it does.
@@ -25,16 +26,25 @@ if (resource.resource !== connector) throw new Error(`resource ${resource.resour
 const asUrl = resource.authorization_servers[0];
 const metadata = await discoverAuthorizationServerMetadata(asUrl);
 if (!metadata) throw new Error('no authorization server metadata');
-const clientInformation = await registerClient(asUrl, {
-  metadata,
-  clientMetadata: {
-    client_name: 'MCP SDK client',
-    redirect_uris: [redirectUri],
-    token_endpoint_auth_method: 'none',
-    grant_types: ['authorization_code', 'refresh_token'],
-    response_types: ['code'],
-  },
-});
+const cimdUrl = process.env.KENNIS_CIMD_URL;
+let clientInformation;
+if (cimdUrl) {
+  if (metadata.client_id_metadata_document_supported !== true) {
+    throw new Error('client_id_metadata_document_supported is not advertised');
+  }
+  clientInformation = { client_id: cimdUrl };
+} else {
+  clientInformation = await registerClient(asUrl, {
+    metadata,
+    clientMetadata: {
+      client_name: 'MCP SDK client',
+      redirect_uris: [redirectUri],
+      token_endpoint_auth_method: 'none',
+      grant_types: ['authorization_code', 'refresh_token'],
+      response_types: ['code'],
+    },
+  });
+}
 const { authorizationUrl, codeVerifier } = await startAuthorization(asUrl, {
   metadata,
   clientInformation,
