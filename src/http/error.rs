@@ -139,6 +139,7 @@ impl ToProblem for TriggerError {
             T::UnknownProject(_) => (StatusCode::NOT_FOUND, "unknown_project"),
             T::InvalidToken => (StatusCode::UNAUTHORIZED, "invalid_token"),
             T::AccessDenied => (StatusCode::FORBIDDEN, "access_denied"),
+            T::NotStarted(_) => (StatusCode::CONFLICT, "not_started"),
             T::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
             T::InvalidKey(_) => (StatusCode::BAD_REQUEST, "invalid_key"),
             T::BadBody(_) => (StatusCode::BAD_REQUEST, "bad_body"),

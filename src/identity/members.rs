@@ -259,20 +259,7 @@ pub fn accept_invitation(
                 .get(PEOPLE, &key::id(id))?
                 .ok_or(IdentityError::LinkUnknown)?,
             (None, Some((name, password_hash))) => {
-                let p = Person {
-                    id: tx.next_id("person")?,
-                    email: inv.email.clone(),
-                    name,
-                    password_hash,
-                    totp: None,
-                    accepted_terms: None,
-                    language: None,
-                    last_login: None,
-                    created_at: now,
-                };
-                tx.put(PEOPLE, &key::id(p.id), &p)?;
-                tx.put(PEOPLE_BY_EMAIL, p.email.as_bytes(), &p.id)?;
-                p
+                super::create_person_in(tx, inv.email.clone(), name, password_hash, now)?
             }
             // The account appeared or vanished since the page was shown: show it again.
             _ => return Err(IdentityError::DuplicateEmail(inv.email.clone())),

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::store::{
     MEMBERSHIPS, MEMBERSHIPS_BY_PERSON, ORG_SLUGS, ORGS, PEOPLE, PEOPLE_BY_EMAIL, Read, ReadTx,
-    Store, StoreError, key,
+    Store, StoreError, WriteTx, key,
 };
 
 pub use login::LoginGuard;
@@ -344,21 +344,39 @@ pub fn add_person(
         if tx.get::<u64>(PEOPLE_BY_EMAIL, email.as_bytes())?.is_some() {
             return Err(IdentityError::DuplicateEmail(email.clone()));
         }
-        let person = Person {
-            id: tx.next_id("person")?,
-            email: email.clone(),
+        Ok(create_person_in(
+            tx,
+            email.clone(),
             name,
             password_hash,
-            totp: None,
-            accepted_terms: None,
-            language: None,
-            last_login: None,
-            created_at: now,
-        };
-        tx.put(PEOPLE, &key::id(person.id), &person)?;
-        tx.put(PEOPLE_BY_EMAIL, email.as_bytes(), &person.id)?;
-        Ok(person)
+            now,
+        )?)
     })
+}
+
+/// Stores a new person (no second factor, no terms yet) under a normalised `email` that the
+/// caller checked is free, in the caller's write transaction.
+pub(crate) fn create_person_in(
+    tx: &mut WriteTx,
+    email: String,
+    name: String,
+    password_hash: String,
+    now: Timestamp,
+) -> Result<Person, StoreError> {
+    let person = Person {
+        id: tx.next_id("person")?,
+        email,
+        name,
+        password_hash,
+        totp: None,
+        accepted_terms: None,
+        language: None,
+        last_login: None,
+        created_at: now,
+    };
+    tx.put(PEOPLE, &key::id(person.id), &person)?;
+    tx.put(PEOPLE_BY_EMAIL, person.email.as_bytes(), &person.id)?;
+    Ok(person)
 }
 
 pub fn list_people(store: &Store) -> Result<Vec<Person>, IdentityError> {

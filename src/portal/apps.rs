@@ -10,6 +10,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use maud::html;
 
+use super::i18n::t;
 use super::{CsrfForm, OrgAdmin, OrgMember, csrf_field, field, layout, page, see_other};
 use crate::app::App;
 use crate::http::error::ToProblem;
@@ -39,48 +40,51 @@ fn apps_page(
     let base = base(m);
     let admin = m.is_admin();
     let body = html! {
-        @if let Some(e) = error { p.error #error { (e) } }
-        p.muted { "Feature requests are filed for an app. Only live apps accept new requests." }
-        @if list.is_empty() { p.muted { "No apps yet." } }
+        @if let Some(e) = error { p.notice.error #error { (e) } }
+        p.muted { (t("apps-explain")) }
+        @if list.is_empty() { p.muted { (t("apps-none")) } }
         @else {
-            table #apps {
-                tr { th { "Name" } th { "App id" } th { "Status" } th { "Accepts requests" } @if admin { th { "Change status" } } }
-                @for a in list {
+            div.table-wrap { table #apps {
+                thead { tr { th scope="col" { (t("col-name")) } th scope="col" { (t("col-app-id")) } th scope="col" { (t("run-status")) } th scope="col" { (t("col-accepts-requests")) } @if admin { th scope="col" { (t("col-change-status")) } } } }
+                tbody { @for a in list {
                     tr {
                         td { (a.name) }
                         td { (a.app_id) }
-                        td.app-status { (a.status.as_str()) }
-                        td { @if a.accepts_requests() { "yes" } @else { "no" } }
+                        td.app-status { span class={ "badge " (a.status.as_str()) } { (a.status.as_str()) } }
+                        td { @if a.accepts_requests() { span.badge.ok { (t("yes")) } } @else { span.badge.neutral { (t("no")) } } }
                         @if admin {
                             td {
                                 form.inline method="post" action={ (base) "/" (a.app_id) "/status" } {
                                     (csrf_field(csrf))
-                                    select name="status" {
+                                    select name="status" aria-label=(t("col-change-status")) {
                                         @for s in STATUSES {
                                             option value=(s.as_str()) selected[s == a.status] { (s.as_str()) }
                                         }
                                     }
-                                    button type="submit" { "Save" }
+                                    button.secondary type="submit" { (t("action-save")) }
                                 }
                             }
                         }
                     }
-                }
-            }
+                } }
+            } }
         }
         @if admin {
-            h2 { "New app" }
-            form #app-form method="post" action=(base) {
+            h2 { (t("app-new")) }
+            form #app-form .row method="post" action=(base) {
                 (csrf_field(csrf))
-                label { "Name " input type="text" name="name" required maxlength=(apps::NAME_MAX); }
-                label { "Status " select name="status" {
+                label { (t("col-name")) input type="text" name="name" required maxlength=(apps::NAME_MAX); }
+                label { (t("run-status")) select name="status" {
                     @for s in STATUSES { option value=(s.as_str()) { (s.as_str()) } }
                 } }
-                button type="submit" { "Add app" }
+                button type="submit" { (t("app-add")) }
             }
         }
     };
-    page(status, layout("Apps", Some(&m.user), Some(&m.org), body))
+    page(
+        status,
+        layout(&t("nav-apps"), Some(&m.user), Some(&m.org), body),
+    )
 }
 
 fn load(app: &App, org_id: u64) -> Result<Vec<RequestApp>, RequestError> {

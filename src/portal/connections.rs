@@ -8,6 +8,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use maud::html;
 
+use super::i18n::{self, t};
 use super::{CsrfForm, OrgAdmin, OrgMember, csrf_field, layout, page, problem_page, see_other};
 use crate::app::App;
 use crate::http::error::ToProblem;
@@ -15,9 +16,8 @@ use crate::identity::{self, ConnectorAccess};
 use crate::oauth;
 use crate::store::StoreError;
 
-fn fmt_time(t: Option<jiff::Timestamp>) -> String {
-    t.map(|t| t.strftime("%Y-%m-%d %H:%M UTC").to_string())
-        .unwrap_or_else(|| "never".into())
+fn fmt_time(at: Option<jiff::Timestamp>) -> String {
+    at.map(i18n::date_time).unwrap_or_else(|| t("never"))
 }
 
 pub(super) async fn connections_page(State(app): State<Arc<App>>, m: OrgMember) -> Response {
@@ -44,64 +44,67 @@ pub(super) async fn connections_page(State(app): State<Arc<App>>, m: OrgMember) 
     let slug = &m.org.slug;
     let csrf = &m.user.csrf;
     let body = html! {
-        p { "The connector URL to paste into an assistant: " code { (app.connector_url()) } }
-        h2 { @if m.is_admin() { "All connections" } @else { "Your connections" } }
-        @if rows.is_empty() { p.muted { "No connections yet." } }
+        p { (t("connections-url")) " " code { (app.connector_url()) } }
+        h2 { @if m.is_admin() { (t("connections-all")) } @else { (t("connections-yours")) } }
+        @if rows.is_empty() { p.muted { (t("connections-none")) } }
         @else {
-            table #connections {
-                tr { th { "Client" } @if m.is_admin() { th { "Person" } } th { "Scopes" } th { "Created" } th { "Last used" } th { "" } }
-                @for r in &rows {
+            div.table-wrap { table #connections {
+                thead { tr { th scope="col" { (t("col-client")) } @if m.is_admin() { th scope="col" { (t("col-person")) } } th scope="col" { (t("col-scopes")) } th scope="col" { (t("run-created")) } th scope="col" { (t("col-last-used")) } th scope="col" { (t("col-actions")) } } }
+                tbody { @for r in &rows {
                     tr {
                         td { (r.client_name) }
                         @if m.is_admin() { td { (r.person_email) } }
                         td { (r.grant.scopes.join(", ")) }
-                        td { (fmt_time(Some(r.grant.created_at))) }
-                        td { (fmt_time(r.last_used)) }
+                        td.date { (fmt_time(Some(r.grant.created_at))) }
+                        td.date { (fmt_time(r.last_used)) }
                         td {
-                            @if r.grant.revoked_at.is_some() { span.muted { "revoked" } }
+                            @if r.grant.revoked_at.is_some() { span.badge.revoked { (t("connection-revoked")) } }
                             @else {
                                 form.inline method="post" action={ "/portal/o/" (slug) "/connections/" (r.grant.id) "/revoke" } {
                                     (csrf_field(csrf))
-                                    button type="submit" { "Revoke" }
+                                    button.danger type="submit" { (t("connection-revoke")) }
                                 }
                             }
                         }
                     }
-                }
-            }
+                } }
+            } }
         }
         @if m.is_admin() {
-            h2 { "Who may connect" }
-            form #policy-form method="post" action={ "/portal/o/" (slug) "/policy" } {
+            h2 #policy { (t("policy-heading")) }
+            form #policy-form .row method="post" action={ "/portal/o/" (slug) "/policy" } {
                 (csrf_field(csrf))
-                @for (value, label) in [("all_members", "All members"), ("selected_members", "Selected members"), ("nobody", "Nobody")] {
-                    label { input type="radio" name="connector_access" value=(value)
-                        checked[access_value(m.org.connector_access) == value]; " " (label) }
+                fieldset.choices {
+                    legend.visually-hidden { (t("policy-heading")) }
+                    @for (value, label) in [("all_members", "policy-all-members"), ("selected_members", "policy-selected-members"), ("nobody", "policy-nobody")] {
+                        label.check { input type="radio" name="connector_access" value=(value)
+                            checked[access_value(m.org.connector_access) == value]; (t(label)) }
+                    }
                 }
-                button type="submit" { "Save" }
+                button type="submit" { (t("action-save")) }
             }
-            table #members {
-                tr { th { "Member" } th { "Role" } th { "May connect" } th { "" } }
-                @for (mem, p) in &members {
+            div.table-wrap { table #members {
+                thead { tr { th scope="col" { (t("col-member")) } th scope="col" { (t("col-role")) } th scope="col" { (t("col-may-connect")) } th scope="col" { (t("col-actions")) } } }
+                tbody { @for (mem, p) in &members {
                     tr {
                         td { (p.email) }
-                        td { (format!("{:?}", mem.role).to_lowercase()) }
-                        td { @if mem.may_connect { "yes" } @else { "no" } }
+                        td { @if mem.role == identity::Role::Admin { (t("role-admin")) } @else { (t("role-member")) } }
+                        td { @if mem.may_connect { span.badge.ok { (t("yes")) } } @else { span.badge.neutral { (t("no")) } } }
                         td {
                             form.inline method="post" action={ "/portal/o/" (slug) "/members/" (p.id) "/may-connect" } {
                                 (csrf_field(csrf))
                                 input type="hidden" name="may_connect" value=(if mem.may_connect { "false" } else { "true" });
-                                button type="submit" { @if mem.may_connect { "Disallow" } @else { "Allow" } }
+                                button.secondary type="submit" { @if mem.may_connect { (t("connection-disallow")) } @else { (t("connection-allow")) } }
                             }
                         }
                     }
-                }
-            }
+                } }
+            } }
         }
     };
     page(
         StatusCode::OK,
-        layout("Connections", Some(&m.user), Some(&m.org), body),
+        layout(&t("nav-connections"), Some(&m.user), Some(&m.org), body),
     )
 }
 
@@ -121,17 +124,17 @@ fn bad_request(m: &OrgMember, msg: &str) -> Response {
     page(
         StatusCode::BAD_REQUEST,
         layout(
-            "Not saved",
+            &t("not-saved"),
             Some(&m.user),
             Some(&m.org),
-            html! { p.error { (msg) } },
+            html! { p.notice.error #error { (msg) } },
         ),
     )
 }
 
 /// A refused change (or a failure), as `http::error` maps it.
 fn refused(m: &OrgMember, e: &impl ToProblem) -> Response {
-    problem_page("Not saved", Some(&m.user), Some(&m.org), &e.problem())
+    problem_page(&t("not-saved"), Some(&m.user), Some(&m.org), &e.problem())
 }
 
 pub(super) async fn revoke(
@@ -148,7 +151,7 @@ pub(super) async fn revoke(
         .await;
     match r {
         Ok(true) => back(&m.org.slug),
-        Ok(false) => bad_request(&m, "No such connection of yours in this organisation."),
+        Ok(false) => bad_request(&m, &t("connection-not-found")),
         Err(e) => refused(&m, &e),
     }
 }
@@ -163,7 +166,7 @@ pub(super) async fn set_policy(
         .unwrap_or_default()
         .parse::<ConnectorAccess>()
     else {
-        return bad_request(&m, "Choose all members, selected members or nobody.");
+        return bad_request(&m, &t("policy-choose"));
     };
     let slug = m.org.slug.clone();
     let r = app
@@ -184,7 +187,7 @@ pub(super) async fn set_may_connect(
     let may = match form.field("may_connect") {
         Some("true") => true,
         Some("false") => false,
-        _ => return bad_request(&m, "may_connect must be true or false."),
+        _ => return bad_request(&m, &t("may-connect-bad")),
     };
     let org_id = m.org.id;
     let slug = m.org.slug.clone();
@@ -202,7 +205,7 @@ pub(super) async fn set_may_connect(
         .await;
     match r {
         Ok(true) => back(&m.org.slug),
-        Ok(false) => bad_request(&m, "No such member."),
+        Ok(false) => bad_request(&m, &t("member-not-found")),
         Err(e) => refused(&m, &e),
     }
 }

@@ -15,6 +15,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
 
+use super::i18n::t;
 use super::{CsrfForm, PortalUser, csrf_field, layout, page};
 use crate::app::App;
 use crate::http::client_ip::CallerIp;
@@ -60,12 +61,12 @@ fn problem_response(app: &App, p: AuthorizeProblem) -> Response {
         AuthorizeProblem::Page(msg) => page(
             StatusCode::BAD_REQUEST,
             layout(
-                "Cannot connect",
+                &t("consent-cannot-title"),
                 None,
                 None,
                 html! {
-                    p.error { (msg) }
-                    p { "The assistant sent an authorization request this server cannot accept. Remove the connector in the assistant and add it again." }
+                    p.notice.error #error { (msg) }
+                    p { (t("consent-cannot")) }
                 },
             ),
         ),
@@ -106,11 +107,11 @@ fn redirect_host(uri: &str) -> String {
         .unwrap_or_else(|| uri.to_owned())
 }
 
-fn scope_label(scope: &str) -> &'static str {
+fn scope_label(scope: &str) -> String {
     match scope {
-        "kennisbank" => "Knowledge base: list, read, search and write documents",
-        "feature_requests" => "Feature requests: list apps, read, create and reply to requests",
-        _ => "Unknown",
+        "kennisbank" => t("scope-kennisbank"),
+        "feature_requests" => t("scope-feature-requests"),
+        _ => t("scope-unknown"),
     }
 }
 
@@ -124,15 +125,15 @@ fn consent_markup(
         p {
             strong { (req.client.client_name) }
             @if let Some(host) = req.client.metadata_host() {
-                " (described by " code.client-host { (host) } ")"
+                " (" (t("consent-described-by")) " " code.client-host { (host) } ")"
             }
-            " wants to use kennis on your behalf."
+            " " (t("consent-wants"))
         }
-        p.muted { "After you approve, you are sent back to " code { (redirect_host(&req.redirect_uri)) } "." }
+        p.muted { (t("consent-back-to")) " " code { (redirect_host(&req.redirect_uri)) } }
         @if orgs.is_empty() {
-            p.error { "None of your organisations allows you to connect an assistant. Ask an administrator." }
+            p.notice.error { (t("consent-no-org")) }
         }
-        form #consent-form method="post" action="/authorize" {
+        form #consent-form .stack method="post" action="/authorize" {
             (csrf_field(&user.csrf))
             @for k in CARRIED {
                 @if let Some(v) = params.get(k) {
@@ -141,20 +142,24 @@ fn consent_markup(
             }
             @if !orgs.is_empty() {
                 fieldset {
-                    legend { "Organisation" }
+                    legend { (t("consent-org")) }
                     @for (i, org) in orgs.iter().enumerate() {
-                        label { input type="radio" name="org" value=(org.slug) checked[i == 0]; " " (org.name) }
+                        label.check { input type="radio" name="org" value=(org.slug) checked[i == 0]; " " (org.name) }
                     }
                 }
                 fieldset {
-                    legend { "Access" }
+                    legend { (t("consent-access")) }
                     @for s in &req.scopes {
-                        label { input type="checkbox" name="scope" value=(s) checked; " " (scope_label(s)) }
+                        label.check { input type="checkbox" name="scope" value=(s) checked; " " (scope_label(s)) }
                     }
                 }
-                button type="submit" name="decision" value="approve" { "Approve" }
             }
-            button type="submit" name="decision" value="deny" { "Deny" }
+            div.actions {
+                @if !orgs.is_empty() {
+                    button type="submit" name="decision" value="approve" { (t("consent-approve")) }
+                }
+                button.secondary type="submit" name="decision" value="deny" { (t("consent-deny")) }
+            }
         }
     }
 }
@@ -193,7 +198,7 @@ pub(super) async fn authorize_page(
     page(
         StatusCode::OK,
         layout(
-            "Connect an assistant",
+            &t("consent-title"),
             Some(&user),
             None,
             consent_markup(&user, &auth, &params, &orgs),

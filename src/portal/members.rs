@@ -72,7 +72,7 @@ fn members_markup(m: &OrgMember, rows: &[Row], notice: Option<Markup>) -> Markup
     html! {
         @if let Some(n) = notice { (n) }
         div.table-wrap {
-            table #members-table {
+            table #members-table .cards {
                 caption.muted { (t("members-caption")) }
                 thead { tr {
                     th scope="col" { (t("col-person")) }
@@ -88,11 +88,11 @@ fn members_markup(m: &OrgMember, rows: &[Row], notice: Option<Markup>) -> Markup
                         @let id = r.person.id;
                         tr data-email=(r.person.email) {
                             td { strong { (r.person.name) } br; span.muted { (r.person.email) } }
-                            td { (role_label(r.membership.role)) }
-                            td { (yes_no(r.membership.may_connect)) }
-                            td { (yes_no(r.person.has_second_factor())) }
-                            td { (r.person.last_login.map(date_time).unwrap_or_else(|| t("never"))) }
-                            td.num { (r.connections) }
+                            td data-label=(t("col-role")) { (role_label(r.membership.role)) }
+                            td data-label=(t("col-may-connect")) { (yes_no(r.membership.may_connect)) }
+                            td data-label=(t("col-second-factor")) { (yes_no(r.person.has_second_factor())) }
+                            td data-label=(t("col-last-login")) { (r.person.last_login.map(date_time).unwrap_or_else(|| t("never"))) }
+                            td.num data-label=(t("col-connections")) { (r.connections) }
                             td {
                                 form.row.member-form method="post" action={ "/portal/o/" (slug) "/members/" (id) } {
                                     (csrf_field(csrf))

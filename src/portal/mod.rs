@@ -146,7 +146,7 @@ pub fn routes(app: Arc<App>) -> Router<Arc<App>> {
         .route("/portal/o/{slug}/triggers/{id}", get(triggers::detail))
         .route("/portal/o/{slug}/agents", post(triggers::add_agent))
         .route("/portal/o/{slug}/runs/{id}", get(runs::run_page))
-        .route("/portal/o/{slug}/runs/{id}/cancel", post(runs::cancel))
+        .route("/portal/o/{slug}/runs/{id}/{action}", post(runs::act))
         .route(
             "/portal/o/{slug}/triggers/{id}/{action}",
             post(triggers::change),

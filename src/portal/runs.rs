@@ -9,20 +9,22 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{Markup, html};
 
+use super::i18n::{self, t, ta};
 use super::{CsrfForm, OrgAdmin, csrf_field, layout, page, problem_page, see_other};
 use crate::agents::{self, Step, Transcript};
 use crate::app::App;
 use crate::http::error::ToProblem;
 use crate::requests::{self, Kind, Request};
+use crate::triggers;
 
 fn not_found(m: &OrgAdmin) -> Response {
     page(
         StatusCode::NOT_FOUND,
         layout(
-            "Not found",
+            &t("not-found-title"),
             Some(&m.0.user),
             Some(&m.0.org),
-            html! { p { "No such run." } },
+            html! { p { (t("run-not-found")) } },
         ),
     )
 }
@@ -97,43 +99,99 @@ fn load(app: &App, org_id: u64, id: &str) -> Option<(Request, String, Option<Tra
         .flatten()
 }
 
+/// How long a run took (or has been going), in the largest sensible unit.
+fn duration(from: jiff::Timestamp, to: jiff::Timestamp) -> String {
+    let ms = to.duration_since(from).as_millis().max(0) as u64;
+    match ms {
+        0..1_000 => format!("{} ms", i18n::number(ms)),
+        1_000..120_000 => format!("{} s", i18n::number(ms / 1_000)),
+        _ => format!("{} min", i18n::number(ms / 60_000)),
+    }
+}
+
+/// The events a run recorded (deliveries, notes), apart from the model's and tools' steps.
+fn events(t: Option<&Transcript>) -> Vec<(u64, String)> {
+    t.map(|t| {
+        t.entries
+            .iter()
+            .filter_map(|e| match &e.step {
+                Step::Event { event } => Some((
+                    e.elapsed_ms,
+                    serde_json::to_string(event).unwrap_or_default(),
+                )),
+                _ => None,
+            })
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
 pub(super) async fn run_page(
     State(app): State<Arc<App>>,
     m: OrgAdmin,
     Path((_slug, id)): Path<(String, String)>,
 ) -> Response {
     let org_id = m.0.org.id;
-    let Some((r, agent, t)) = app.blocking(move |app| load(app, org_id, &id)).await else {
+    let Some((r, agent, transcript)) = app.blocking(move |app| load(app, org_id, &id)).await else {
         return not_found(&m);
     };
     let base = format!("/portal/o/{}/runs/{}", m.0.org.slug, r.id);
+    let now = app.clock.now();
+    let took = duration(
+        r.created_at,
+        if r.status.is_final() {
+            r.updated_at
+        } else {
+            now
+        },
+    );
+    let events = events(transcript.as_ref());
     let body = html! {
-        dl #run {
-            dt { "Status" } dd #run-status { (r.status.as_str()) }
-            dt { "Agent" } dd { (agent) }
-            dt { "Created" } dd { (r.created_at.strftime("%Y-%m-%d %H:%M:%S UTC")) }
-            dt { "Updated" } dd { (r.updated_at.strftime("%Y-%m-%d %H:%M:%S UTC")) }
-            dt { "Result" } dd { pre #run-result { (r.result.as_deref().unwrap_or("—")) } }
+        dl #run .facts {
+            dt { (t("run-status")) } dd #run-status { span class={ "badge " (r.status.as_str()) } { (r.status.as_str()) } }
+            dt { (t("run-agent")) } dd { (agent) }
+            @if let Some(k) = &r.event_key { dt { (t("run-event-key")) } dd { code { (k) } } }
+            dt { (t("run-created")) } dd { (i18n::date_time(r.created_at)) }
+            dt { (t("run-updated")) } dd { (i18n::date_time(r.updated_at)) }
+            dt { (t("run-duration")) } dd #run-duration { (took) @if !r.status.is_final() { " " (t("run-so-far")) } }
+            dt { (t("run-attempts")) } dd { (r.attempts) }
+            dt { (t("run-result")) } dd { pre #run-result { (r.result.as_deref().unwrap_or("—")) } }
         }
-        @if r.kind == Kind::Run && !r.status.is_final() {
-            form #run-cancel-form method="post" action={ (base) "/cancel" } {
-                (csrf_field(&m.0.user.csrf))
-                button type="submit" { "Cancel this run" }
+        div.actions {
+            @if r.kind == Kind::Run && !r.status.is_final() {
+                form #run-cancel-form method="post" action={ (base) "/cancel" } {
+                    (csrf_field(&m.0.user.csrf))
+                    button.secondary type="submit" { (t("run-cancel")) }
+                }
+            }
+            @if r.kind == Kind::Run && r.trigger_id.is_some() {
+                form #run-again-form method="post" action={ (base) "/again" } {
+                    (csrf_field(&m.0.user.csrf))
+                    button type="submit" { (t("run-again")) }
+                }
             }
         }
-        h2 { "What the agent did" }
-        @match &t {
-            Some(t) => (transcript_table(t)),
-            None => p.muted { "Nothing recorded yet: the transcript is kept when a job ends." },
+        h2 { (t("run-instructions")) }
+        pre #run-instructions { (r.instructions) }
+        h2 { (t("run-events")) }
+        @if events.is_empty() {
+            p.muted { (t("run-no-events")) }
+        } @else {
+            ul #run-events { @for (ms, e) in &events { li { (i18n::number(*ms)) " ms · " code { (e) } } } }
+        }
+        h2 { (t("run-transcript")) }
+        @match &transcript {
+            Some(tr) => (transcript_table(tr)),
+            None => p.muted { (t("run-no-transcript")) },
         }
         @if let Some(trigger) = r.trigger_id {
-            p { a href={ "/portal/o/" (m.0.org.slug) "/triggers/" (trigger) } { "Back to the trigger" } }
+            p { a href={ "/portal/o/" (m.0.org.slug) "/triggers/" (trigger) } { (t("run-back")) } }
         }
     };
     page(
         StatusCode::OK,
         layout(
-            &format!("Run {}", r.id),
+            &ta("run-title", &[("id", r.id.to_string())]),
             Some(&m.0.user),
             Some(&m.0.org),
             body,
@@ -141,31 +199,39 @@ pub(super) async fn run_page(
     )
 }
 
-pub(super) async fn cancel(
+/// The run page's buttons: `cancel` a queued or running run (then its page again), or `again`
+/// — a new run of the same trigger with the same instructions, if the trigger's rules allow one
+/// now (see [`triggers::run_again`]; then the new run's page).
+pub(super) async fn act(
     State(app): State<Arc<App>>,
     m: OrgAdmin,
-    Path((_slug, id)): Path<(String, String)>,
+    Path((_slug, id, action)): Path<(String, String, String)>,
     _form: CsrfForm,
 ) -> Response {
     let Ok(id) = id.parse::<u64>() else {
         return not_found(&m);
     };
-    let org_id = m.0.org.id;
-    let who = m.0.user.person.email.clone();
-    let result = app
-        .blocking(move |app| {
-            agents::cancel_run(
-                &app.store,
-                Some(&app.runs),
-                Some(org_id),
-                id,
-                &who,
-                app.clock.now(),
-            )
-        })
-        .await;
+    let (org_id, now) = (m.0.org.id, app.clock.now());
+    let (title, result) = match action.as_str() {
+        "cancel" => {
+            let who = m.0.user.person.email.clone();
+            let r = app
+                .blocking(move |app| {
+                    agents::cancel_run(&app.store, Some(&app.runs), Some(org_id), id, &who, now)
+                })
+                .await;
+            ("run-cancel", r.map(|_| id).map_err(|e| e.problem()))
+        }
+        "again" => (
+            "run-again",
+            triggers::run_again(&app, org_id, id, now)
+                .await
+                .map_err(|e| e.problem()),
+        ),
+        _ => return not_found(&m),
+    };
     match result {
-        Ok(_) => see_other(&format!("/portal/o/{}/runs/{id}", m.0.org.slug)),
-        Err(e) => problem_page("Run", Some(&m.0.user), Some(&m.0.org), &e.problem()),
+        Ok(run) => see_other(&format!("/portal/o/{}/runs/{run}", m.0.org.slug)),
+        Err(p) => problem_page(&t(title), Some(&m.0.user), Some(&m.0.org), &p),
     }
 }

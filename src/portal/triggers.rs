@@ -10,7 +10,15 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{Markup, html};
 
+use super::i18n::{self, t, ta};
 use super::{CsrfForm, OrgAdmin, csrf_field, layout, page, problem_page, see_other};
+
+/// A trigger's state as a badge: active or paused.
+fn state_badge(paused: bool) -> Markup {
+    html! {
+        @if paused { span.badge.paused { (t("trigger-paused")) } } @else { span.badge.active { (t("trigger-active")) } }
+    }
+}
 use crate::agents::{self, Agent, AgentKind, Project, Rollout};
 use crate::app::App;
 use crate::http::error::ToProblem;
@@ -33,7 +41,7 @@ fn load(app: &App, org_slug: &str, org_id: u64) -> Result<Data, triggers::Trigge
 /// A failure (or a refusal without the list to show it on), as `http::error` maps it.
 fn refused(m: &OrgAdmin, e: &impl ToProblem) -> Response {
     problem_page(
-        "Event triggers",
+        &t("triggers-title"),
         Some(&m.0.user),
         Some(&m.0.org),
         &e.problem(),
@@ -42,9 +50,9 @@ fn refused(m: &OrgAdmin, e: &impl ToProblem) -> Response {
 
 fn rollout(r: Rollout) -> &'static str {
     match r {
-        Rollout::Pending => "pending",
-        Rollout::RollingOut => "rolling out",
-        Rollout::Ready => "ready",
+        Rollout::Pending => "rollout-pending",
+        Rollout::RollingOut => "rollout-rolling-out",
+        Rollout::Ready => "rollout-ready",
     }
 }
 
@@ -72,104 +80,104 @@ fn list_page(
         .filter(|p| p.rollout == Rollout::Ready)
         .collect();
     let body = html! {
-        @if let Some(e) = error { p.error { (e) } }
-        h2 { "Triggers" }
-        @if d.triggers.is_empty() { p.muted { "No triggers yet." } }
+        @if let Some(e) = error { p.notice.error #error { (e) } }
+        h2 { (t("nav-triggers")) }
+        @if d.triggers.is_empty() { p.muted { (t("triggers-none")) } }
         @else {
-            table #triggers {
-                tr { th { "Name" } th { "URL" } th { "Cooldown" } th { "State" } th { "" } }
-                @for t in &d.triggers {
+            div.table-wrap { table #triggers {
+                thead { tr { th scope="col" { (t("col-name")) } th scope="col" { "URL" } th scope="col" { (t("col-cooldown")) } th scope="col" { (t("col-state")) } th scope="col" { (t("col-actions")) } } }
+                tbody { @for tr in &d.triggers {
                     tr {
-                        td { a href={ (base) "/" (t.id) } { (t.name) } }
-                        td { code { (triggers::trigger_url(&app.public_url, t.id)) } }
-                        td { (t.cooldown_secs) " s" }
-                        td { @if t.paused { "paused" } @else { "active" } }
-                        td {
-                            @for (action, label) in [(if t.paused { "resume" } else { "pause" }, if t.paused { "Resume" } else { "Pause" }), ("renew-secret", "Renew secret"), ("delete", "Delete")] {
-                                form.inline method="post" action={ (base) "/" (t.id) "/" (action) } {
+                        td { a href={ (base) "/" (tr.id) } { (tr.name) } }
+                        td { code { (triggers::trigger_url(&app.public_url, tr.id)) } }
+                        td.num { (i18n::number(tr.cooldown_secs)) " s" }
+                        td { (state_badge(tr.paused)) }
+                        td { div.actions {
+                            @for (action, label) in [(if tr.paused { "resume" } else { "pause" }, if tr.paused { "trigger-resume" } else { "trigger-pause" }), ("renew-secret", "trigger-renew"), ("delete", "trigger-delete")] {
+                                form.inline method="post" action={ (base) "/" (tr.id) "/" (action) } {
                                     (csrf_field(csrf))
-                                    button type="submit" name="action" value=(action) { (label) }
+                                    button.secondary[action != "delete"].danger[action == "delete"] type="submit" name="action" value=(action) { (t(label)) }
                                 }
                             }
-                        }
+                        } }
                     }
-                }
-            }
+                } }
+            } }
         }
-        h2 { "New trigger" }
+        h2 { (t("trigger-new")) }
         @if generic.is_empty() || ready.is_empty() {
-            p.muted { "A trigger needs a generic agent and a ready project (kennis agent add / kennis project add --ready)." }
+            p.muted { (t("trigger-needs")) }
         } @else {
-            form #trigger-form method="post" action=(base) {
+            form #trigger-form .stack method="post" action=(base) {
                 (csrf_field(csrf))
-                label { "Name " input type="text" name="name" required maxlength="100"; }
-                label { "Instructions " textarea name="instructions" required rows="4" cols="60" {} }
-                label { "Agent " select name="agent" {
+                label { (t("col-name")) input type="text" name="name" required maxlength="100"; }
+                label { (t("run-instructions-plain")) textarea name="instructions" required rows="4" cols="60" {} }
+                label { (t("run-agent")) select name="agent" {
                     @for a in &generic { option value=(a.id) { (a.name) } }
                 } }
-                label { "Project " select name="project" {
+                label { (t("col-project")) select name="project" {
                     @for p in &ready { option value=(p.id) { (p.name) } }
                 } }
-                label { "Cooldown (seconds) " input type="number" name="cooldown" value=(triggers::DEFAULT_COOLDOWN_SECS) min="0"; }
-                button type="submit" { "Create trigger" }
+                label { (t("field-cooldown")) input type="number" name="cooldown" value=(triggers::DEFAULT_COOLDOWN_SECS) min="0"; }
+                button type="submit" { (t("trigger-create")) }
             }
         }
-        h2 { "Agents" }
-        table #agents {
-            tr { th { "Id" } th { "Name" } th { "Kind" } th { "Executor" } th { "Timeout" } }
-            @for a in &d.agents {
-                tr { td { (a.id) } td { (a.name) } td { @if a.kind == AgentKind::Generic { "generic" } @else { "feature" } } td { (a.executor.name()) @if let agents::Executor::Llm(l) = &a.executor { " · " (l.model) " at " code { (l.url) } } } td { (a.timeout_secs) " s" } }
-            }
-        }
-        h2 { "New language-model agent" }
-        p.muted { "A model behind an OpenAI-compatible chat-completions API (hosted, or local such as Ollama or llama.cpp's server) that works with this organisation's knowledge base. The API key stays in the server's environment: name a variable starting with " code { (PORTAL_KEY_PREFIX) } " that the server's administrator has set. Command and http agents are added by the server's administrator (kennis agent add)." }
-        form #agent-form method="post" action={ "/portal/o/" (m.0.org.slug) "/agents" } {
+        h2 { (t("agents-heading")) }
+        div.table-wrap { table #agents {
+            thead { tr { th scope="col" { "Id" } th scope="col" { (t("col-name")) } th scope="col" { (t("col-kind")) } th scope="col" { (t("col-executor")) } th scope="col" { (t("col-timeout")) } } }
+            tbody { @for a in &d.agents {
+                tr { td { (a.id) } td { (a.name) } td { @if a.kind == AgentKind::Generic { (t("agent-generic")) } @else { (t("agent-feature")) } } td { (a.executor.name()) @if let agents::Executor::Llm(l) = &a.executor { " · " (l.model) " · " code { (l.url) } } } td.num { (a.timeout_secs) " s" } }
+            } }
+        } }
+        h2 { (t("agent-new")) }
+        p.muted { (ta("agent-new-explain", &[("prefix", PORTAL_KEY_PREFIX.to_owned())])) }
+        form #agent-form .stack method="post" action={ "/portal/o/" (m.0.org.slug) "/agents" } {
             (csrf_field(csrf))
             input type="hidden" name="exec" value="llm";
-            label { "Name " input type="text" name="name" required maxlength="100"; }
-            label { "Kind " select name="kind" { option value="generic" { "generic (trigger runs)" } option value="feature" { "feature (feature requests)" } } }
-            label { "Base URL " input type="url" name="url" required placeholder="https://api.openai.com/v1"; }
-            label { "Model " input type="text" name="model" required maxlength="200"; }
-            label { "API key variable " input type="text" name="api_key_env" placeholder={ (PORTAL_KEY_PREFIX) "OPENAI" }; }
-            label { "Most tool calls per run " input type="number" name="max_steps" value=(agents::DEFAULT_MAX_STEPS) min="1" max=(agents::MAX_MAX_STEPS); }
-            label { "Most tokens per run " input type="number" name="max_tokens" value=(agents::DEFAULT_MAX_TOKENS); }
-            label { "Timeout (seconds) " input type="number" name="timeout" value=(agents::DEFAULT_LLM_TIMEOUT_SECS) min="1" max=(agents::MAX_TIMEOUT_SECS); }
-            label { "System prompt (optional) " textarea name="system_prompt" rows="4" cols="60" {} }
-            button type="submit" { "Add agent" }
+            label { (t("col-name")) input type="text" name="name" required maxlength="100"; }
+            label { (t("col-kind")) select name="kind" { option value="generic" { (t("agent-generic-long")) } option value="feature" { (t("agent-feature-long")) } } }
+            label { (t("field-base-url")) input type="url" name="url" required placeholder="https://api.openai.com/v1"; }
+            label { (t("field-model")) input type="text" name="model" required maxlength="200"; }
+            label { (t("field-api-key-env")) input type="text" name="api_key_env" placeholder={ (PORTAL_KEY_PREFIX) "OPENAI" }; }
+            label { (t("field-max-steps")) input type="number" name="max_steps" value=(agents::DEFAULT_MAX_STEPS) min="1" max=(agents::MAX_MAX_STEPS); }
+            label { (t("field-max-tokens")) input type="number" name="max_tokens" value=(agents::DEFAULT_MAX_TOKENS); }
+            label { (t("field-timeout")) input type="number" name="timeout" value=(agents::DEFAULT_LLM_TIMEOUT_SECS) min="1" max=(agents::MAX_TIMEOUT_SECS); }
+            label { (t("field-system-prompt")) textarea name="system_prompt" rows="4" cols="60" {} }
+            button type="submit" { (t("agent-add")) }
         }
-        h2 { "Projects" }
+        h2 { (t("projects-heading")) }
         table #projects {
-            tr { th { "Id" } th { "Name" } th { "Rollout" } }
-            @for p in &d.projects { tr { td { (p.id) } td { (p.name) } td { (rollout(p.rollout)) } } }
+            tr { th { "Id" } th { (t("col-name")) } th { (t("col-rollout")) } }
+            @for p in &d.projects { tr { td { (p.id) } td { (p.name) } td { (t(rollout(p.rollout))) } } }
         }
     };
     page(
         status,
-        layout("Event triggers", Some(&m.0.user), Some(&m.0.org), body),
+        layout(&t("triggers-title"), Some(&m.0.user), Some(&m.0.org), body),
     )
 }
 
-fn secret_page(app: &App, m: &OrgAdmin, t: &Trigger, secret: &str, renewed: bool) -> Response {
-    let url = triggers::trigger_url(&app.public_url, t.id);
-    let signing = triggers::signing_secret(&app.server_key, t);
+fn secret_page(app: &App, m: &OrgAdmin, tr: &Trigger, secret: &str, renewed: bool) -> Response {
+    let url = triggers::trigger_url(&app.public_url, tr.id);
+    let signing = triggers::signing_secret(&app.server_key, tr);
     let curl = format!(
         "curl -X POST -H 'Authorization: Bearer {secret}' -H 'Content-Type: application/json' -d '{{\"example\": true}}' {url}"
     );
     let body = html! {
-        p { @if renewed { "The secret was renewed; the old one no longer works. " } "Copy the secret now: it is not shown again." }
-        dl #trigger-secret {
+        p.notice { @if renewed { (t("trigger-renewed")) " " } (t("trigger-copy-secret")) }
+        dl #trigger-secret .facts {
             dt { "URL" } dd { code #trigger-url { (url) } }
-            dt { "Secret" } dd { code #secret { (secret) } }
-            dt { "Signing secret (Standard Webhooks / GitHub)" } dd { code { (signing) } }
+            dt { (t("trigger-secret")) } dd { code #secret { (secret) } }
+            dt { (t("trigger-signing-secret")) } dd { code { (signing) } }
         }
-        p { "Fire it:" }
+        label for="curl" { (t("trigger-fire-it")) }
         textarea #curl readonly rows="3" cols="80" { (curl) }
-        p { "Read a run: " code { "curl -H 'Authorization: Bearer " (secret) "' " (app.public_url) "/api/hooks/runs/<featureRequestId>" } }
-        p { a href=(base(m)) { "Back to triggers" } }
+        p { (t("trigger-read-run")) " " code { "curl -H 'Authorization: Bearer " (secret) "' " (app.public_url) "/api/hooks/runs/<featureRequestId>" } }
+        p { a href=(base(m)) { (t("trigger-back")) } }
     };
     page(
         StatusCode::OK,
-        layout(&t.name, Some(&m.0.user), Some(&m.0.org), body),
+        layout(&tr.name, Some(&m.0.user), Some(&m.0.org), body),
     )
 }
 
@@ -217,10 +225,10 @@ fn not_found(m: &OrgAdmin) -> Response {
     page(
         StatusCode::NOT_FOUND,
         layout(
-            "Not found",
+            &t("not-found-title"),
             Some(&m.0.user),
             Some(&m.0.org),
-            html! { p { "No such trigger." } },
+            html! { p { (t("trigger-not-found")) } },
         ),
     )
 }
@@ -335,21 +343,21 @@ pub(super) async fn add_agent(
 
 fn runs_table(org: &str, runs: &[crate::requests::Request]) -> Markup {
     html! {
-        @if runs.is_empty() { p.muted { "No runs yet." } }
+        @if runs.is_empty() { p.muted { (t("runs-none")) } }
         @else {
-            table #runs {
-                tr { th { "Run" } th { "Key" } th { "Status" } th { "Created" } th { "Updated" } th { "Result" } }
-                @for r in runs {
+            div.table-wrap { table #runs {
+                thead { tr { th scope="col" { "Run" } th scope="col" { (t("run-event-key")) } th scope="col" { (t("run-status")) } th scope="col" { (t("run-created")) } th scope="col" { (t("run-updated")) } th scope="col" { (t("run-result")) } } }
+                tbody { @for r in runs {
                     tr {
                         td { a href={ "/portal/o/" (org) "/runs/" (r.id) } { (r.id) } }
                         td { (r.event_key.as_deref().unwrap_or("—")) }
-                        td { (r.status.as_str()) }
-                        td { (r.created_at.strftime("%Y-%m-%d %H:%M:%S UTC")) }
-                        td { (r.updated_at.strftime("%Y-%m-%d %H:%M:%S UTC")) }
+                        td { span class={ "badge " (r.status.as_str()) } { (r.status.as_str()) } }
+                        td.date { (i18n::date_time(r.created_at)) }
+                        td.date { (i18n::date_time(r.updated_at)) }
                         td { (r.result.as_deref().map(|s| s.chars().take(500).collect::<String>()).unwrap_or_default()) }
                     }
-                }
-            }
+                } }
+            } }
         }
     }
 }
@@ -371,20 +379,23 @@ pub(super) async fn detail(
                 .ok()
         })
         .await;
-    let Some((t, runs)) = found else {
+    let Some((tr, runs)) = found else {
         return not_found(&m);
     };
     let body = html! {
-        p { "URL: " code { (triggers::trigger_url(&app.public_url, t.id)) } }
-        p { "State: " @if t.paused { "paused" } @else { "active" } " · cooldown " (t.cooldown_secs) " s" }
-        h2 { "Instructions" }
-        pre { (t.instructions) }
-        h2 { "Recent runs" }
+        dl.facts {
+            dt { "URL" } dd { code { (triggers::trigger_url(&app.public_url, tr.id)) } }
+            dt { (t("col-state")) } dd { (state_badge(tr.paused)) }
+            dt { (t("col-cooldown")) } dd { (i18n::number(tr.cooldown_secs)) " s" }
+        }
+        h2 { (t("run-instructions-plain")) }
+        pre { (tr.instructions) }
+        h2 { (t("runs-recent")) }
         (runs_table(&m.0.org.slug, &runs))
-        p { a href=(base(&m)) { "Back to triggers" } }
+        p { a href=(base(&m)) { (t("trigger-back")) } }
     };
     page(
         StatusCode::OK,
-        layout(&t.name, Some(&m.0.user), Some(&m.0.org), body),
+        layout(&tr.name, Some(&m.0.user), Some(&m.0.org), body),
     )
 }

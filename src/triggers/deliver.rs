@@ -153,3 +153,38 @@ where
         Fired::Gone => Err(TriggerError::UnknownTrigger),
     }
 }
+
+/// "Run again" (portal): a new run of the trigger that started run `run_id` of the organisation
+/// `org_id`, with the same instructions (the trigger's text with that run's payload) and event
+/// key. The trigger's rules apply as to a delivery: a deleted trigger is
+/// [`TriggerError::UnknownTrigger`]; paused, a run in flight in the slot, or the cooldown is
+/// [`TriggerError::NotStarted`]. The new run is durable and queued before this returns.
+pub async fn run_again(
+    app: &Arc<App>,
+    org_id: u64,
+    run_id: u64,
+    now: Timestamp,
+) -> Result<u64, TriggerError> {
+    let fired = app
+        .commits
+        .write(move |tx| {
+            let Some((trigger, run)) = crate::requests::get(tx, run_id)?
+                .filter(|r| r.org_id == org_id && r.kind == crate::requests::Kind::Run)
+                .and_then(|r| Some((r.trigger_id?, r)))
+            else {
+                return Ok(None);
+            };
+            fire_in(tx, trigger, run.event_key, None, run.instructions, now).map(Some)
+        })
+        .await?
+        .ok_or(TriggerError::RunNotFound)?;
+    match fired {
+        Fired::Created(id) => {
+            app.metrics.run_created();
+            agents::enqueue(app, id);
+            Ok(id)
+        }
+        Fired::Skipped(skip) => Err(TriggerError::NotStarted(skip)),
+        Fired::Duplicate(_) | Fired::Gone => Err(TriggerError::UnknownTrigger),
+    }
+}

@@ -30,7 +30,7 @@ use crate::store::{
     TRIGGERS, WriteTx, key,
 };
 
-pub use deliver::{Delivered, Delivery, RawKey, deliver};
+pub use deliver::{Delivered, Delivery, RawKey, deliver, run_again};
 pub use signature::{Signature, TOLERANCE_SECS, signing_secret, validate_delivery_id, verify};
 
 /// Cooldown when none is given: 300 seconds (spec "Limits").
@@ -87,6 +87,15 @@ impl Skip {
             Skip::Cooldown => "cooldown",
         }
     }
+
+    /// Why no run was started, for people.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Skip::Inactive => "the trigger is paused",
+            Skip::InFlight => "a run of this trigger is still queued or running",
+            Skip::Cooldown => "the trigger is cooling down after its last run",
+        }
+    }
 }
 
 /// What the write transaction decided for one delivery.
@@ -138,6 +147,9 @@ pub enum TriggerError {
     /// The secret is not that of the run's trigger (403 "Access denied").
     #[error("Access denied")]
     AccessDenied,
+    /// "Run again" was refused by the trigger's own rules (409).
+    #[error("no new run: {}", .0.reason())]
+    NotStarted(Skip),
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -184,15 +184,7 @@ async fn concurrent_creates_stop_at_the_hourly_limit() {
 }
 
 fn echo() -> NewAgent {
-    NewAgent {
-        name: "Echo".into(),
-        kind: AgentKind::Generic,
-        exec: "echo".into(),
-        program: None,
-        args: vec![],
-        url: None,
-        timeout_secs: None,
-    }
+    crate::fixture::echo_agent()
 }
 
 /// A command agent running `program` (timeout `secs`).

@@ -737,6 +737,49 @@ pub async fn exchange(
     .await
 }
 
+impl TestServer {
+    /// A trigger of the organisation `org` (slug) for a new built-in echo agent and a ready
+    /// project, with `instructions` and `cooldown` seconds; its secret is in the result.
+    pub fn echo_trigger(
+        &self,
+        org: &str,
+        instructions: &str,
+        cooldown: Option<u64>,
+    ) -> kennis::triggers::Created {
+        use kennis::agents::{self, Rollout};
+        let app = self.app();
+        let now = app.clock.now();
+        let a = agents::add_agent(&app.store, org, &echo_agent(), now).unwrap();
+        let p = agents::add_project(&app.store, org, "Website", Rollout::Ready, now).unwrap();
+        let new = kennis::triggers::NewTrigger {
+            name: "Nieuwe offerte".into(),
+            agent_id: a.id,
+            project_id: p.id,
+            instructions: instructions.into(),
+            cooldown_secs: cooldown,
+        };
+        kennis::triggers::add(&app.store, org, &new, now).unwrap()
+    }
+
+    /// Writes a new document `path` with `text` into `seeded`'s organisation, as that person.
+    pub fn put_doc(&self, seeded: &Seeded, path: &str, text: &str) {
+        let app = self.app();
+        kennis::kb::write(
+            &app.store,
+            &app.kb_index,
+            kennis::kb::NewVersion {
+                org_id: seeded.org.id,
+                path,
+                bytes: text.as_bytes(),
+                expect: kennis::kb::Expect::Create,
+                by: Some(seeded.person.id),
+                now: app.clock.now(),
+            },
+        )
+        .unwrap();
+    }
+}
+
 /// A free loopback port (bound and released; for programs that must be told a port).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -771,22 +814,5 @@ pub fn echo_agent() -> kennis::agents::NewAgent {
 
 /// A trigger in `org` whose agent echoes, in a ready project; the trigger and its secret.
 pub fn echo_trigger(t: &TestServer, org: &str) -> kennis::triggers::Created {
-    use kennis::agents::{self, Rollout};
-    let app = t.app();
-    let now = app.clock.now();
-    let a = agents::add_agent(&app.store, org, &echo_agent(), now).unwrap();
-    let p = agents::add_project(&app.store, org, "P", Rollout::Ready, now).unwrap();
-    kennis::triggers::add(
-        &app.store,
-        org,
-        &kennis::triggers::NewTrigger {
-            name: "T".into(),
-            agent_id: a.id,
-            project_id: p.id,
-            instructions: "Handle the event.".into(),
-            cooldown_secs: None,
-        },
-        now,
-    )
-    .unwrap()
+    t.echo_trigger(org, "Handle the event.", None)
 }

@@ -1198,3 +1198,92 @@ async fn portal_trigger_pages_for_admins() {
     assert_eq!(r.status(), 404);
     t.stop().await;
 }
+
+/// "Run again" on a run's page: a new run of the same trigger with the same instructions (the
+/// first delivery's payload included), refused by the trigger's rules (cooldown, paused) with
+/// nothing created, and bound to the organisation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn portal_run_page_shows_the_run_and_runs_it_again_within_the_rules() {
+    use crate::fixture::Browser;
+    let t = TestServer::start().await;
+    let admin = t.seed("Acme", "ada@example.org");
+    let other = t.seed("Beta", "bo@example.org");
+    let h = hook(&t, "acme", echo(), Some(60));
+    let (s, v) = fire(&t.client, &h, Some("pr-7"), &json!({"pr": 7})).await;
+    assert_eq!(s, 202);
+    let first = run_id(&v);
+    wait_result(&t, first, &h.secret).await;
+
+    let mut b = Browser::new(&t);
+    let page = b
+        .login(&admin, &format!("/portal/o/acme/runs/{first}"))
+        .await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    for part in [
+        "id=\"run-instructions\"",
+        "Handle the event.",
+        "{&quot;pr&quot;:7}",
+        "id=\"run-duration\"",
+        "id=\"run-again-form\"",
+        "pr-7",
+    ] {
+        assert!(page.body.contains(part), "{part} missing: {}", page.body);
+    }
+    let csrf = page.csrf();
+    let again = format!("/portal/o/acme/runs/{first}/again");
+    let runs = |app: &kennis::app::App| {
+        app.store
+            .read(|tx| triggers::recent_runs(tx, h.org_id, h.id, 10))
+            .unwrap()
+    };
+
+    // Within the cooldown: refused, no new run.
+    let p = b.post(&again, &[("csrf_token", &csrf)]).await;
+    assert_eq!(p.status, 409, "{}", p.body);
+    assert!(p.body.contains("cooling down") || p.body.contains("No new run"));
+    assert_eq!(runs(t.app()).len(), 1);
+    // Without the CSRF token: refused.
+    assert_eq!(b.post(&again, &[]).await.status, 403);
+
+    // After the cooldown: a new run with the same instructions and key.
+    t.clock.advance(SignedDuration::from_secs(61));
+    let p = b.post(&again, &[("csrf_token", &csrf)]).await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    let all = runs(t.app());
+    assert_eq!(all.len(), 2);
+    let (new, old) = (&all[0], &all[1]);
+    assert_ne!(new.id, first);
+    assert_eq!(new.instructions, old.instructions);
+    assert_eq!(new.event_key.as_deref(), Some("pr-7"));
+    wait_result(&t, new.id, &h.secret).await;
+
+    // Paused: refused.
+    triggers::change(
+        &t.app().store,
+        None,
+        &h.id.to_string(),
+        Change::Pause,
+        t.app().clock.now(),
+    )
+    .unwrap();
+    t.clock.advance(SignedDuration::from_secs(61));
+    let p = b.post(&again, &[("csrf_token", &csrf)]).await;
+    assert_eq!(p.status, 409);
+    assert_eq!(runs(t.app()).len(), 2);
+
+    // Another organisation's admin cannot run it again (nor see it).
+    let mut ob = Browser::new(&t);
+    let page = ob
+        .login(&other, &format!("/portal/o/beta/runs/{first}"))
+        .await;
+    assert_eq!(page.status, 404);
+    let csrf = page.csrf();
+    let p = ob
+        .post(
+            &format!("/portal/o/beta/runs/{first}/again"),
+            &[("csrf_token", &csrf)],
+        )
+        .await;
+    assert_eq!(p.status, 404);
+    assert_eq!(runs(t.app()).len(), 2);
+}
