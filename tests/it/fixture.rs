@@ -128,7 +128,12 @@ pub fn run(data_dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
     {
         let mut input = child.stdin.take().unwrap();
         if let Some(s) = stdin {
-            input.write_all(s.as_bytes()).unwrap();
+            // A command refused before it reads stdin (bad usage exits at once) closes the
+            // pipe; that is its answer, judged by the caller from the exit status and stderr.
+            match input.write_all(s.as_bytes()) {
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                other => other.unwrap(),
+            }
         }
     }
     child.wait_with_output().expect("kennis output")
