@@ -170,6 +170,11 @@ fn server() -> (tokio::runtime::Runtime, Arc<TestServer>) {
     (rt, t)
 }
 
+/// Sends `req` and gives its status (the body is not read).
+async fn status_of(req: reqwest::RequestBuilder) -> u16 {
+    req.send().await.unwrap().status().as_u16()
+}
+
 fn assert_not_5xx(status: u16, what: &str) -> Result<(), TestCaseError> {
     prop_assert!(status < 500, "{what} answered {status}");
     Ok(())
@@ -200,26 +205,20 @@ fn token_and_register_bodies_never_crash_the_server() {
             // Keep under the per-address windows: a minute per case.
             t.clock.advance(SignedDuration::from_secs(60));
             let (s1, s2) = rt.block_on(async {
-                let a = t
-                    .client
-                    .post(t.url("/token"))
-                    .header("content-type", "application/x-www-form-urlencoded")
-                    .body(tb.clone())
-                    .send()
-                    .await
-                    .unwrap()
-                    .status()
-                    .as_u16();
-                let b = t
-                    .client
-                    .post(t.url("/register"))
-                    .header("content-type", "application/json")
-                    .body(rb.clone())
-                    .send()
-                    .await
-                    .unwrap()
-                    .status()
-                    .as_u16();
+                let a = status_of(
+                    t.client
+                        .post(t.url("/token"))
+                        .header("content-type", "application/x-www-form-urlencoded")
+                        .body(tb.clone()),
+                )
+                .await;
+                let b = status_of(
+                    t.client
+                        .post(t.url("/register"))
+                        .header("content-type", "application/json")
+                        .body(rb.clone()),
+                )
+                .await;
                 (a, b)
             });
             assert_not_5xx(s1, &format!("/token {tb:?}"))?;
@@ -283,33 +282,27 @@ fn json_rpc_bodies_and_multipart_uploads_never_crash_the_server() {
             mp.extend_from_slice(&bytes);
             mp.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
             let (s1, s2) = rt.block_on(async {
-                let a = t
-                    .client
-                    .post(t.url("/mcp/kennisbank"))
-                    .bearer_auth(&token)
-                    .header("content-type", "application/json")
-                    .header("accept", "application/json, text/event-stream")
-                    .header("mcp-protocol-version", "2025-06-18")
-                    .body(body.clone())
-                    .send()
-                    .await
-                    .unwrap()
-                    .status()
-                    .as_u16();
-                let b = t
-                    .client
-                    .post(t.url(&format!("{request_path}/attachments")))
-                    .header("cookie", &cookie)
-                    .header(
-                        "content-type",
-                        format!("multipart/form-data; boundary={boundary}"),
-                    )
-                    .body(mp)
-                    .send()
-                    .await
-                    .unwrap()
-                    .status()
-                    .as_u16();
+                let a = status_of(
+                    t.client
+                        .post(t.url("/mcp/kennisbank"))
+                        .bearer_auth(&token)
+                        .header("content-type", "application/json")
+                        .header("accept", "application/json, text/event-stream")
+                        .header("mcp-protocol-version", "2025-06-18")
+                        .body(body.clone()),
+                )
+                .await;
+                let b = status_of(
+                    t.client
+                        .post(t.url(&format!("{request_path}/attachments")))
+                        .header("cookie", &cookie)
+                        .header(
+                            "content-type",
+                            format!("multipart/form-data; boundary={boundary}"),
+                        )
+                        .body(mp),
+                )
+                .await;
                 (a, b)
             });
             assert_not_5xx(s1, &format!("JSON-RPC {body:?}"))?;
