@@ -511,6 +511,16 @@ impl<'a> Browser<'a> {
         self.finish(resp).await
     }
 
+    /// Opens the page at `path` and posts its form back to `path` with the page's CSRF token
+    /// and `fields` (a person filling in a form).
+    pub async fn submit(&mut self, path: &str, fields: &[(&str, &str)]) -> Page {
+        let page = self.get(path).await;
+        let csrf = page.csrf();
+        let mut form = vec![("csrf_token", csrf.as_str())];
+        form.extend_from_slice(fields);
+        self.post(path, &form).await
+    }
+
     /// A multipart POST as a browser sends it: text fields, then the files (name, content
     /// type, bytes), all under the field name `file`.
     pub async fn multipart(
