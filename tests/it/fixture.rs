@@ -412,6 +412,8 @@ impl McpClient {
 pub struct Browser<'a> {
     pub t: &'a TestServer,
     pub cookies: HashMap<String, String>,
+    /// The `Accept-Language` every request sends, if any.
+    pub accept_language: Option<&'static str>,
 }
 
 pub struct Page {
@@ -438,6 +440,24 @@ impl<'a> Browser<'a> {
         Browser {
             t,
             cookies: HashMap::new(),
+            accept_language: None,
+        }
+    }
+
+    /// A browser whose requests prefer `language` (an `Accept-Language` value).
+    pub fn speaking(t: &'a TestServer, language: &'static str) -> Self {
+        Browser {
+            accept_language: Some(language),
+            ..Browser::new(t)
+        }
+    }
+
+    /// `req` with the cookies and the language of this browser.
+    fn headers(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        let req = req.header("cookie", self.cookie_header());
+        match self.accept_language {
+            Some(l) => req.header("accept-language", l),
+            None => req,
         }
     }
 
@@ -480,10 +500,7 @@ impl<'a> Browser<'a> {
     }
 
     async fn send_get(&self, path: &str) -> reqwest::Response {
-        self.t
-            .client
-            .get(self.abs(path))
-            .header("cookie", self.cookie_header())
+        self.headers(self.t.client.get(self.abs(path)))
             .send()
             .await
             .unwrap()
@@ -499,10 +516,7 @@ impl<'a> Browser<'a> {
             .extend_pairs(form)
             .finish();
         let resp = self
-            .t
-            .client
-            .post(self.abs(path))
-            .header("cookie", self.cookie_header())
+            .headers(self.t.client.post(self.abs(path)))
             .header("content-type", "application/x-www-form-urlencoded")
             .body(body)
             .send()
@@ -548,10 +562,7 @@ impl<'a> Browser<'a> {
         }
         body.extend_from_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
         let resp = self
-            .t
-            .client
-            .post(self.abs(path))
-            .header("cookie", self.cookie_header())
+            .headers(self.t.client.post(self.abs(path)))
             .header(
                 "content-type",
                 format!("multipart/form-data; boundary={BOUNDARY}"),
