@@ -498,3 +498,9 @@ refused-no-folder = The folder “{ $path }” does not exist.
 refused-query-length = Search with { $min } to { $max } characters.
 refused-query-empty = The search has no words to look for.
 refused-query-terms = The search has { $n } words; at most { $max } are allowed (a quoted phrase counts as one).
+
+request-asked = Question { $number }: { $question } (options: { $options })
+request-asked-other = Question { $number }: { $question } (options: { $options }, or another answer)
+request-answered = Answer to “{ $question }”: { $answer }
+request-answer-other = other: { $text }
+audit-none = No calls yet: they appear here once an assistant or agent uses the connector.

@@ -498,3 +498,9 @@ refused-no-folder = De map “{ $path }” bestaat niet.
 refused-query-length = Zoek met { $min } tot { $max } tekens.
 refused-query-empty = De zoekopdracht heeft geen woorden om te zoeken.
 refused-query-terms = De zoekopdracht heeft { $n } woorden; er mogen hoogstens { $max } (een zinsdeel tussen aanhalingstekens telt als één).
+
+request-asked = Vraag { $number }: { $question } (keuzes: { $options })
+request-asked-other = Vraag { $number }: { $question } (keuzes: { $options }, of een ander antwoord)
+request-answered = Antwoord op “{ $question }”: { $answer }
+request-answer-other = anders: { $text }
+audit-none = Nog geen aanroepen: ze verschijnen hier zodra een assistent of agent de koppeling gebruikt.

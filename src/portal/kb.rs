@@ -618,7 +618,8 @@ async fn audit_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Respo
     let slug = &m.org.slug;
     let body = html! {
         p.muted { (ta("audit-explain", &[("command", format!("kennis audit export {slug}"))])) }
-        div.table-wrap {
+        @if records.is_empty() { p.muted #audit-none { (t("audit-none")) } }
+        @else { div.table-wrap {
             table #audit {
                 thead { tr {
                     th scope="col" { (t("col-time")) } th scope="col" { (t("col-assistant")) } th scope="col" { (t("col-person")) }
@@ -656,7 +657,7 @@ async fn audit_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Respo
                     }
                 }
             }
-        }
+        } }
     };
     page(
         StatusCode::OK,

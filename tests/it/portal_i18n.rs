@@ -406,7 +406,7 @@ async fn every_page_speaks_dutch_to_a_dutch_browser() {
         (
             format!("{o}/requests/{request}"),
             "request",
-            "Welk scheidingsteken?",
+            "Vraag 1: Welk scheidingsteken? (keuzes: Puntkomma / Komma, of een ander antwoord)",
         ),
         (
             format!("{o}/requests/987654"),
@@ -474,6 +474,19 @@ async fn every_page_speaks_dutch_to_a_dutch_browser() {
         &p,
         "empty reply",
         "Schrijf een bericht of beantwoord een vraag.",
+    );
+    let answer = [
+        ("question_id", "1"),
+        ("option_ids", "komma"),
+        ("other", "of een tab"),
+    ];
+    let p = post(&mut b, &format!("{o}/requests/{request}/reply"), &answer).await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    let p = b.get(&format!("{o}/requests/{request}")).await;
+    dutch(
+        &p,
+        "answered",
+        "Antwoord op “Welk scheidingsteken?”: Komma; anders: of een tab",
     );
     let me = s.person.id;
     let p = post(

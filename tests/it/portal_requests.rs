@@ -360,7 +360,10 @@ async fn filing_listing_filtering_and_refusals() {
     );
     let p = b.get(&base).await;
     assert!(p.body.contains("28 requests"), "{}", p.body);
-    let rows = |body: &str| body.matches("<tr><td class=\"num\" data-label=\"No.\">").count();
+    let rows = |body: &str| {
+        body.matches("<tr><td class=\"num\" data-label=\"No.\">")
+            .count()
+    };
     assert_eq!(rows(&p.body), 25, "25 per page");
     let newest = p.body.find(&format!(">{theirs}<")).unwrap();
     let older = p.body.find(">Verzoek 25<").unwrap();
@@ -384,7 +387,11 @@ async fn filing_listing_filtering_and_refusals() {
     let p = b.get(&format!("{base}?status=completed")).await;
     assert!(p.body.contains("0 requests"), "{}", p.body);
     for (q, status, says) in [
-        ("status=queued", 400, "“queued” is not a status of a feature request."),
+        (
+            "status=queued",
+            400,
+            "“queued” is not a status of a feature request.",
+        ),
         ("page=0", 400, "the pages run from 1 to 1,000"),
         ("page=1001", 400, "the pages run from 1 to 1,000"),
         ("app_id=abc", 400, "“abc” is not an app’s number."),
@@ -482,8 +489,14 @@ async fn a_request_page_shows_the_conversation_and_takes_answers_and_replies() {
             vec![("question_id", "9"), ("option_ids", "komma")],
             "has no question 9",
         ),
-        (vec![("question_id", "1")], "Choose an answer to question 1."),
-        (vec![("message", "   ")], "Write a message or answer a question."),
+        (
+            vec![("question_id", "1")],
+            "Choose an answer to question 1.",
+        ),
+        (
+            vec![("message", "   ")],
+            "Write a message or answer a question.",
+        ),
     ] {
         let mut f = vec![("csrf_token", csrf.as_str())];
         f.extend(form);

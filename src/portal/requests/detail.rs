@@ -73,6 +73,55 @@ fn answer_inputs(q: &crate::requests::Question) -> Markup {
     }
 }
 
+/// A conversation entry in the reader's language: the notes the domain writes for a question
+/// and an answer (in English, as assistants read them) are recognised and said again from
+/// the question itself; anything else is shown as written.
+fn message_text(r: &Request, msg: &crate::requests::Message) -> String {
+    let labels = |q: &crate::requests::Question, ids: Option<&[String]>| -> Vec<String> {
+        match ids {
+            None => q.options.iter().map(|o| o.label.clone()).collect(),
+            Some(ids) => ids
+                .iter()
+                .filter_map(|id| q.options.iter().find(|o| &o.option_id == id))
+                .map(|o| o.label.clone())
+                .collect(),
+        }
+    };
+    for q in &r.questions {
+        if msg.text == feature::question_note(q) {
+            let key = if q.allow_other {
+                "request-asked-other"
+            } else {
+                "request-asked"
+            };
+            return ta(
+                key,
+                &[
+                    ("number", q.question_id.to_string()),
+                    ("question", q.text.clone()),
+                    ("options", labels(q, None).join(" / ")),
+                ],
+            );
+        }
+    }
+    for a in &r.answers {
+        let Some(q) = r.questions.iter().find(|q| q.question_id == a.question_id) else {
+            continue;
+        };
+        if msg.text == feature::answer_note(q, a) {
+            let mut chosen = labels(q, Some(&a.option_ids));
+            if let Some(other) = &a.other {
+                chosen.push(ta("request-answer-other", &[("text", other.clone())]));
+            }
+            return ta(
+                "request-answered",
+                &[("question", q.text.clone()), ("answer", chosen.join("; "))],
+            );
+        }
+    }
+    msg.text.clone()
+}
+
 fn detail_page(m: &OrgMember, d: &Detail, error: Option<Shown>, message_draft: &str) -> Response {
     let slug = &m.org.slug;
     let r = &d.r;
@@ -97,7 +146,7 @@ fn detail_page(m: &OrgMember, d: &Detail, error: Option<Shown>, message_draft: &
             dt { (t("col-updated")) } dd { (moment(r.updated_at)) }
         }
         h2 { (t("field-description")) }
-        pre #description .pre-wrap { (r.description) }
+        div #description .pre-wrap.text.card { (r.description) }
 
         h2 { (t("request-conversation")) }
         @if r.conversation.is_empty() { p.muted { (t("request-no-messages")) } }
@@ -108,7 +157,7 @@ fn detail_page(m: &OrgMember, d: &Detail, error: Option<Shown>, message_draft: &
                         strong.author { (msg.author) }
                         " " span.muted.role { "(" (role(msg.role)) ")" }
                         " " span.muted { (moment(msg.at)) }
-                        pre.pre-wrap { (msg.text) }
+                        div.pre-wrap.text { (message_text(r, msg)) }
                     }
                 }
             }
