@@ -405,24 +405,10 @@ mod tests {
     #[tokio::test]
     async fn every_status_and_month_has_a_label() {
         use crate::requests::Status;
-        let statuses = [
-            Status::Queued,
-            Status::Running,
-            Status::Succeeded,
-            Status::Failed,
-            Status::Cancelled,
-            Status::TimedOut,
-            Status::Pending,
-            Status::Clarifying,
-            Status::Implementing,
-            Status::AwaitingFeedback,
-            Status::Review,
-            Status::Completed,
-        ];
         let apps = ["live", "draft", "archived"];
         for lang in Lang::ALL {
             scope(lang, async {
-                for s in statuses.iter().map(|s| s.as_str()).chain(apps) {
+                for s in Status::ALL.iter().map(|s| s.as_str()).chain(apps) {
                     assert!(has(&format!("status-{s}")), "no label for {s}");
                 }
                 for m in 1..=12 {

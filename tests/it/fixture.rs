@@ -787,6 +787,40 @@ impl TestServer {
         kennis::triggers::add(&app.store, org, &new, now).unwrap()
     }
 
+    /// A run of a new echo trigger of `org` (slug) with `instructions`, delivered with the
+    /// payload `{"offerte": 17}` and waited for until it ends: the trigger and the run's id.
+    pub async fn finished_run(
+        &self,
+        org: &str,
+        instructions: &str,
+    ) -> (kennis::triggers::Created, u64) {
+        let trigger = self.echo_trigger(org, instructions, Some(0));
+        let r = self
+            .client
+            .post(self.url(&format!("/api/hooks/events/{}", trigger.trigger.id)))
+            .bearer_auth(&trigger.secret)
+            .json(&serde_json::json!({"offerte": 17}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 202);
+        let v: serde_json::Value = r.json().await.unwrap();
+        let run = v["featureRequestId"].as_u64().expect("run id");
+        for _ in 0..200 {
+            let done = self
+                .app()
+                .store
+                .read(|tx| kennis::requests::get(tx, run))
+                .unwrap()
+                .is_some_and(|r| r.status.is_final());
+            if done {
+                return (trigger, run);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("run {run} did not end");
+    }
+
     /// Writes a new document `path` with `text` into `seeded`'s organisation, as that person.
     pub fn put_doc(&self, seeded: &Seeded, path: &str, text: &str) {
         let app = self.app();

@@ -284,29 +284,7 @@ async fn portal_tasks_in_chromium_with_axe_in_both_languages() {
         )
         .await;
     app.batch.flush();
-    let trigger = t.echo_trigger(&s.org.slug, "Vat de offerte samen.", Some(0));
-    let r = t
-        .client
-        .post(t.url(&format!("/api/hooks/events/{}", trigger.trigger.id)))
-        .bearer_auth(&trigger.secret)
-        .json(&serde_json::json!({"offerte": 17}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202);
-    let run: serde_json::Value = r.json().await.unwrap();
-    let run_id = run["featureRequestId"].as_u64().expect("run id");
-    for _ in 0..200 {
-        let done = app
-            .store
-            .read(|tx| kennis::requests::get(tx, run_id))
-            .unwrap()
-            .is_some_and(|r| r.status.is_final());
-        if done {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (trigger, run_id) = t.finished_run(&s.org.slug, "Vat de offerte samen.").await;
 
     let shots = if std::env::var_os("KENNIS_UPDATE_SCREENSHOTS").is_some() {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots")
