@@ -504,3 +504,4 @@ request-asked-other = Question { $number }: { $question } (options: { $options }
 request-answered = Answer to “{ $question }”: { $answer }
 request-answer-other = other: { $text }
 audit-none = No calls yet: they appear here once an assistant or agent uses the connector.
+kb-back = Back to the knowledge base

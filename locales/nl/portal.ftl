@@ -504,3 +504,4 @@ request-asked-other = Vraag { $number }: { $question } (keuzes: { $options }, of
 request-answered = Antwoord op “{ $question }”: { $answer }
 request-answer-other = anders: { $text }
 audit-none = Nog geen aanroepen: ze verschijnen hier zodra een assistent of agent de koppeling gebruikt.
+kb-back = Terug naar de kennisbank

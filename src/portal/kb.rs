@@ -61,9 +61,15 @@ pub(super) struct DocQuery {
 
 /// A refused operation (or a failure), as `http::error` maps it.
 fn refused(m: &OrgMember, e: &impl ToProblem) -> Response {
-    super::problem_page(&t("nav-kb"), Some(&m.user), Some(&m.org), &e.problem())
+    let p = e.problem();
+    if p.is_internal() {
+        return super::problem_page(&t("nav-kb"), Some(&m.user), Some(&m.org), &p);
+    }
+    error_page(m, p.status, &super::problem_text(&p))
 }
 
+/// A knowledge-base page that says what went wrong, with the search box (every
+/// knowledge-base page has one).
 fn error_page(m: &OrgMember, status: StatusCode, msg: &str) -> Response {
     page(
         status,
@@ -71,7 +77,11 @@ fn error_page(m: &OrgMember, status: StatusCode, msg: &str) -> Response {
             &t("nav-kb"),
             Some(&m.user),
             Some(&m.org),
-            html! { p.notice.error #error { (msg) } },
+            html! {
+                (search_form(&m.org.slug, "", "", false))
+                p.notice.error #error role="alert" { (msg) }
+                p { a href=(kb_url(&m.org.slug, "")) { (t("kb-back")) } }
+            },
         ),
     )
 }

@@ -330,6 +330,7 @@ async fn portal_tasks_in_chromium_with_axe_in_both_languages() {
             "file-request",
             "answer-question",
             "dutch-and-english",
+            "no-javascript",
         ]
     );
     // The answer the browser gave is stored; the request it filed too.

@@ -409,6 +409,21 @@ async fn every_page_speaks_dutch_to_a_dutch_browser() {
     // Dates, sizes and durations the Dutch way.
     let p = b.get(&format!("{o}/kb/handboek/dakgoot.md")).await;
     assert!(p.body.contains(" jun. 2026 "), "a Dutch date: {}", p.body);
+    // Every knowledge-base page has the search box, also one that says something went wrong.
+    for path in [
+        "kb",
+        "kb?q=dakgoot",
+        "kb/handboek/dakgoot.md",
+        "kb/handboek/weg.md",
+        "kb?path=weg",
+    ] {
+        let p = b.get(&format!("{o}/{path}")).await;
+        assert!(
+            p.body.contains("id=\"kb-search-form\""),
+            "{path}: {}",
+            p.body
+        );
+    }
     let p = b.get(&format!("{o}/requests/{request}")).await;
     assert!(p.body.contains("2,5 kB"), "a Dutch size: {}", p.body);
     let p = b.get(&format!("{o}/audit")).await;
