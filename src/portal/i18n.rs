@@ -150,8 +150,8 @@ fn lookup(key: &str, args: &[(&'static str, String)], count: Option<u64>) -> Str
         .unwrap_or_else(|| key.to_owned())
 }
 
-/// Whether the current language has a message `key` (for optional messages, such as a
-/// translation of a refusal's code).
+/// Whether the current language has a message `key` that takes no arguments (for optional
+/// messages, such as a translation of a refusal's code).
 pub fn has(key: &str) -> bool {
     LOCALES.try_lookup(current().id(), key).is_some()
 }
@@ -257,14 +257,16 @@ fn from_headers(headers: &HeaderMap) -> Lang {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::collections::BTreeSet;
 
     use fluent_templates::fluent_bundle::FluentResource;
 
     use super::*;
 
-    fn ids(dir: &str) -> BTreeSet<String> {
+    /// The ids of the messages in `locales/<dir>/` (read from the files, so messages with
+    /// arguments count too).
+    pub(in crate::portal) fn ids(dir: &str) -> BTreeSet<String> {
         let mut out = BTreeSet::new();
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("locales")
@@ -322,7 +324,7 @@ mod tests {
                     continue;
                 }
                 let text = std::fs::read_to_string(&path).unwrap();
-                for pat in ["t(\"", "ta(\"", "(\"nav-"] {
+                for pat in ["t(\"", "ta(\"", "tc(\"", "has(\"", "(\"nav-"] {
                     for (at, _) in text.match_indices(pat) {
                         let before = text[..at].chars().next_back().unwrap_or(' ');
                         if before.is_alphanumeric() || before == '_' || before == '.' {

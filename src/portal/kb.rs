@@ -55,8 +55,10 @@ pub(super) struct BrowseQuery {
 #[derive(Deserialize)]
 pub(super) struct DocQuery {
     path: Option<String>,
-    from: Option<u64>,
-    to: Option<u64>,
+    /// Versions to compare; kept as text so a wrong one compares nothing rather than failing
+    /// the page.
+    from: Option<String>,
+    to: Option<String>,
 }
 
 /// A refused operation (or a failure), as `http::error` maps it.
@@ -376,7 +378,8 @@ async fn show_document(app: &Arc<App>, m: &OrgMember, raw_path: String, q: &DocQ
         Err(e) => return refused(m, &e),
     };
     let org_id = m.org.id;
-    let (from, to) = (q.from, q.to);
+    let version = |v: &Option<String>| v.as_deref().and_then(|v| v.trim().parse::<u64>().ok());
+    let (from, to) = (version(&q.from), version(&q.to));
     let p2 = p.clone();
     let found = app
         .blocking(move |app| {

@@ -432,6 +432,21 @@ mod tests {
         assert_eq!(parts_of("{a}{b}", "xy"), None);
     }
 
+    /// Every message the table names exists in both languages (the key scan of the pages
+    /// cannot see keys in a table).
+    #[test]
+    fn every_sentence_has_its_message() {
+        for lang in ["en", "nl"] {
+            let ids = crate::portal::i18n::tests::ids(lang);
+            for (_, sentence, key) in SENTENCES {
+                assert!(
+                    ids.contains(*key),
+                    "{key} ({sentence}) has no message in {lang}"
+                );
+            }
+        }
+    }
+
     /// Refusals the portal's forms can cause, made by the domain itself.
     fn refusals() -> Vec<crate::http::error::Problem> {
         use crate::identity::{self, IdentityError};
