@@ -16,7 +16,7 @@ use super::i18n::{Lang, t, ta};
 use super::{CsrfForm, PortalUser, csrf_field, layout, page, see_other};
 use crate::app::App;
 use crate::http::client_ip::CallerIp;
-use crate::http::error::{ToProblem, login_refusal};
+use crate::http::error::ToProblem;
 use crate::identity::{self, IdentityError, Role, sessions};
 
 pub(super) async fn home(State(app): State<Arc<App>>, user: PortalUser) -> Response {
@@ -37,8 +37,10 @@ pub(super) async fn home(State(app): State<Arc<App>>, user: PortalUser) -> Respo
                         h2 { a href={ "/portal/o/" (org.slug) "/kb" } { (org.name) } " "
                             @if m.role == Role::Admin { span.badge.active { (t("role-admin")) } } }
                         nav aria-label=(org.name) {
-                            @for (label, path) in super::NAV {
-                                a href={ "/portal/o/" (org.slug) (path) } { (t(label)) } " · "
+                            ul.links {
+                                @for (label, path) in super::NAV {
+                                    li { a href={ "/portal/o/" (org.slug) (path) } { (t(label)) } }
+                                }
                             }
                         }
                     }
@@ -129,7 +131,7 @@ pub(super) async fn change_password(
             (t("wrong-current-password"), true),
         ),
         Err(e) => {
-            if let Some(refused) = login_refusal(e) {
+            if let Some(refused) = super::limited_page(&t("account-title"), Some(&user), e) {
                 return refused;
             }
             let p = e.problem();
@@ -184,8 +186,15 @@ pub(super) async fn set_language(
         code => match Lang::parse(code) {
             Some(l) => Some(l.code()),
             None => {
-                let p = IdentityError::InvalidInput("language must be en or nl".into()).problem();
-                return super::problem_page(&t("account-title"), Some(&user), None, &p);
+                return page(
+                    StatusCode::BAD_REQUEST,
+                    layout(
+                        &t("account-title"),
+                        Some(&user),
+                        None,
+                        account_markup(&app, &user, Some((&t("language-choose"), true))),
+                    ),
+                );
             }
         },
     };

@@ -10,8 +10,10 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use maud::html;
 
-use super::i18n::t;
-use super::{CsrfForm, OrgAdmin, OrgMember, csrf_field, field, layout, page, see_other};
+use super::i18n::{status_badge, status_label, t};
+use super::{
+    CsrfForm, OrgAdmin, OrgMember, csrf_field, field, layout, page, problem_text, see_other,
+};
 use crate::app::App;
 use crate::http::error::ToProblem;
 use crate::requests::RequestError;
@@ -50,7 +52,7 @@ fn apps_page(
                     tr {
                         td { (a.name) }
                         td { (a.app_id) }
-                        td.app-status { span class={ "badge " (a.status.as_str()) } { (a.status.as_str()) } }
+                        td.app-status { (status_badge(a.status.as_str())) }
                         td { @if a.accepts_requests() { span.badge.ok { (t("yes")) } } @else { span.badge.neutral { (t("no")) } } }
                         @if admin {
                             td {
@@ -58,7 +60,7 @@ fn apps_page(
                                     (csrf_field(csrf))
                                     select name="status" aria-label=(t("col-change-status")) {
                                         @for s in STATUSES {
-                                            option value=(s.as_str()) selected[s == a.status] { (s.as_str()) }
+                                            option value=(s.as_str()) selected[s == a.status] { (status_label(s.as_str())) }
                                         }
                                     }
                                     button.secondary type="submit" { (t("action-save")) }
@@ -75,7 +77,7 @@ fn apps_page(
                 (csrf_field(csrf))
                 label { (t("col-name")) input type="text" name="name" required maxlength=(apps::NAME_MAX); }
                 label { (t("run-status")) select name="status" {
-                    @for s in STATUSES { option value=(s.as_str()) { (s.as_str()) } }
+                    @for s in STATUSES { option value=(s.as_str()) { (status_label(s.as_str())) } }
                 } }
                 button type="submit" { (t("app-add")) }
             }
@@ -93,13 +95,18 @@ fn load(app: &App, org_id: u64) -> Result<Vec<RequestApp>, RequestError> {
 
 /// The list again, with why the last change was refused.
 async fn refused(app: &Arc<App>, m: &OrgMember, e: &RequestError) -> Response {
+    let p = e.problem();
+    said(app, m, p.status, &problem_text(&p)).await
+}
+
+/// The list again, with the portal's own words about the last change.
+async fn said(app: &Arc<App>, m: &OrgMember, status: StatusCode, text: &str) -> Response {
     let org_id = m.org.id;
     let list = app
         .blocking(move |app| load(app, org_id))
         .await
         .unwrap_or_default();
-    let p = e.problem();
-    apps_page(m, &list, Some(&p.message), p.status)
+    apps_page(m, &list, Some(text), status)
 }
 
 async fn apps_list(State(app): State<Arc<App>>, m: OrgMember) -> Response {
@@ -108,24 +115,27 @@ async fn apps_list(State(app): State<Arc<App>>, m: OrgMember) -> Response {
         Ok(list) => apps_page(&m, &list, None, StatusCode::OK),
         Err(e) => {
             let p = e.problem();
-            apps_page(&m, &[], Some(&p.message), p.status)
+            apps_page(&m, &[], Some(&problem_text(&p)), p.status)
         }
     }
 }
 
-fn parse_status(pairs: &[(String, String)]) -> Result<AppStatus, RequestError> {
-    let s = field(pairs, "status").unwrap_or("").trim();
-    AppStatus::parse(s).ok_or_else(|| {
-        RequestError::InvalidInput(format!(
-            "`{s}` is not an app status; use live, draft or archived"
-        ))
-    })
+/// The chosen status; the form offers only these, so anything else was not sent by it.
+fn parse_status(pairs: &[(String, String)]) -> Option<AppStatus> {
+    AppStatus::parse(field(pairs, "status").unwrap_or("").trim())
+}
+
+async fn bad_status(app: &Arc<App>, m: &OrgMember) -> Response {
+    said(app, m, StatusCode::BAD_REQUEST, &t("app-choose-status")).await
+}
+
+async fn no_app(app: &Arc<App>, m: &OrgMember) -> Response {
+    said(app, m, StatusCode::NOT_FOUND, &t("app-not-found")).await
 }
 
 async fn add(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin, form: CsrfForm) -> Response {
-    let status = match parse_status(form.pairs()) {
-        Ok(s) => s,
-        Err(e) => return refused(&app, &m, &e).await,
+    let Some(status) = parse_status(form.pairs()) else {
+        return bad_status(&app, &m).await;
     };
     let name = form.field("name").unwrap_or("").to_owned();
     let org_id = m.org.id;
@@ -144,13 +154,11 @@ async fn set_status(
     Path((_slug, app_id)): Path<(String, String)>,
     form: CsrfForm,
 ) -> Response {
-    let status = match parse_status(form.pairs()) {
-        Ok(s) => s,
-        Err(e) => return refused(&app, &m, &e).await,
+    let Some(status) = parse_status(form.pairs()) else {
+        return bad_status(&app, &m).await;
     };
-    let no_app = || RequestError::NotFound("No such app.".into());
     let Ok(app_id) = app_id.parse::<u64>() else {
-        return refused(&app, &m, &no_app()).await;
+        return no_app(&app, &m).await;
     };
     let org_id = m.org.id;
     let changed = app
@@ -158,7 +166,7 @@ async fn set_status(
         .await;
     match changed {
         Ok(_) => see_other(&base(&m)),
-        Err(RequestError::NotFound(_)) => refused(&app, &m, &no_app()).await,
+        Err(RequestError::NotFound(_)) => no_app(&app, &m).await,
         Err(e) => refused(&app, &m, &e).await,
     }
 }

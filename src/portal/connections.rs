@@ -140,9 +140,11 @@ fn refused(m: &OrgMember, e: &impl ToProblem) -> Response {
 pub(super) async fn revoke(
     State(app): State<Arc<App>>,
     m: OrgMember,
-    Path((_, grant_id)): Path<(String, u64)>,
+    Path((_, grant_id)): Path<(String, String)>,
     _form: CsrfForm,
 ) -> Response {
+    // Not a number: like an id that names nothing here (no id is 0).
+    let grant_id: u64 = grant_id.parse().unwrap_or(0);
     let org_id = m.org.id;
     let me = m.user.person.id;
     let admin = m.is_admin();
@@ -181,9 +183,11 @@ pub(super) async fn set_policy(
 pub(super) async fn set_may_connect(
     State(app): State<Arc<App>>,
     OrgAdmin(m): OrgAdmin,
-    Path((_, person_id)): Path<(String, u64)>,
+    Path((_, person_id)): Path<(String, String)>,
     form: CsrfForm,
 ) -> Response {
+    // Not a number: like an id that names nothing here (no id is 0).
+    let person_id: u64 = person_id.parse().unwrap_or(0);
     let may = match form.field("may_connect") {
         Some("true") => true,
         Some("false") => false,

@@ -65,8 +65,8 @@ fn problem_response(app: &App, p: AuthorizeProblem) -> Response {
                 None,
                 None,
                 html! {
-                    p.notice.error #error { (msg) }
-                    p { (t("consent-cannot")) }
+                    p.notice.error #error role="alert" { (t("consent-cannot")) }
+                    p.muted { (t("consent-detail")) " " code { (msg) } }
                 },
             ),
         ),
@@ -235,6 +235,8 @@ pub(super) async fn authorize_submit(
     let decision = form.field("decision").unwrap_or_default().to_owned();
     let org_slug = form.field("org").unwrap_or_default().to_owned();
     let person_id = user.person.id;
+    // Worded here: the worker thread below does not know the request's language.
+    let (choose_org, internal) = (t("consent-choose-org"), t("internal-error"));
     let outcome = app
         .blocking(move |app| -> Result<String, AuthorizeProblem> {
             let req = validate_authorize(app, &params)?;
@@ -249,11 +251,7 @@ pub(super) async fn authorize_submit(
             let org = connectable_orgs(app, person_id)
                 .into_iter()
                 .find(|o| o.slug == org_slug)
-                .ok_or_else(|| {
-                    AuthorizeProblem::Page(
-                        "choose one of your organisations where you may connect".into(),
-                    )
-                })?;
+                .ok_or(AuthorizeProblem::Page(choose_org))?;
             // Only scopes that were asked for and left ticked; never more than asked.
             let scopes: Vec<String> = req
                 .scopes
@@ -276,7 +274,7 @@ pub(super) async fn authorize_submit(
                     resource: req.resource.clone(),
                 },
             )
-            .map_err(|_| AuthorizeProblem::Page("internal error".into()))?;
+            .map_err(|_| AuthorizeProblem::Page(internal))?;
             let mut out: Vec<(&str, &str)> = vec![("code", &code)];
             if let Some(s) = &req.state {
                 out.push(("state", s));

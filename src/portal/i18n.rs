@@ -4,8 +4,11 @@
 //! The language of a request is the person's own choice (account page), else the browser's
 //! `Accept-Language` (Dutch when it prefers `nl`), else English. A middleware decides it once
 //! per request and keeps it in a task-local, so pages call [`t`] / [`ta`] without passing it
-//! around; [`current`] names it (for `<html lang>`). Dates and numbers follow the language too
-//! ([`date_time`], [`number`], [`bytes`]).
+//! around; [`current`] names it (for `<html lang>`). Only the request's own task knows its
+//! language: word messages before handing work to `App::blocking`, not inside it. Dates and
+//! numbers follow the language too — one format for a moment ([`date_time`], as `<time>`:
+//! [`moment`]), [`number`], [`decimal`], [`bytes`] — and so do statuses ([`status_label`],
+//! [`status_badge`]); [`tc`] chooses a message's plural.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -123,13 +126,34 @@ pub fn t(key: &str) -> String {
 
 /// The message `key` with arguments (`{ $name }` in the message).
 pub fn ta(key: &str, args: &[(&'static str, String)]) -> String {
-    let args: HashMap<Cow<'static, str>, FluentValue<'_>> = args
+    lookup(key, args, None)
+}
+
+/// The message `key` with arguments and a count: `$count` is a number, so the message can
+/// choose its plural (`{ $count -> [one] … *[other] … }`), and `$n` is the count as the
+/// language writes it.
+pub fn tc(key: &str, count: u64, args: &[(&'static str, String)]) -> String {
+    lookup(key, args, Some(count))
+}
+
+fn lookup(key: &str, args: &[(&'static str, String)], count: Option<u64>) -> String {
+    let mut map: HashMap<Cow<'static, str>, FluentValue<'_>> = args
         .iter()
         .map(|(k, v)| (Cow::Borrowed(*k), FluentValue::from(v.clone())))
         .collect();
+    if let Some(c) = count {
+        map.insert(Cow::Borrowed("count"), FluentValue::from(c as f64));
+        map.insert(Cow::Borrowed("n"), FluentValue::from(number(c)));
+    }
     LOCALES
-        .try_lookup_with_args(current().id(), key, &args)
+        .try_lookup_with_args(current().id(), key, &map)
         .unwrap_or_else(|| key.to_owned())
+}
+
+/// Whether the current language has a message `key` that takes no arguments (for optional
+/// messages, such as a translation of a refusal's code).
+pub fn has(key: &str) -> bool {
+    LOCALES.try_lookup(current().id(), key).is_some()
 }
 
 /// An integer with the language's thousands separator: `12,345` / `12.345`.
@@ -149,33 +173,62 @@ pub fn number(n: u64) -> String {
     out
 }
 
+/// A number with `places` decimals in the language's notation: `1,234.5` / `1.234,5`.
+pub fn decimal(x: f64, places: usize) -> String {
+    let x = if x.is_finite() { x.max(0.0) } else { 0.0 };
+    let fixed = format!("{x:.places$}");
+    let (whole, frac) = fixed.split_once('.').unwrap_or((fixed.as_str(), ""));
+    let whole = number(whole.parse().unwrap_or(0));
+    if frac.is_empty() {
+        return whole;
+    }
+    let point = match current() {
+        Lang::En => '.',
+        Lang::Nl => ',',
+    };
+    format!("{whole}{point}{frac}")
+}
+
 /// A size for people: bytes, kB or MB with one decimal in the language's notation.
 pub fn bytes(n: u64) -> String {
-    let (value, unit) = match n {
-        0..1_000 => return format!("{} B", number(n)),
-        1_000..1_000_000 => (n as f64 / 1_000.0, "kB"),
-        _ => (n as f64 / 1_000_000.0, "MB"),
-    };
-    let s = format!("{value:.1} {unit}");
-    match current() {
-        Lang::En => s,
-        Lang::Nl => s.replacen('.', ",", 1),
+    match n {
+        0..1_000 => format!("{} B", number(n)),
+        1_000..1_000_000 => format!("{} kB", decimal(n as f64 / 1_000.0, 1)),
+        _ => format!("{} MB", decimal(n as f64 / 1_000_000.0, 1)),
     }
 }
 
-/// A moment as the language writes it, in UTC: `1 June 2026, 09:00 UTC` / `1 juni 2026, 09:00
-/// UTC`.
-pub fn date_time(t: Timestamp) -> String {
-    let z = t.to_zoned(jiff::tz::TimeZone::UTC);
-    let month = super::i18n::t(&format!("month-{}", z.month()));
+/// A moment as the language writes it, in UTC: `1 Jun 2026 09:00 UTC` / `1 jun. 2026 09:00
+/// UTC`. The one date format of the portal; [`moment`] puts it in a `<time>` element.
+pub fn date_time(at: Timestamp) -> String {
+    let z = at.to_zoned(jiff::tz::TimeZone::UTC);
+    let month = t(&format!("month-short-{}", z.month()));
     format!(
-        "{} {} {}, {:02}:{:02} UTC",
+        "{} {} {} {:02}:{:02} UTC",
         z.day(),
         month,
         z.year(),
         z.hour(),
         z.minute()
     )
+}
+
+/// [`date_time`] as a `<time>` element with the machine-readable moment.
+pub fn moment(at: Timestamp) -> maud::Markup {
+    maud::html! { time datetime=(at.to_string()) { (date_time(at)) } }
+}
+
+/// A status as people read it (`status-<value>` in `locales/`); the value itself stays what
+/// forms, URLs and the API use.
+pub fn status_label(value: &str) -> String {
+    let key = format!("status-{value}");
+    if has(&key) { t(&key) } else { value.to_owned() }
+}
+
+/// A status badge: the class is the status value (the stylesheet colours it), the text its
+/// label in the current language.
+pub fn status_badge(value: &str) -> maud::Markup {
+    maud::html! { span class={ "badge " (value) } { (status_label(value)) } }
 }
 
 /// Decides the language of each portal request: the logged-in person's choice, else
@@ -204,14 +257,16 @@ fn from_headers(headers: &HeaderMap) -> Lang {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::collections::BTreeSet;
 
     use fluent_templates::fluent_bundle::FluentResource;
 
     use super::*;
 
-    fn ids(dir: &str) -> BTreeSet<String> {
+    /// The ids of the messages in `locales/<dir>/` (read from the files, so messages with
+    /// arguments count too).
+    pub(in crate::portal) fn ids(dir: &str) -> BTreeSet<String> {
         let mut out = BTreeSet::new();
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("locales")
@@ -269,7 +324,7 @@ mod tests {
                     continue;
                 }
                 let text = std::fs::read_to_string(&path).unwrap();
-                for pat in ["t(\"", "ta(\"", "(\"nav-"] {
+                for pat in ["t(\"", "ta(\"", "tc(\"", "has(\"", "(\"nav-"] {
                     for (at, _) in text.match_indices(pat) {
                         let before = text[..at].chars().next_back().unwrap_or(' ');
                         if before.is_alphanumeric() || before == '_' || before == '.' {
@@ -310,19 +365,59 @@ mod tests {
     #[tokio::test]
     async fn numbers_dates_and_messages_follow_the_language() {
         let at: Timestamp = "2026-06-01T09:05:00Z".parse().unwrap();
+        let late: Timestamp = "2026-11-24T14:05:00Z".parse().unwrap();
         scope(Lang::Nl, async {
             assert_eq!(number(1_234_567), "1.234.567");
             assert_eq!(bytes(1_500), "1,5 kB");
-            assert_eq!(date_time(at), "1 juni 2026, 09:05 UTC");
+            assert_eq!(bytes(2_345_678), "2,3 MB");
+            assert_eq!(decimal(1234.56, 1), "1.234,6");
+            assert_eq!(decimal(0.04, 1), "0,0");
+            assert_eq!(date_time(at), "1 jun. 2026 09:05 UTC");
+            assert_eq!(date_time(late), "24 nov. 2026 14:05 UTC");
+            assert_eq!(
+                moment(late).into_string(),
+                "<time datetime=\"2026-11-24T14:05:00Z\">24 nov. 2026 14:05 UTC</time>"
+            );
             assert_eq!(t("action-log-in"), "Inloggen");
+            assert_eq!(tc("requests-total", 1, &[]), "1 wens");
+            assert_eq!(tc("requests-total", 1234, &[]), "1.234 wensen");
+            assert_eq!(status_label("awaiting_feedback"), "wacht op reactie");
         })
         .await;
         scope(Lang::En, async {
             assert_eq!(number(1_234_567), "1,234,567");
             assert_eq!(bytes(1_500), "1.5 kB");
-            assert_eq!(date_time(at), "1 June 2026, 09:05 UTC");
+            assert_eq!(decimal(1234.56, 1), "1,234.6");
+            assert_eq!(date_time(at), "1 Jun 2026 09:05 UTC");
+            assert_eq!(date_time(late), "24 Nov 2026 14:05 UTC");
             assert_eq!(t("action-log-in"), "Log in");
+            assert_eq!(tc("requests-total", 1, &[]), "1 request");
+            assert_eq!(tc("requests-total", 2, &[]), "2 requests");
+            assert_eq!(status_label("awaiting_feedback"), "awaiting feedback");
+            assert_eq!(
+                status_badge("timed_out").into_string(),
+                "<span class=\"badge timed_out\">timed out</span>"
+            );
         })
         .await;
+    }
+
+    /// Every status the portal shows (requests, runs, apps) and every month has a label in
+    /// both languages; these keys are made at run time, so the key scan cannot see them.
+    #[tokio::test]
+    async fn every_status_and_month_has_a_label() {
+        use crate::requests::Status;
+        let apps = ["live", "draft", "archived"];
+        for lang in Lang::ALL {
+            scope(lang, async {
+                for s in Status::ALL.iter().map(|s| s.as_str()).chain(apps) {
+                    assert!(has(&format!("status-{s}")), "no label for {s}");
+                }
+                for m in 1..=12 {
+                    assert!(has(&format!("month-short-{m}")), "no month {m}");
+                }
+            })
+            .await;
+        }
     }
 }

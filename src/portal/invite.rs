@@ -1,7 +1,10 @@
-//! One-time links: accepting an invitation (`/invite/<token>`: name and password twice, then
+//! One-time links, one flow for both kinds: accepting an invitation (`/invite/<token>`: name
+//! and password twice — or, for an address that already has an account, its password — then
 //! the second-factor enrolment and the terms as at a first login) and an admin-issued password
-//! reset (`/reset/<token>`: a new password twice, then a new second factor). Used, expired and
-//! unknown links say so. The forms' CSRF tokens are bound to the link itself.
+//! reset (`/reset/<token>`: a new password twice, then a new second factor). Opening, the form,
+//! checking the two passwords, refusals and the session that follows are shared; a [`Link`]
+//! says what differs. Used, expired and unknown links say so. The forms' CSRF tokens are bound
+//! to the link itself.
 
 use std::sync::Arc;
 
@@ -27,87 +30,213 @@ pub fn router() -> Router<Arc<App>> {
         .route("/reset/{token}", get(reset_page).post(reset_submit))
 }
 
+async fn invite_page(State(app): State<Arc<App>>, Path(token): Path<String>) -> Response {
+    show(&app, Link::Invite, &token).await
+}
+
+async fn invite_submit(
+    State(app): State<Arc<App>>,
+    Path(token): Path<String>,
+    form: UncheckedForm,
+) -> Response {
+    submit(&app, Link::Invite, &token, form).await
+}
+
+async fn reset_page(State(app): State<Arc<App>>, Path(token): Path<String>) -> Response {
+    show(&app, Link::Reset, &token).await
+}
+
+async fn reset_submit(
+    State(app): State<Arc<App>>,
+    Path(token): Path<String>,
+    form: UncheckedForm,
+) -> Response {
+    submit(&app, Link::Reset, &token, form).await
+}
+
+/// The kind of a one-time link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Link {
+    Invite,
+    Reset,
+}
+
+impl Link {
+    fn action(self, token: &str) -> String {
+        match self {
+            Link::Invite => format!("/invite/{token}"),
+            Link::Reset => format!("/reset/{token}"),
+        }
+    }
+
+    fn title(self) -> String {
+        match self {
+            Link::Invite => t("invite-title"),
+            Link::Reset => t("reset-title"),
+        }
+    }
+
+    /// The form's id (a contract name: browser tests fill it in).
+    fn form_id(self) -> &'static str {
+        match self {
+            Link::Invite => "invite-accept-form",
+            Link::Reset => "reset-form",
+        }
+    }
+
+    fn button(self) -> String {
+        match self {
+            Link::Invite => t("action-accept-invitation"),
+            Link::Reset => t("action-set-password"),
+        }
+    }
+}
+
+/// What an open link shows around its form.
+struct Opened {
+    /// Who invites to what, or whose password is set.
+    intro: String,
+    /// Until when the link works.
+    until: String,
+    /// An invitation for an address that already has an account: its password confirms.
+    existing: bool,
+}
+
+/// Opens a link without using it: refused when it is unknown, used or expired.
+async fn open(app: &Arc<App>, link: Link, token: &str) -> Result<Opened, IdentityError> {
+    let tk = token.to_owned();
+    match link {
+        Link::Invite => {
+            let (inv, org, existing) = app
+                .blocking(move |app| identity::open_invitation(&app.store, &tk, app.clock.now()))
+                .await?;
+            Ok(Opened {
+                intro: ta("invite-welcome", &[("org", org.name)]),
+                until: ta(
+                    "invite-valid-until",
+                    &[("email", inv.email), ("until", date_time(inv.expires_at))],
+                ),
+                existing,
+            })
+        }
+        Link::Reset => {
+            let person = app
+                .blocking(move |app| identity::open_reset(&app.store, &tk, app.clock.now()))
+                .await?;
+            Ok(Opened {
+                intro: ta("reset-intro", &[("email", person.email)]),
+                until: t("reset-valid"),
+                existing: false,
+            })
+        }
+    }
+}
+
 fn link_csrf(app: &App, token: &str) -> String {
     csrf_token_for(app, &hash_secret(token))
 }
 
 /// A refused link or form: used and expired links get their own words (410).
-fn refused(title: &str, e: &IdentityError) -> Response {
+fn refused(link: Link, e: &IdentityError) -> Response {
     let p = e.problem();
     let body = if p.is_internal() {
         html! { p.notice.error { (t("internal-error")) } }
     } else {
         html! {
-            p.notice.error #error { (problem_text(&p)) }
+            p.notice.error #error role="alert" { (problem_text(&p)) }
             @if matches!(e, IdentityError::LinkUsed | IdentityError::LinkExpired | IdentityError::LinkUnknown) {
                 p { (t("link-ask-admin")) " " a href="/login" { (t("action-log-in")) } }
             }
         }
     };
-    page(p.status, layout(title, None, None, body))
+    page(p.status, layout(&link.title(), None, None, body))
 }
 
-fn password_fields(autocomplete: &str) -> Markup {
+fn password_fields() -> Markup {
     html! {
-        label { (t("field-password")) input type="password" name="password" autocomplete=(autocomplete) minlength="10" required; }
-        label { (t("field-password-again")) input type="password" name="password_again" autocomplete=(autocomplete) minlength="10" required; }
+        label { (t("field-password")) input type="password" name="password" autocomplete="new-password" minlength="10" required; }
+        label { (t("field-password-again")) input type="password" name="password_again" autocomplete="new-password" minlength="10" required; }
         p.muted { (t("password-rules")) }
     }
 }
 
-fn invite_form(
+/// The link's page: the form (with what was typed and why it was refused, when it was).
+fn form_page(
     app: &App,
+    link: Link,
     token: &str,
-    org: &str,
-    existing: bool,
+    opened: &Opened,
     name: &str,
     error: Option<&str>,
-) -> Markup {
-    html! {
+) -> Response {
+    let status = if error.is_some() {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    };
+    let body = html! {
         div.card.narrow {
-            p { (ta("invite-welcome", &[("org", org.to_owned())])) }
-            @if let Some(e) = error { p.notice.error #error { (e) } }
-            form #invite-accept-form .stack method="post" action={ "/invite/" (token) } {
+            p { (opened.intro) }
+            @if let Some(e) = error { p.notice.error #error role="alert" { (e) } }
+            form id=(link.form_id()) .stack method="post" action=(link.action(token)) {
                 (csrf_field(&link_csrf(app, token)))
-                @if existing {
-                    p.muted { (t("invite-existing-account")) }
-                    input type="hidden" name="name" value="";
-                    label { (t("field-password")) input type="password" name="password" autocomplete="current-password" required; }
-                } @else {
-                    label { (t("field-name")) input type="text" name="name" value=(name) autocomplete="name" maxlength="200" required; }
-                    (password_fields("new-password"))
+                @match (link, opened.existing) {
+                    (Link::Invite, true) => {
+                        p.muted { (t("invite-existing-account")) }
+                        input type="hidden" name="name" value="";
+                        label { (t("field-password")) input type="password" name="password" autocomplete="current-password" required; }
+                    }
+                    (Link::Invite, false) => {
+                        label { (t("field-name")) input type="text" name="name" value=(name) autocomplete="name" maxlength="200" required; }
+                        (password_fields())
+                    }
+                    (Link::Reset, _) => (password_fields()),
                 }
-                button type="submit" { (t("action-accept-invitation")) }
+                button type="submit" { (link.button()) }
             }
         }
+        p.muted { (opened.until) }
+    };
+    page(status, layout(&link.title(), None, None, body))
+}
+
+async fn show(app: &Arc<App>, link: Link, token: &str) -> Response {
+    match open(app, link, token).await {
+        Ok(opened) => form_page(app, link, token, &opened, "", None),
+        Err(e) => refused(link, &e),
     }
 }
 
-async fn invite_page(State(app): State<Arc<App>>, Path(token): Path<String>) -> Response {
-    let tk = token.clone();
-    let r = app
-        .blocking(move |app| identity::open_invitation(&app.store, &tk, app.clock.now()))
+/// Uses the link: the passwords must agree, then the domain accepts the invitation or sets the
+/// new password, and the person continues, logged in, to the second factor.
+async fn submit(app: &Arc<App>, link: Link, token: &str, form: UncheckedForm) -> Response {
+    let form = match form.verify(&link_csrf(app, token)) {
+        Ok(f) => f,
+        Err(rejected) => return rejected.into_response(),
+    };
+    let name = form.field("name").unwrap_or_default().to_owned();
+    let password = form.field("password").unwrap_or_default().to_owned();
+    let opened = match open(app, link, token).await {
+        Ok(o) => o,
+        Err(e) => return refused(link, &e),
+    };
+    let again = |message: String| form_page(app, link, token, &opened, &name, Some(&message));
+    if !opened.existing && form.field("password_again") != Some(password.as_str()) {
+        return again(t("passwords-differ"));
+    }
+    let (tk, n) = (token.to_owned(), name.clone());
+    let used = app
+        .blocking(move |app| {
+            let now = app.clock.now();
+            let person = match link {
+                Link::Invite => identity::accept_invitation(&app.store, &tk, &n, &password, now)?,
+                Link::Reset => identity::use_reset(&app.store, &tk, &password, now)?,
+            };
+            // Logged in by the link (it proved the password); the second factor comes next.
+            Ok::<_, IdentityError>(identity::sessions::create(&app.store, person.id, now)?)
+        })
         .await;
-    match r {
-        Ok((inv, org, existing)) => page(
-            StatusCode::OK,
-            layout(
-                &t("invite-title"),
-                None,
-                None,
-                html! {
-                    (invite_form(&app, &token, &org.name, existing, "", None))
-                    p.muted { (ta("invite-valid-until", &[("email", inv.email), ("until", date_time(inv.expires_at))])) }
-                },
-            ),
-        ),
-        Err(e) => refused(&t("invite-title"), &e),
-    }
-}
-
-/// Logs the person in (password checked by the link) and sends them to the second factor.
-fn start_session(app: &App, person_id: u64) -> Response {
-    match identity::sessions::create(&app.store, person_id, app.clock.now()) {
+    match used {
         Ok(session) => {
             let mut resp = see_other("/login/totp?next=%2Fportal");
             if let Ok(v) = header::HeaderValue::try_from(set_cookie(
@@ -120,140 +249,11 @@ fn start_session(app: &App, person_id: u64) -> Response {
             }
             resp
         }
-        Err(e) => refused(&t("invite-title"), &IdentityError::Store(e)),
-    }
-}
-
-async fn invite_submit(
-    State(app): State<Arc<App>>,
-    Path(token): Path<String>,
-    form: UncheckedForm,
-) -> Response {
-    let form = match form.verify(&link_csrf(&app, &token)) {
-        Ok(f) => f,
-        Err(rejected) => return rejected.into_response(),
-    };
-    let name = form.field("name").unwrap_or_default().to_owned();
-    let password = form.field("password").unwrap_or_default().to_owned();
-    let again = form.field("password_again");
-    let tk = token.clone();
-    let opened = app
-        .blocking(move |app| identity::open_invitation(&app.store, &tk, app.clock.now()))
-        .await;
-    let (_, org, existing) = match opened {
-        Ok(found) => found,
-        Err(e) => return refused(&t("invite-title"), &e),
-    };
-    let again_form = |message: String| {
-        page(
-            StatusCode::BAD_REQUEST,
-            layout(
-                &t("invite-title"),
-                None,
-                None,
-                invite_form(&app, &token, &org.name, existing, &name, Some(&message)),
-            ),
-        )
-    };
-    if !existing && again != Some(password.as_str()) {
-        return again_form(t("passwords-differ"));
-    }
-    let (tk, n) = (token.clone(), name.clone());
-    let r = app
-        .blocking(move |app| {
-            identity::accept_invitation(&app.store, &tk, &n, &password, app.clock.now())
-        })
-        .await;
-    match r {
-        Ok(person) => {
-            let id = person.id;
-            app.blocking(move |app| start_session(app, id)).await
-        }
         Err(
             e @ (IdentityError::WeakPassword(_)
             | IdentityError::InvalidInput(_)
             | IdentityError::BadCredentials),
-        ) => again_form(problem_text(&e.problem())),
-        Err(e) => refused(&t("invite-title"), &e),
-    }
-}
-
-fn reset_form(app: &App, token: &str, email: &str, error: Option<&str>) -> Markup {
-    html! {
-        div.card.narrow {
-            p { (ta("reset-intro", &[("email", email.to_owned())])) }
-            @if let Some(e) = error { p.notice.error #error { (e) } }
-            form #reset-form .stack method="post" action={ "/reset/" (token) } {
-                (csrf_field(&link_csrf(app, token)))
-                (password_fields("new-password"))
-                button type="submit" { (t("action-set-password")) }
-            }
-        }
-    }
-}
-
-async fn reset_page(State(app): State<Arc<App>>, Path(token): Path<String>) -> Response {
-    let tk = token.clone();
-    let r = app
-        .blocking(move |app| identity::open_reset(&app.store, &tk, app.clock.now()))
-        .await;
-    match r {
-        Ok(person) => page(
-            StatusCode::OK,
-            layout(
-                &t("reset-title"),
-                None,
-                None,
-                reset_form(&app, &token, &person.email, None),
-            ),
-        ),
-        Err(e) => refused(&t("reset-title"), &e),
-    }
-}
-
-async fn reset_submit(
-    State(app): State<Arc<App>>,
-    Path(token): Path<String>,
-    form: UncheckedForm,
-) -> Response {
-    let form = match form.verify(&link_csrf(&app, &token)) {
-        Ok(f) => f,
-        Err(rejected) => return rejected.into_response(),
-    };
-    let password = form.field("password").unwrap_or_default().to_owned();
-    let again = form.field("password_again").unwrap_or_default();
-    let tk = token.clone();
-    let opened = app
-        .blocking(move |app| identity::open_reset(&app.store, &tk, app.clock.now()))
-        .await;
-    let person = match opened {
-        Ok(p) => p,
-        Err(e) => return refused(&t("reset-title"), &e),
-    };
-    let again_form = |message: String| {
-        page(
-            StatusCode::BAD_REQUEST,
-            layout(
-                &t("reset-title"),
-                None,
-                None,
-                reset_form(&app, &token, &person.email, Some(&message)),
-            ),
-        )
-    };
-    if password != again {
-        return again_form(t("passwords-differ"));
-    }
-    let tk = token.clone();
-    let r = app
-        .blocking(move |app| identity::use_reset(&app.store, &tk, &password, app.clock.now()))
-        .await;
-    match r {
-        Ok(person) => {
-            let id = person.id;
-            app.blocking(move |app| start_session(app, id)).await
-        }
-        Err(e @ IdentityError::WeakPassword(_)) => again_form(problem_text(&e.problem())),
-        Err(e) => refused(&t("reset-title"), &e),
+        ) => again(problem_text(&e.problem())),
+        Err(e) => refused(link, &e),
     }
 }

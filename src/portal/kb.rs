@@ -16,7 +16,7 @@ use axum::routing::get;
 use maud::{Markup, PreEscaped, html};
 use serde::Deserialize;
 
-use super::i18n::{bytes as fmt_bytes, date_time, number, t, ta};
+use super::i18n::{bytes as fmt_bytes, decimal, moment, number, t, ta};
 use super::{OrgAdmin, OrgMember, csrf_field, csrf_rejected, layout, page, see_other, verify_csrf};
 use crate::app::App;
 use crate::audit;
@@ -55,15 +55,23 @@ pub(super) struct BrowseQuery {
 #[derive(Deserialize)]
 pub(super) struct DocQuery {
     path: Option<String>,
-    from: Option<u64>,
-    to: Option<u64>,
+    /// Versions to compare; kept as text so a wrong one compares nothing rather than failing
+    /// the page.
+    from: Option<String>,
+    to: Option<String>,
 }
 
 /// A refused operation (or a failure), as `http::error` maps it.
 fn refused(m: &OrgMember, e: &impl ToProblem) -> Response {
-    super::problem_page(&t("nav-kb"), Some(&m.user), Some(&m.org), &e.problem())
+    let p = e.problem();
+    if p.is_internal() {
+        return super::problem_page(&t("nav-kb"), Some(&m.user), Some(&m.org), &p);
+    }
+    error_page(m, p.status, &super::problem_text(&p))
 }
 
+/// A knowledge-base page that says what went wrong, with the search box (every
+/// knowledge-base page has one).
 fn error_page(m: &OrgMember, status: StatusCode, msg: &str) -> Response {
     page(
         status,
@@ -71,7 +79,11 @@ fn error_page(m: &OrgMember, status: StatusCode, msg: &str) -> Response {
             &t("nav-kb"),
             Some(&m.user),
             Some(&m.org),
-            html! { p.notice.error #error { (msg) } },
+            html! {
+                (search_form(&m.org.slug, "", "", false))
+                p.notice.error #error role="alert" { (msg) }
+                p { a href=(kb_url(&m.org.slug, "")) { (t("kb-back")) } }
+            },
         ),
     )
 }
@@ -366,7 +378,8 @@ async fn show_document(app: &Arc<App>, m: &OrgMember, raw_path: String, q: &DocQ
         Err(e) => return refused(m, &e),
     };
     let org_id = m.org.id;
-    let (from, to) = (q.from, q.to);
+    let version = |v: &Option<String>| v.as_deref().and_then(|v| v.trim().parse::<u64>().ok());
+    let (from, to) = (version(&q.from), version(&q.to));
     let p2 = p.clone();
     let found = app
         .blocking(move |app| {
@@ -448,7 +461,7 @@ async fn show_document(app: &Arc<App>, m: &OrgMember, raw_path: String, q: &DocQ
                                 Some(p) => { (p.name) " " span.muted { "<" (p.email) ">" } }
                                 None => span.muted { (t("unknown-author")) }
                             } }
-                            td { (date_time(v.created_at)) }
+                            td.date { (moment(v.created_at)) }
                             td.num { (fmt_bytes(v.size)) }
                             td { a href=(link_for(v)) { (ta("download-version", &[("version", v.version.to_string())])) } }
                         }
@@ -596,6 +609,10 @@ async fn audit_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Respo
     let me = m.user.person.id;
     let found = app
         .blocking(move |app| {
+            let agents: HashMap<u64, String> = crate::agents::list_agents(&app.store, org_id)?
+                .into_iter()
+                .map(|a| (a.id, a.name))
+                .collect();
             app.store.read(|tx| {
                 let records = audit::records(tx, org_id, None)?;
                 let by_grant: HashMap<u64, oauth::Connection> =
@@ -603,17 +620,19 @@ async fn audit_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Respo
                         .into_iter()
                         .map(|c| (c.grant.id, c))
                         .collect();
-                Ok::<_, StoreError>((records, by_grant))
+                Ok::<_, StoreError>((records, by_grant, agents))
             })
         })
         .await;
-    let (records, by_grant) = match found {
+    let (records, by_grant, agents) = match found {
         Ok(f) => f,
         Err(e) => return refused(&m, &e),
     };
+    let slug = &m.org.slug;
     let body = html! {
-        p.muted { (ta("audit-explain", &[("command", format!("kennis audit export {}", m.org.slug))])) }
-        div.table-wrap {
+        p.muted { (ta("audit-explain", &[("command", format!("kennis audit export {slug}"))])) }
+        @if records.is_empty() { p.muted #audit-none { (t("audit-none")) } }
+        @else { div.table-wrap {
             table #audit {
                 thead { tr {
                     th scope="col" { (t("col-time")) } th scope="col" { (t("col-assistant")) } th scope="col" { (t("col-person")) }
@@ -624,22 +643,34 @@ async fn audit_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Respo
                     @for r in records.iter().rev().take(500) {
                         @let c = by_grant.get(&r.grant_id);
                         tr {
-                            td { (date_time(r.at)) }
-                            td { (c.map(|c| c.client_name.clone()).unwrap_or_else(|| format!("#{}", r.grant_id))) }
-                            td { (c.map(|c| c.person_email.clone()).unwrap_or_else(|| format!("#{}", r.person_id))) }
+                            td.date { (moment(r.at)) }
+                            td {
+                                @if let Some(agent) = r.agent_id {
+                                    (ta("audit-agent", &[("name", agents.get(&agent).cloned().unwrap_or_else(|| format!("#{agent}")))]))
+                                    @if let Some(run) = r.run_id {
+                                        " · " a href={ "/portal/o/" (slug) "/runs/" (run) } { (ta("run-title", &[("id", run.to_string())])) }
+                                    }
+                                } @else {
+                                    (c.map(|c| c.client_name.clone()).unwrap_or_else(|| format!("#{}", r.grant_id)))
+                                }
+                            }
+                            td { @if r.person_id == 0 { "—" } @else { (c.map(|c| c.person_email.clone()).unwrap_or_else(|| format!("#{}", r.person_id))) } }
                             td { code { (r.tool) } }
                             td { (r.target.clone().unwrap_or_default()) }
                             td {
-                                @let outcome = format!("{:?}", r.outcome).to_lowercase();
-                                span class={ "badge " (if outcome == "ok" { "ok" } else { "failed" }) } { (outcome) }
-                                @if let Some(e) = &r.error { " " span.muted { (e) } }
+                                @match r.outcome {
+                                    audit::Outcome::Ok => span.badge.ok { (t("outcome-ok")) },
+                                    audit::Outcome::Refused => span.badge.paused { (t("outcome-refused")) },
+                                    audit::Outcome::Error => span.badge.failed { (t("outcome-error")) },
+                                }
+                                @if let Some(e) = &r.error { " " span.muted lang="en" { (e) } }
                             }
-                            td.num { (format!("{:.1}", r.duration_ms)) }
+                            td.num { (decimal(r.duration_ms, 1)) }
                         }
                     }
                 }
             }
-        }
+        } }
     };
     page(
         StatusCode::OK,

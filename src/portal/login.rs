@@ -19,12 +19,12 @@ use super::form::SessionCsrf;
 use super::i18n::{t, ta};
 use super::{
     AnySession, CsrfForm, PRE_COOKIE, SESSION_COOKIE, UncheckedForm, csrf_field, csrf_rejected,
-    csrf_token_for, layout, load_session, login_step, page, problem_page, safe_next, see_other,
-    set_cookie, with_next,
+    csrf_token_for, layout, limited_page, load_session, login_step, page, problem_page, safe_next,
+    see_other, set_cookie, with_next,
 };
 use crate::app::App;
 use crate::http::client_ip::CallerIp;
-use crate::http::error::{ToProblem, login_refusal};
+use crate::http::error::ToProblem;
 use crate::identity::{self, IdentityError, sessions};
 
 type Params = Query<HashMap<String, String>>;
@@ -114,7 +114,8 @@ pub(super) async fn login_submit(
                 login_form(&csrf, &next, email, Some(&t("wrong-login"))),
             ),
         ),
-        Err(e) => login_refusal(&e).unwrap_or_else(|| refused(&t("login-title"), &e)),
+        Err(e) => limited_page(&t("login-title"), None, &e)
+            .unwrap_or_else(|| refused(&t("login-title"), &e)),
     }
 }
 
@@ -250,7 +251,8 @@ pub(super) async fn totp_submit(
                 totp_markup(&s, &next, Some(&t("wrong-code"))),
             ),
         ),
-        Err(e) => login_refusal(&e).unwrap_or_else(|| refused(&t("totp-title"), &e)),
+        Err(e) => limited_page(&t("totp-title"), None, &e)
+            .unwrap_or_else(|| refused(&t("totp-title"), &e)),
     }
 }
 
@@ -317,7 +319,7 @@ pub(super) async fn logout(
         .blocking(move |app| sessions::end(&app.store, &hash))
         .await
     {
-        return refused("Log out", &e);
+        return refused(&t("action-log-out"), &e);
     }
     let mut resp = see_other("/login");
     append_cookie(&mut resp, set_cookie(&app, SESSION_COOKIE, "", 0));

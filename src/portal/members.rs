@@ -13,7 +13,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use maud::{Markup, html};
 
-use super::i18n::{date_time, t, ta};
+use super::i18n::{date_time, moment, t, ta};
 use super::{CsrfForm, OrgAdmin, OrgMember, csrf_field, layout, page, problem_page, see_other};
 use crate::app::App;
 use crate::http::error::ToProblem;
@@ -32,19 +32,24 @@ pub fn router() -> Router<Arc<App>> {
 struct Row {
     membership: Membership,
     person: Person,
-    connections: usize,
+    /// The person's live connections here: the assistants' names.
+    connections: Vec<String>,
 }
 
-fn rows(app: &App, org_id: u64) -> Result<Vec<Row>, StoreError> {
+fn rows(app: &App, org_id: u64, me: u64) -> Result<Vec<Row>, StoreError> {
     app.store.read(|tx| {
-        let grants = oauth::grants_of_org(tx, org_id)?;
+        let live: Vec<oauth::Connection> = oauth::connections_visible_to(tx, org_id, me, true)?
+            .into_iter()
+            .filter(|c| c.grant.revoked_at.is_none())
+            .collect();
         Ok(identity::members(tx, org_id)?
             .into_iter()
             .map(|(membership, person)| Row {
-                connections: grants
+                connections: live
                     .iter()
-                    .filter(|(g, _)| g.person_id == person.id && g.revoked_at.is_none())
-                    .count(),
+                    .filter(|c| c.grant.person_id == person.id)
+                    .map(|c| c.client_name.clone())
+                    .collect(),
                 membership,
                 person,
             })
@@ -80,7 +85,7 @@ fn members_markup(m: &OrgMember, rows: &[Row], notice: Option<Markup>) -> Markup
                     th scope="col" { (t("col-may-connect")) }
                     th scope="col" { (t("col-second-factor")) }
                     th scope="col" { (t("col-last-login")) }
-                    th scope="col" class="num" { (t("col-connections")) }
+                    th scope="col" { (t("col-connections")) }
                     th scope="col" { (t("col-actions")) }
                 } }
                 tbody {
@@ -91,8 +96,15 @@ fn members_markup(m: &OrgMember, rows: &[Row], notice: Option<Markup>) -> Markup
                             td data-label=(t("col-role")) { (role_label(r.membership.role)) }
                             td data-label=(t("col-may-connect")) { (yes_no(r.membership.may_connect)) }
                             td data-label=(t("col-second-factor")) { (yes_no(r.person.has_second_factor())) }
-                            td data-label=(t("col-last-login")) { (r.person.last_login.map(date_time).unwrap_or_else(|| t("never"))) }
-                            td.num data-label=(t("col-connections")) { (r.connections) }
+                            td.date data-label=(t("col-last-login")) {
+                                @match r.person.last_login { Some(at) => (moment(at)), None => (t("never")) }
+                            }
+                            td data-label=(t("col-connections")) {
+                                @if r.connections.is_empty() { span.muted { (t("none")) } }
+                                @else {
+                                    ul.plain { @for c in &r.connections { li { (c) } } }
+                                }
+                            }
                             td {
                                 form.row.member-form method="post" action={ "/portal/o/" (slug) "/members/" (id) } {
                                     (csrf_field(csrf))
@@ -146,8 +158,8 @@ async fn render(
     status: StatusCode,
     notice: Option<Markup>,
 ) -> Response {
-    let org_id = m.org.id;
-    match app.blocking(move |app| rows(app, org_id)).await {
+    let (org_id, me) = (m.org.id, m.user.person.id);
+    match app.blocking(move |app| rows(app, org_id, me)).await {
         Ok(rows) => page(
             status,
             layout(
@@ -212,9 +224,11 @@ async fn invite(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin, form: CsrfFo
 async fn change(
     State(app): State<Arc<App>>,
     OrgAdmin(m): OrgAdmin,
-    Path((_, person_id)): Path<(String, u64)>,
+    Path((_, person_id)): Path<(String, String)>,
     form: CsrfForm,
 ) -> Response {
+    // Not a number: like an id that names nothing here (no id is 0).
+    let person_id: u64 = person_id.parse().unwrap_or(0);
     let org_id = m.org.id;
     let found = app
         .blocking(move |app| app.store.read(|tx| identity::member(tx, org_id, person_id)))

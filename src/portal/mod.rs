@@ -36,6 +36,7 @@ mod invite;
 mod kb;
 mod login;
 mod members;
+mod refusal;
 mod requests;
 mod runs;
 mod triggers;
@@ -54,11 +55,12 @@ use subtle::ConstantTimeEq;
 
 pub use form::{CsrfForm, CsrfRejected, UncheckedForm};
 pub use i18n::{t, ta};
+pub use refusal::problem_text;
 
 use crate::app::App;
 use crate::clock::SharedClock;
-use crate::http::error::Problem;
-use crate::identity::{self, Membership, Org, Person, Role, sessions};
+use crate::http::error::{Problem, login_refusal};
+use crate::identity::{self, IdentityError, Membership, Org, Person, Role, sessions};
 use crate::ratelimit::{Limiter, WINDOW};
 use crate::store::{StoreError, key};
 
@@ -163,6 +165,23 @@ pub fn routes(app: Arc<App>) -> Router<Arc<App>> {
         .merge(requests::router())
         .layer(axum::Extension(Arc::new(PortalLimits::new(clock))))
         .layer(axum::middleware::from_fn_with_state(app, i18n::middleware))
+        .layer(axum::middleware::from_fn(remember_path))
+}
+
+tokio::task_local! {
+    /// The path of the request being answered: the navigation marks the page it is on.
+    static PATH: String;
+}
+
+async fn remember_path(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let path = req.uri().path().to_owned();
+    PATH.scope(path, next.run(req)).await
+}
+
+/// Whether the request being answered is at `prefix` or below it.
+fn is_here(prefix: &str) -> bool {
+    PATH.try_with(|p| p == prefix || p.starts_with(&format!("{prefix}/")))
+        .unwrap_or(false)
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
@@ -232,7 +251,8 @@ pub fn layout(title: &str, user: Option<&PortalUser>, nav: Option<&Org>, body: M
                         nav.nav aria-label=(t("nav-label")) {
                             ul {
                                 @for (label, path) in NAV {
-                                    li { a href={ "/portal/o/" (org.slug) (path) } { (t(label)) } }
+                                    @let href = format!("/portal/o/{}{path}", org.slug);
+                                    li { a href=(href) aria-current=[is_here(&href).then_some("page")] { (t(label)) } }
                                 }
                             }
                         }
@@ -312,16 +332,28 @@ pub fn problem_page(
     page(problem.status, layout(&title, user, org, body))
 }
 
-/// What a refusal says in the request's language: the message `problem-<code>` when there is
-/// one (codes name the refusal, the domain's English text may carry details), else the text.
-pub fn problem_text(problem: &Problem) -> String {
-    let key = format!("problem-{}", problem.code);
-    let said = t(&key);
-    if said == key {
-        problem.message.clone()
+/// A login step refused by its limits (too many attempts, every password hasher busy): the
+/// page in the request's language with the status and `Retry-After` of [`login_refusal`];
+/// `None` for other refusals.
+pub fn limited_page(title: &str, user: Option<&PortalUser>, e: &IdentityError) -> Option<Response> {
+    let limited = login_refusal(e)?;
+    let retry = limited.headers().get(header::RETRY_AFTER).cloned();
+    let seconds = retry
+        .as_ref()
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("60")
+        .to_owned();
+    let key = if limited.status() == StatusCode::SERVICE_UNAVAILABLE {
+        "login-busy"
     } else {
-        said
+        "login-too-many"
+    };
+    let body = html! { p.notice.error #error role="alert" { (ta(key, &[("seconds", seconds)])) } };
+    let mut resp = page(limited.status(), layout(title, user, None, body));
+    if let Some(v) = retry {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
     }
+    Some(resp)
 }
 
 /// A 303 redirect (after a POST the browser must GET the target).

@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{Markup, html};
 
-use super::i18n::{self, t, ta};
+use super::i18n::{self, status_badge, t, ta, tc};
 use super::{CsrfForm, OrgAdmin, csrf_field, layout, page, problem_page, see_other};
 use crate::agents::{self, Step, Transcript};
 use crate::app::App;
@@ -29,51 +29,57 @@ fn not_found(m: &OrgAdmin) -> Response {
     )
 }
 
-fn transcript_table(t: &Transcript) -> Markup {
+fn transcript_table(tr: &Transcript) -> Markup {
+    let n = i18n::number;
+    let ms = |v: u64| format!("{} ms", n(v));
     html! {
         p #run-tokens {
-            "Tokens: " (t.prompt_tokens) " prompt + " (t.completion_tokens) " completion = " (t.total_tokens)
-            " · tool calls: " (t.tool_calls)
-            @if t.dropped > 0 { " · " (t.dropped) " older entries left out" }
+            (ta("run-tokens", &[("prompt", n(tr.prompt_tokens)), ("completion", n(tr.completion_tokens)), ("total", n(tr.total_tokens))]))
+            " · " (tc("run-tool-calls", tr.tool_calls, &[]))
+            @if tr.dropped > 0 { " · " (tc("run-dropped", tr.dropped, &[])) }
         }
-        table #transcript {
-            tr { th { "ms" } th { "What" } th { "Details" } }
-            @for e in &t.entries {
-                tr {
-                    td { (e.elapsed_ms) }
-                    @match &e.step {
-                        Step::Job { executor, model, instructions } => {
-                            td { "job" }
-                            td { (executor) @if let Some(m) = model { " · " (m) } pre { (instructions) } }
-                        }
-                        Step::Model { content, tool_calls, finish_reason, prompt_tokens, completion_tokens, duration_ms } => {
-                            td { "model" }
-                            td {
-                                (duration_ms) " ms · " (prompt_tokens) "+" (completion_tokens) " tokens"
-                                @if let Some(f) = finish_reason { " · " (f) }
-                                @if let Some(c) = content { pre { (c) } }
-                                @for c in tool_calls { div { "→ " code { (c.name) } " " code { (c.arguments) } } }
+        div.table-wrap {
+            table #transcript {
+                thead { tr { th scope="col" .num { "ms" } th scope="col" { (t("run-step")) } th scope="col" { (t("run-details")) } } }
+                tbody {
+                    @for e in &tr.entries {
+                        tr {
+                            td.num { (n(e.elapsed_ms)) }
+                            @match &e.step {
+                                Step::Job { executor, model, instructions } => {
+                                    td { (t("step-job")) }
+                                    td { (executor) @if let Some(m) = model { " · " (m) } pre { (instructions) } }
+                                }
+                                Step::Model { content, tool_calls, finish_reason, prompt_tokens, completion_tokens, duration_ms } => {
+                                    td { (t("step-model")) }
+                                    td {
+                                        (ms(*duration_ms)) " · " (ta("run-step-tokens", &[("prompt", n(*prompt_tokens)), ("completion", n(*completion_tokens))]))
+                                        @if let Some(f) = finish_reason { " · " code { (f) } }
+                                        @if let Some(c) = content { pre { (c) } }
+                                        @for c in tool_calls { div { "→ " code { (c.name) } " " code { (c.arguments) } } }
+                                    }
+                                }
+                                Step::Tool { name, arguments, ok, result, duration_ms, .. } => {
+                                    td { (t("step-tool")) }
+                                    td {
+                                        code { (name) } " " code { (arguments) } " · " (ms(*duration_ms)) " · "
+                                        @if *ok { span.badge.ok { (t("step-ok")) } } @else { span.badge.failed { (t("step-error")) } }
+                                        pre { (result) }
+                                    }
+                                }
+                                Step::Retry { reason, wait_ms } => {
+                                    td { (t("step-retry")) }
+                                    td { (ta("run-retry-after", &[("wait", ms(*wait_ms))])) " " span lang="en" { (reason) } }
+                                }
+                                Step::Event { event } => {
+                                    td { (t("step-event")) }
+                                    td { code { (serde_json::to_string(event).unwrap_or_default()) } }
+                                }
+                                Step::End { status, note } => {
+                                    td { (t("step-end")) }
+                                    td { (status_badge(status)) @if !note.is_empty() { pre { (note) } } }
+                                }
                             }
-                        }
-                        Step::Tool { name, arguments, ok, result, duration_ms, .. } => {
-                            td { "tool" }
-                            td {
-                                code { (name) } " " code { (arguments) } " · " (duration_ms) " ms · "
-                                @if *ok { "ok" } @else { strong { "error" } }
-                                pre { (result) }
-                            }
-                        }
-                        Step::Retry { reason, wait_ms } => {
-                            td { "retry" }
-                            td { "after " (wait_ms) " ms: " (reason) }
-                        }
-                        Step::Event { event } => {
-                            td { "event" }
-                            td { code { (serde_json::to_string(event).unwrap_or_default()) } }
-                        }
-                        Step::End { status, note } => {
-                            td { "end" }
-                            td { (status) ": " (note) }
                         }
                     }
                 }
@@ -148,13 +154,13 @@ pub(super) async fn run_page(
     let events = events(transcript.as_ref());
     let body = html! {
         dl #run .facts {
-            dt { (t("run-status")) } dd #run-status { span class={ "badge " (r.status.as_str()) } { (r.status.as_str()) } }
+            dt { (t("run-status")) } dd #run-status { (status_badge(r.status.as_str())) }
             dt { (t("run-agent")) } dd { (agent) }
             @if let Some(k) = &r.event_key { dt { (t("run-event-key")) } dd { code { (k) } } }
-            dt { (t("run-created")) } dd { (i18n::date_time(r.created_at)) }
-            dt { (t("run-updated")) } dd { (i18n::date_time(r.updated_at)) }
+            dt { (t("run-created")) } dd { (i18n::moment(r.created_at)) }
+            dt { (t("run-updated")) } dd { (i18n::moment(r.updated_at)) }
             dt { (t("run-duration")) } dd #run-duration { (took) @if !r.status.is_final() { " " (t("run-so-far")) } }
-            dt { (t("run-attempts")) } dd { (r.attempts) }
+            dt { (t("run-attempts")) } dd { (i18n::number(r.attempts.into())) }
             dt { (t("run-result")) } dd { pre #run-result { (r.result.as_deref().unwrap_or("—")) } }
         }
         div.actions {

@@ -10,8 +10,12 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{Markup, html};
 
-use super::i18n::{self, t, ta};
-use super::{CsrfForm, OrgAdmin, csrf_field, layout, page, problem_page, see_other};
+use super::i18n::{self, status_badge, t, ta};
+use super::{CsrfForm, OrgAdmin, csrf_field, layout, page, problem_page, problem_text, see_other};
+use crate::agents::{self, Agent, AgentKind, Project, Rollout};
+use crate::app::App;
+use crate::http::error::{Problem, ToProblem};
+use crate::triggers::{self, Change, NewTrigger, Trigger};
 
 /// A trigger's state as a badge: active or paused.
 fn state_badge(paused: bool) -> Markup {
@@ -19,10 +23,11 @@ fn state_badge(paused: bool) -> Markup {
         @if paused { span.badge.paused { (t("trigger-paused")) } } @else { span.badge.active { (t("trigger-active")) } }
     }
 }
-use crate::agents::{self, Agent, AgentKind, Project, Rollout};
-use crate::app::App;
-use crate::http::error::ToProblem;
-use crate::triggers::{self, Change, NewTrigger, Trigger};
+
+/// Seconds as the language writes them.
+fn seconds(s: u64) -> String {
+    format!("{} s", i18n::number(s))
+}
 
 struct Data {
     triggers: Vec<Trigger>,
@@ -90,7 +95,7 @@ fn list_page(
                     tr {
                         td { a href={ (base) "/" (tr.id) } { (tr.name) } }
                         td { code { (triggers::trigger_url(&app.public_url, tr.id)) } }
-                        td.num { (i18n::number(tr.cooldown_secs)) " s" }
+                        td.num { (seconds(tr.cooldown_secs)) }
                         td { (state_badge(tr.paused)) }
                         td { div.actions {
                             @for (action, label) in [(if tr.paused { "resume" } else { "pause" }, if tr.paused { "trigger-resume" } else { "trigger-pause" }), ("renew-secret", "trigger-renew"), ("delete", "trigger-delete")] {
@@ -124,9 +129,9 @@ fn list_page(
         }
         h2 { (t("agents-heading")) }
         div.table-wrap { table #agents {
-            thead { tr { th scope="col" { "Id" } th scope="col" { (t("col-name")) } th scope="col" { (t("col-kind")) } th scope="col" { (t("col-executor")) } th scope="col" { (t("col-timeout")) } } }
+            thead { tr { th scope="col" .num { (t("col-id")) } th scope="col" { (t("col-name")) } th scope="col" { (t("col-kind")) } th scope="col" { (t("col-executor")) } th scope="col" .num { (t("col-timeout")) } } }
             tbody { @for a in &d.agents {
-                tr { td { (a.id) } td { (a.name) } td { @if a.kind == AgentKind::Generic { (t("agent-generic")) } @else { (t("agent-feature")) } } td { (a.executor.name()) @if let agents::Executor::Llm(l) = &a.executor { " · " (l.model) " · " code { (l.url) } } } td.num { (a.timeout_secs) " s" } }
+                tr { td.num { (a.id) } td { (a.name) } td { @if a.kind == AgentKind::Generic { (t("agent-generic")) } @else { (t("agent-feature")) } } td { (a.executor.name()) @if let agents::Executor::Llm(l) = &a.executor { " · " (l.model) " · " code { (l.url) } } } td.num { (seconds(a.timeout_secs)) } }
             } }
         } }
         h2 { (t("agent-new")) }
@@ -146,10 +151,10 @@ fn list_page(
             button type="submit" { (t("agent-add")) }
         }
         h2 { (t("projects-heading")) }
-        table #projects {
-            tr { th { "Id" } th { (t("col-name")) } th { (t("col-rollout")) } }
-            @for p in &d.projects { tr { td { (p.id) } td { (p.name) } td { (t(rollout(p.rollout))) } } }
-        }
+        div.table-wrap { table #projects {
+            thead { tr { th scope="col" .num { (t("col-id")) } th scope="col" { (t("col-name")) } th scope="col" { (t("col-rollout")) } } }
+            tbody { @for p in &d.projects { tr { td.num { (p.id) } td { (p.name) } td { (t(rollout(p.rollout))) } } } }
+        } }
     };
     page(
         status,
@@ -215,7 +220,7 @@ pub(super) async fn create(State(app): State<Arc<App>>, m: OrgAdmin, form: CsrfF
         (Ok(c), _) => secret_page(&app, &m, &c.trigger, &c.secret, false),
         (Err(e), Ok(d)) => {
             let p = e.problem();
-            list_page(&app, &m, &d, Some(&p.message), p.status)
+            list_page(&app, &m, &d, Some(&problem_text(&p)), p.status)
         }
         (Err(e), Err(_)) => refused(&m, &e),
     }
@@ -263,32 +268,34 @@ pub(super) async fn change(
 /// the server can be sent to an endpoint an organisation admin chose.
 pub const PORTAL_KEY_PREFIX: &str = "KENNIS_LLM_";
 
-/// The agent form's settings, or why they are refused before the domain sees them.
+/// The agent form's settings, or why they are refused before the domain sees them (in the
+/// request's language).
 fn portal_agent(form: &CsrfForm) -> Result<(agents::NewAgent, agents::LlmOptions), String> {
     let text = |n: &str| form.field(n).map(str::trim).filter(|v| !v.is_empty());
-    let num = |n: &str| -> Result<Option<u64>, String> {
+    let num = |n: &'static str, label: &str| -> Result<Option<u64>, String> {
         text(n)
             .map(|v| {
                 v.parse::<u64>()
-                    .map_err(|_| format!("{n} must be a whole number"))
+                    .map_err(|_| ta("agent-whole-number", &[("field", t(label))]))
             })
             .transpose()
     };
     if text("exec") != Some("llm") {
-        return Err("the portal adds language-model agents only; command and http agents are added by the server's administrator".into());
+        return Err(t("agent-llm-only"));
     }
     let kind = match text("kind") {
         Some("generic") => AgentKind::Generic,
         Some("feature") => AgentKind::Feature,
-        _ => return Err("kind must be generic or feature".into()),
+        _ => return Err(t("agent-choose-kind")),
     };
     let api_key_env = text("api_key_env").map(str::to_owned);
     if api_key_env
         .as_deref()
         .is_some_and(|v| !v.starts_with(PORTAL_KEY_PREFIX) || v.len() == PORTAL_KEY_PREFIX.len())
     {
-        return Err(format!(
-            "the API key variable must start with {PORTAL_KEY_PREFIX} (ask the server's administrator to set one)"
+        return Err(ta(
+            "agent-key-prefix",
+            &[("prefix", PORTAL_KEY_PREFIX.to_owned())],
         ));
     }
     let new = agents::NewAgent {
@@ -298,14 +305,14 @@ fn portal_agent(form: &CsrfForm) -> Result<(agents::NewAgent, agents::LlmOptions
         program: None,
         args: Vec::new(),
         url: text("url").map(str::to_owned),
-        timeout_secs: num("timeout")?,
+        timeout_secs: num("timeout", "field-timeout")?,
     };
     let llm = agents::LlmOptions {
         model: text("model").unwrap_or("").to_owned(),
         api_key_env,
         api_key_file: None,
-        max_steps: num("max_steps")?.map(|n| n.min(u32::MAX as u64) as u32),
-        max_tokens: num("max_tokens")?,
+        max_steps: num("max_steps", "field-max-steps")?.map(|n| n.min(u32::MAX as u64) as u32),
+        max_tokens: num("max_tokens", "field-max-tokens")?,
         system_prompt: text("system_prompt").map(str::to_owned),
     };
     Ok((new, llm))
@@ -318,15 +325,16 @@ pub(super) async fn add_agent(
     form: CsrfForm,
 ) -> Response {
     let (slug, org_id) = (m.0.org.slug.clone(), m.0.org.id);
+    let checked = portal_agent(&form);
     let result = app
         .blocking(move |app| {
-            let added = portal_agent(&form).and_then(|(new, llm)| {
+            let added = checked.map_err(Refused::Said).and_then(|(new, llm)| {
                 let a =
                     agents::add_agent_with(&app.store, &slug, &new, Some(&llm), app.clock.now())
-                        .map_err(|e| e.problem().message)?;
+                        .map_err(|e| Refused::Domain(e.problem()))?;
                 if a.kind == AgentKind::Feature {
                     let adopted = crate::requests::service::adopt_waiting(&app.store, org_id)
-                        .map_err(|e| e.problem().message)?;
+                        .map_err(|e| Refused::Domain(e.problem()))?;
                     adopted.into_iter().for_each(|id| agents::enqueue(app, id));
                 }
                 Ok(a)
@@ -336,9 +344,22 @@ pub(super) async fn add_agent(
         .await;
     match result {
         (Ok(_), _) => see_other(&base(&m)),
-        (Err(e), Ok(d)) => list_page(&app, &m, &d, Some(&e), StatusCode::BAD_REQUEST),
+        (Err(e), Ok(d)) => {
+            // Said here, outside the worker thread, where the request's language is known.
+            let (status, text) = match e {
+                Refused::Said(text) => (StatusCode::BAD_REQUEST, text),
+                Refused::Domain(p) => (p.status, problem_text(&p)),
+            };
+            list_page(&app, &m, &d, Some(&text), status)
+        }
         (Err(_), Err(_)) => see_other("/portal"),
     }
+}
+
+/// Why an agent was not added: the form's own check, or the domain's refusal.
+enum Refused {
+    Said(String),
+    Domain(Problem),
 }
 
 fn runs_table(org: &str, runs: &[crate::requests::Request]) -> Markup {
@@ -346,12 +367,12 @@ fn runs_table(org: &str, runs: &[crate::requests::Request]) -> Markup {
         @if runs.is_empty() { p.muted { (t("runs-none")) } }
         @else {
             div.table-wrap { table #runs {
-                thead { tr { th scope="col" { "Run" } th scope="col" { (t("run-event-key")) } th scope="col" { (t("run-status")) } th scope="col" { (t("run-created")) } th scope="col" { (t("run-updated")) } th scope="col" { (t("run-result")) } } }
+                thead { tr { th scope="col" { (t("col-run")) } th scope="col" { (t("run-event-key")) } th scope="col" { (t("run-status")) } th scope="col" { (t("run-created")) } th scope="col" { (t("run-updated")) } th scope="col" { (t("run-result")) } } }
                 tbody { @for r in runs {
                     tr {
                         td { a href={ "/portal/o/" (org) "/runs/" (r.id) } { (r.id) } }
                         td { (r.event_key.as_deref().unwrap_or("—")) }
-                        td { span class={ "badge " (r.status.as_str()) } { (r.status.as_str()) } }
+                        td { (status_badge(r.status.as_str())) }
                         td.date { (i18n::date_time(r.created_at)) }
                         td.date { (i18n::date_time(r.updated_at)) }
                         td { (r.result.as_deref().map(|s| s.chars().take(500).collect::<String>()).unwrap_or_default()) }
@@ -386,7 +407,7 @@ pub(super) async fn detail(
         dl.facts {
             dt { "URL" } dd { code { (triggers::trigger_url(&app.public_url, tr.id)) } }
             dt { (t("col-state")) } dd { (state_badge(tr.paused)) }
-            dt { (t("col-cooldown")) } dd { (i18n::number(tr.cooldown_secs)) " s" }
+            dt { (t("col-cooldown")) } dd { (seconds(tr.cooldown_secs)) }
         }
         h2 { (t("run-instructions-plain")) }
         pre { (tr.instructions) }

@@ -368,8 +368,26 @@ fn check_answers(r: &Request, answers: &[NewAnswer]) -> Result<Vec<Answer>, Requ
     Ok(out)
 }
 
-/// How an answer reads in the conversation.
-fn answer_text(q: &Question, a: &Answer) -> String {
+/// How a question reads in the conversation (stored as written; the portal recognises it to
+/// show it in the reader's language).
+pub fn question_note(q: &Question) -> String {
+    let labels: Vec<&str> = q.options.iter().map(|o| o.label.as_str()).collect();
+    format!(
+        "Question {}: {} (options: {}{})",
+        q.question_id,
+        q.text,
+        labels.join(" / "),
+        if q.allow_other {
+            ", or another answer"
+        } else {
+            ""
+        }
+    )
+}
+
+/// How an answer reads in the conversation (stored as written; the portal recognises it to
+/// show it in the reader's language).
+pub fn answer_note(q: &Question, a: &Answer) -> String {
     let mut chosen: Vec<String> = a
         .option_ids
         .iter()
@@ -435,7 +453,7 @@ pub fn reply_in(
             .find(|q| q.question_id == a.question_id)
             .expect("checked above");
         q.answered = true;
-        let text = answer_text(q, a);
+        let text = answer_note(q, a);
         r.conversation.push(Message {
             author: author.to_owned(),
             role: Role::Person,
@@ -595,27 +613,16 @@ pub fn apply_event(
             }
             let (text, options) = question_of(text, options, *allow_other)?;
             let question_id = r.questions.iter().map(|q| q.question_id).max().unwrap_or(0) + 1;
-            let labels: Vec<&str> = options.iter().map(|o| o.label.as_str()).collect();
-            say(
-                r,
-                format!(
-                    "Question {question_id}: {text} (options: {}{})",
-                    labels.join(" / "),
-                    if *allow_other {
-                        ", or another answer"
-                    } else {
-                        ""
-                    }
-                ),
-            );
-            r.questions.push(Question {
+            let q = Question {
                 question_id,
                 text,
                 options,
                 allow_other: *allow_other,
                 asked_at: now,
                 answered: false,
-            });
+            };
+            say(r, question_note(&q));
+            r.questions.push(q);
             if r.status != Status::Clarifying {
                 r.status = Status::Clarifying;
             }

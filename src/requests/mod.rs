@@ -53,6 +53,22 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status: a run's, then a feature request's (`cancelled` is both).
+    pub const ALL: [Status; 12] = [
+        Status::Queued,
+        Status::Running,
+        Status::Succeeded,
+        Status::Failed,
+        Status::Cancelled,
+        Status::TimedOut,
+        Status::Pending,
+        Status::Clarifying,
+        Status::Implementing,
+        Status::AwaitingFeedback,
+        Status::Review,
+        Status::Completed,
+    ];
+
     /// A final status never changes again; a run is active (in flight) until it has one.
     pub fn is_final(self) -> bool {
         matches!(
@@ -303,32 +319,29 @@ mod tests {
 
     #[test]
     fn statuses_use_the_documented_names_and_finality() {
-        let names: Vec<_> = [
-            Status::Queued,
-            Status::Running,
-            Status::Succeeded,
-            Status::Failed,
-            Status::Cancelled,
-            Status::TimedOut,
-            Status::Pending,
-            Status::AwaitingFeedback,
-            Status::Completed,
-        ]
-        .iter()
-        .map(|s| (serde_json::to_value(s).unwrap(), s.is_final()))
-        .collect();
+        let names: Vec<_> = Status::ALL
+            .iter()
+            .map(|s| {
+                let json = serde_json::to_value(s).unwrap();
+                assert_eq!(json, s.as_str(), "one name in JSON and as_str");
+                (s.as_str(), s.is_final())
+            })
+            .collect();
         assert_eq!(
             names,
             vec![
-                (serde_json::json!("queued"), false),
-                (serde_json::json!("running"), false),
-                (serde_json::json!("succeeded"), true),
-                (serde_json::json!("failed"), true),
-                (serde_json::json!("cancelled"), true),
-                (serde_json::json!("timed_out"), true),
-                (serde_json::json!("pending"), false),
-                (serde_json::json!("awaiting_feedback"), false),
-                (serde_json::json!("completed"), true),
+                ("queued", false),
+                ("running", false),
+                ("succeeded", true),
+                ("failed", true),
+                ("cancelled", true),
+                ("timed_out", true),
+                ("pending", false),
+                ("clarifying", false),
+                ("implementing", false),
+                ("awaiting_feedback", false),
+                ("review", false),
+                ("completed", true),
             ]
         );
     }

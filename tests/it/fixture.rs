@@ -412,6 +412,8 @@ impl McpClient {
 pub struct Browser<'a> {
     pub t: &'a TestServer,
     pub cookies: HashMap<String, String>,
+    /// The `Accept-Language` every request sends, if any.
+    pub accept_language: Option<&'static str>,
 }
 
 pub struct Page {
@@ -438,6 +440,24 @@ impl<'a> Browser<'a> {
         Browser {
             t,
             cookies: HashMap::new(),
+            accept_language: None,
+        }
+    }
+
+    /// A browser whose requests prefer `language` (an `Accept-Language` value).
+    pub fn speaking(t: &'a TestServer, language: &'static str) -> Self {
+        Browser {
+            accept_language: Some(language),
+            ..Browser::new(t)
+        }
+    }
+
+    /// `req` with the cookies and the language of this browser.
+    fn headers(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        let req = req.header("cookie", self.cookie_header());
+        match self.accept_language {
+            Some(l) => req.header("accept-language", l),
+            None => req,
         }
     }
 
@@ -480,10 +500,7 @@ impl<'a> Browser<'a> {
     }
 
     async fn send_get(&self, path: &str) -> reqwest::Response {
-        self.t
-            .client
-            .get(self.abs(path))
-            .header("cookie", self.cookie_header())
+        self.headers(self.t.client.get(self.abs(path)))
             .send()
             .await
             .unwrap()
@@ -499,10 +516,7 @@ impl<'a> Browser<'a> {
             .extend_pairs(form)
             .finish();
         let resp = self
-            .t
-            .client
-            .post(self.abs(path))
-            .header("cookie", self.cookie_header())
+            .headers(self.t.client.post(self.abs(path)))
             .header("content-type", "application/x-www-form-urlencoded")
             .body(body)
             .send()
@@ -548,10 +562,7 @@ impl<'a> Browser<'a> {
         }
         body.extend_from_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
         let resp = self
-            .t
-            .client
-            .post(self.abs(path))
-            .header("cookie", self.cookie_header())
+            .headers(self.t.client.post(self.abs(path)))
             .header(
                 "content-type",
                 format!("multipart/form-data; boundary={BOUNDARY}"),
@@ -774,6 +785,40 @@ impl TestServer {
             cooldown_secs: cooldown,
         };
         kennis::triggers::add(&app.store, org, &new, now).unwrap()
+    }
+
+    /// A run of a new echo trigger of `org` (slug) with `instructions`, delivered with the
+    /// payload `{"offerte": 17}` and waited for until it ends: the trigger and the run's id.
+    pub async fn finished_run(
+        &self,
+        org: &str,
+        instructions: &str,
+    ) -> (kennis::triggers::Created, u64) {
+        let trigger = self.echo_trigger(org, instructions, Some(0));
+        let r = self
+            .client
+            .post(self.url(&format!("/api/hooks/events/{}", trigger.trigger.id)))
+            .bearer_auth(&trigger.secret)
+            .json(&serde_json::json!({"offerte": 17}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 202);
+        let v: serde_json::Value = r.json().await.unwrap();
+        let run = v["featureRequestId"].as_u64().expect("run id");
+        for _ in 0..200 {
+            let done = self
+                .app()
+                .store
+                .read(|tx| kennis::requests::get(tx, run))
+                .unwrap()
+                .is_some_and(|r| r.status.is_final());
+            if done {
+                return (trigger, run);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("run {run} did not end");
     }
 
     /// Writes a new document `path` with `text` into `seeded`'s organisation, as that person.

@@ -19,6 +19,7 @@ mod members;
 mod oauth;
 mod outside;
 mod portal;
+mod portal_i18n;
 mod portal_kb;
 mod portal_requests;
 mod proxy;

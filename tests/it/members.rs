@@ -495,6 +495,24 @@ async fn removal_in_the_portal_revokes_grants_in_that_organisation_only() {
     assert!(p.body.contains("id=\"invite-form\""));
     let row = row_form(&p, "bert@example.org");
     assert!(row.contains("name=\"action\" value=\"remove\""));
+    // The row says the role, the right to connect, the second factor, the last login and the
+    // person's connections here (the assistant's name; the other organisation's is not listed).
+    let row = &row[..row.find("</tr>").unwrap()];
+    for (label, says) in [
+        ("Role", "member"),
+        ("May connect", "yes"),
+        ("Second factor", "yes"),
+    ] {
+        assert!(
+            row.contains(&format!("data-label=\"{label}\">{says}"))
+                || row.contains(&format!(
+                    "data-label=\"{label}\"><span class=\"badge ok\">{says}"
+                )),
+            "{label}: {row}"
+        );
+    }
+    assert!(row.contains("<time datetime="), "last login: {row}");
+    assert_eq!(row.matches("<li>test-client</li>").count(), 1, "{row}");
     let action = format!("/portal/o/{}/members/{}", admin.org.slug, bert.person.id);
     // The first press asks for confirmation and changes nothing.
     let confirm = b
@@ -534,6 +552,12 @@ async fn removal_in_the_portal_revokes_grants_in_that_organisation_only() {
         .read(|tx| kennis::oauth::grants_of_org(tx, admin.org.id))
         .unwrap();
     assert!(grants.iter().all(|(g, _)| g.revoked_at.is_some()));
+    let p = b.get(&members_path).await;
+    assert!(
+        !p.body.contains("data-email=\"bert@example.org\""),
+        "{}",
+        p.body
+    );
 
     // The last admin cannot be removed or demoted from the page either.
     let own = format!("/portal/o/{}/members/{}", admin.org.slug, admin.person.id);

@@ -184,8 +184,9 @@ async fn official_mcp_sdk_oauth_client_completes_the_flow() {
 
 /// The portal's tasks in real Chromium (`tests/node/portal.mjs`): invite → accept → enrol →
 /// portal, change a role, reset a password, remove a member (their token then gets 401), search
-/// and open a document, upload two files at once, run a trigger's run again, Dutch and English
-/// login; axe-core finds no serious or critical violation on any page in either language. The
+/// and open a document, upload two files at once, run a trigger's run again, file a feature
+/// request and answer an agent's question, Dutch and English login; axe-core finds no serious
+/// or critical violation on any page in either language. The
 /// screenshots go to a temporary directory, or to `docs/screenshots/` with
 /// `KENNIS_UPDATE_SCREENSHOTS=1`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,6 +212,8 @@ async fn portal_tasks_in_chromium_with_axe_in_both_languages() {
     let mo_token = t
         .grant_pair(s.org.id, mo.person.id, &["kennisbank"])
         .access_token;
+    // A call of the admin's assistant, for the audit log.
+    let ada_token = t.grant(&s, &["kennisbank"]);
     t.put_doc(
         &s,
         "handboek/dakgoot.md",
@@ -221,29 +224,67 @@ async fn portal_tasks_in_chromium_with_axe_in_both_languages() {
         "aangeleverd/offerte.txt",
         "Offerte voor de dakgoot: 450 euro.\n",
     );
-    let trigger = t.echo_trigger(&s.org.slug, "Vat de offerte samen.", Some(0));
-    let r = t
-        .client
-        .post(t.url(&format!("/api/hooks/events/{}", trigger.trigger.id)))
-        .bearer_auth(&trigger.secret)
-        .json(&serde_json::json!({"offerte": 17}))
-        .send()
-        .await
+    // A feature request whose agent asked a question, with an attachment.
+    let planner = apps::add(&app.store, s.org.id, "Planner", AppStatus::Live, now)
+        .unwrap()
+        .app_id;
+    let request = kennis::requests::service::create(
+        &app,
+        s.org.id,
+        s.person.id,
+        &kennis::requests::feature::NewRequest {
+            app_id: planner,
+            title: "Planning exporteren naar CSV".into(),
+            description: "Graag kunnen we de weekplanning als CSV downloaden voor de boekhouding."
+                .into(),
+        },
+    )
+    .unwrap()
+    .id;
+    app.store
+        .write(|tx| {
+            let mut r = kennis::requests::feature::get(tx, s.org.id, request)?;
+            for e in [
+                kennis::agents::AgentEvent::Message {
+                    text: "Dank je! Ik heb nog één vraag voordat ik begin.".into(),
+                },
+                kennis::agents::AgentEvent::Question {
+                    text: "Welk scheidingsteken wilt u in het bestand?".into(),
+                    options: vec![
+                        serde_json::json!({"option_id": "puntkomma", "label": "Puntkomma (;)"}),
+                        serde_json::json!({"option_id": "komma", "label": "Komma (,)"}),
+                    ],
+                    allow_other: true,
+                },
+            ] {
+                kennis::requests::feature::apply_event(&mut r, "Bouwbot", &e, now).unwrap();
+            }
+            kennis::requests::put(tx, &r)?;
+            Ok::<_, kennis::requests::RequestError>(())
+        })
         .unwrap();
-    assert_eq!(r.status(), 202);
-    let run: serde_json::Value = r.json().await.unwrap();
-    let run_id = run["featureRequestId"].as_u64().expect("run id");
-    for _ in 0..200 {
-        let done = app
-            .store
-            .read(|tx| kennis::requests::get(tx, run_id))
-            .unwrap()
-            .is_some_and(|r| r.status.is_final());
-        if done {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    kennis::requests::attachments::add(
+        &app.store,
+        s.org.id,
+        request,
+        s.person.id,
+        "voorbeeld-export.csv",
+        Some("text/csv"),
+        "datum;project;uren\n2026-06-01;Dakgoot;6\n".as_bytes(),
+        now,
+    )
+    .unwrap();
+    t.mcp(&ada_token)
+        .ok("kennisbank_search", serde_json::json!({"query": "dakgoot"}))
+        .await;
+    t.mcp(&ada_token)
+        .ok(
+            "kennisbank_read",
+            serde_json::json!({"path": "handboek/dakgoot.md"}),
+        )
+        .await;
+    app.batch.flush();
+    let (trigger, run_id) = t.finished_run(&s.org.slug, "Vat de offerte samen.").await;
 
     let shots = if std::env::var_os("KENNIS_UPDATE_SCREENSHOTS").is_some() {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots")
@@ -264,6 +305,7 @@ async fn portal_tasks_in_chromium_with_axe_in_both_languages() {
             ),
             ("KENNIS_MEMBER_TOKEN", &mo_token),
             ("KENNIS_RUN_ID", &run_id.to_string()),
+            ("KENNIS_REQUEST_ID", &request.to_string()),
             ("KENNIS_SCREENSHOTS", &shots.display().to_string()),
         ],
     )
@@ -285,9 +327,35 @@ async fn portal_tasks_in_chromium_with_axe_in_both_languages() {
             "search-open",
             "upload-two",
             "run-again",
+            "file-request",
+            "answer-question",
             "dutch-and-english",
+            "no-javascript",
         ]
     );
+    // The answer the browser gave is stored; the request it filed too.
+    let answered = app
+        .store
+        .read(|tx| kennis::requests::feature::get(tx, s.org.id, request))
+        .unwrap();
+    assert!(
+        answered.questions.iter().all(|q| q.answered),
+        "{answered:?}"
+    );
+    let filed = app
+        .store
+        .read(|tx| {
+            kennis::requests::feature::list(
+                tx,
+                s.org.id,
+                &kennis::requests::feature::Filter {
+                    page: 1,
+                    ..Default::default()
+                },
+            )
+        })
+        .unwrap();
+    assert_eq!(filed.total, 2);
     // What the browser did is what the store holds.
     let nina = identity::find_person(&app.store, "nieuw@example.org").unwrap();
     let members = app
@@ -314,6 +382,10 @@ async fn portal_tasks_in_chromium_with_axe_in_both_languages() {
         "run",
         "members-nl",
         "phone-kb",
+        "request",
+        "request-nl",
+        "requests-nl",
+        "phone-request",
     ] {
         assert!(shots.join(format!("{shot}.png")).is_file(), "{shot}.png");
     }

@@ -139,18 +139,23 @@ async fn outsiders_get_404_and_members_no_audit_log() {
     b.login(&other, "/portal").await;
     assert_eq!(b.get(&format!("/portal/o/{slug}/kb")).await.status, 200);
     assert_eq!(b.get(&format!("/portal/o/{slug}/audit")).await.status, 403);
-    // An admin sees the audit log with the calls made.
+    // An admin sees the audit log with the calls made (and, before any, says there are none).
+    let mut admin = Browser::new(&t);
+    let p = admin.login(&s, &format!("/portal/o/{slug}/audit")).await;
+    assert!(p.body.contains("id=\"audit-none\"") && !p.body.contains("id=\"audit\""));
     let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
     mcp.ok("kennisbank_list", serde_json::json!({})).await;
     app.batch.flush();
-    let mut admin = Browser::new(&t);
-    let p = admin.login(&s, &format!("/portal/o/{slug}/audit")).await;
+    let p = admin.get(&format!("/portal/o/{slug}/audit")).await;
     assert_eq!(p.status, 200);
     assert!(
         p.body.contains("id=\"audit\"") && p.body.contains("kennisbank_list"),
         "{}",
         p.body
     );
+    // Which assistant made the call: the client's name (here its id: it never registered).
+    let row = &p.body[p.body.find("<tbody>").unwrap()..];
+    assert!(row.contains("<td>test-client</td>"), "{row}");
     t.stop().await;
 }
 
@@ -187,6 +192,25 @@ async fn search_read_markdown_safely_compare_versions_and_upload_several_files()
     assert!(p.body.contains("id=\"kb-search-form\""));
     assert!(p.body.contains("handboek/notities.txt"), "{}", p.body);
     assert!(p.body.contains("#L2"), "line of the hit: {}", p.body);
+    // Only in a folder, when asked.
+    t.put_doc(&s, "elders/maten.txt", "kozijnmaat 90 cm\n");
+    let p = b.get(&format!("/portal/o/{slug}/kb?q=kozijnmaat")).await;
+    assert!(p.body.contains("elders/maten.txt") && p.body.contains("handboek/notities.txt"));
+    let p = b
+        .get(&format!(
+            "/portal/o/{slug}/kb?q=kozijnmaat&path=handboek&scope=folder"
+        ))
+        .await;
+    assert!(
+        p.body.contains("handboek/notities.txt") && !p.body.contains("elders/maten.txt"),
+        "{}",
+        p.body
+    );
+    assert!(
+        p.body.contains("name=\"scope\" value=\"folder\" checked"),
+        "{}",
+        p.body
+    );
     let p = b.get(&format!("/portal/o/{slug}/kb?q=x")).await;
     assert!(
         p.body.contains("id=\"error\""),

@@ -163,8 +163,8 @@ async fn admins_add_apps_and_change_their_status_members_only_look() {
         assert_eq!(p.location.as_deref(), Some(base.as_str()));
     }
     for (name, status, says) in [
-        ("", "live", "app name must be"),
-        ("Kassa", "retired", "not an app status"),
+        ("", "live", "an app name of 1 to 100 characters"),
+        ("Kassa", "retired", "Choose live, draft or archived."),
         ("planner", "live", "already has an app named"),
     ] {
         let p = admin
@@ -294,8 +294,8 @@ async fn filing_listing_filtering_and_refusals() {
         (draft, "Exporteren".to_owned(), 409, "is a draft"),
         (archived, "Exporteren".to_owned(), 409, "is archived"),
         (live, "x".repeat(201), 400, "at most 200"),
-        (live, "  ".to_owned(), 400, "`title` is empty"),
-        (987_654, "Exporteren".to_owned(), 400, "choose one of"),
+        (live, "  ".to_owned(), 400, "Fill in the title."),
+        (987_654, "Exporteren".to_owned(), 400, "Choose one of"),
     ] {
         let p = b
             .post(
@@ -360,13 +360,17 @@ async fn filing_listing_filtering_and_refusals() {
     );
     let p = b.get(&base).await;
     assert!(p.body.contains("28 requests"), "{}", p.body);
-    assert_eq!(p.body.matches("<tr><td>").count(), 25, "25 per page");
+    let rows = |body: &str| {
+        body.matches("<tr><td class=\"num\" data-label=\"No.\">")
+            .count()
+    };
+    assert_eq!(rows(&p.body), 25, "25 per page");
     let newest = p.body.find(&format!(">{theirs}<")).unwrap();
     let older = p.body.find(">Verzoek 25<").unwrap();
     assert!(newest < older, "newest first");
     assert!(p.body.contains("rel=\"next\""), "{}", p.body);
     let p2 = b.get(&format!("{base}?page=2")).await;
-    assert_eq!(p2.body.matches("<tr><td>").count(), 3);
+    assert_eq!(rows(&p2.body), 3);
     assert!(p2.body.contains(&format!(">{first}<")) && !p2.body.contains("rel=\"next\""));
     assert!(p2.body.contains("rel=\"prev\""));
 
@@ -383,11 +387,19 @@ async fn filing_listing_filtering_and_refusals() {
     let p = b.get(&format!("{base}?status=completed")).await;
     assert!(p.body.contains("0 requests"), "{}", p.body);
     for (q, status, says) in [
-        ("status=queued", 400, "not a feature-request status"),
-        ("page=0", 400, "`page`"),
-        ("page=1001", 400, "`page`"),
-        ("app_id=abc", 400, "`app_id`"),
-        (&format!("search={}", "z".repeat(201)), 400, "`search`"),
+        (
+            "status=queued",
+            400,
+            "“queued” is not a status of a feature request.",
+        ),
+        ("page=0", 400, "the pages run from 1 to 1,000"),
+        ("page=1001", 400, "the pages run from 1 to 1,000"),
+        ("app_id=abc", 400, "“abc” is not an app’s number."),
+        (
+            &format!("search={}", "z".repeat(201)),
+            400,
+            "Too long: the search has 201 characters; at most 200 are allowed.",
+        ),
     ] {
         let p = b.get(&format!("{base}?{q}")).await;
         assert_eq!(p.status, status, "{q}: {}", p.body);
@@ -471,14 +483,20 @@ async fn a_request_page_shows_the_conversation_and_takes_answers_and_replies() {
     for (form, says) in [
         (
             vec![("question_id", "1"), ("option_ids", "tab")],
-            "has no option `tab`",
+            "has no option “tab”",
         ),
         (
             vec![("question_id", "9"), ("option_ids", "komma")],
             "has no question 9",
         ),
-        (vec![("question_id", "1")], "chooses no option"),
-        (vec![("message", "   ")], "give a `message`"),
+        (
+            vec![("question_id", "1")],
+            "Choose an answer to question 1.",
+        ),
+        (
+            vec![("message", "   ")],
+            "Write a message or answer a question.",
+        ),
     ] {
         let mut f = vec![("csrf_token", csrf.as_str())];
         f.extend(form);
@@ -714,7 +732,7 @@ async fn attachments_upload_download_limit_delete_and_isolation() {
     assert_eq!(count(&t), 2);
     let p = multipart(&mut b, &upload_url, &[("csrf_token", &csrf)], None).await;
     assert_eq!(p.status, 400);
-    assert!(p.body.contains("choose a file"), "{}", p.body);
+    assert!(p.body.contains("Choose a file"), "{}", p.body);
 
     // Another organisation's person gets 404 for everything, by either slug.
     let mut o = Browser::new(&t);
@@ -828,7 +846,7 @@ async fn settings_are_set_removed_and_checked() {
             )
             .await;
         assert_eq!(p.status, 400, "{name}: {}", p.body);
-        assert!(p.body.contains("class=\"error\""), "{}", p.body);
+        assert!(p.body.contains("id=\"error\""), "{}", p.body);
     }
     assert_eq!(stored(&t, &s, id).settings.len(), 1);
 

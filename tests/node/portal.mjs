@@ -1,7 +1,7 @@
 // The portal's tasks in real headless Chromium (issue 14): invite → accept → enrol → portal;
 // change a role; reset a password; remove a member (their connector token then gets 401);
-// search and open a document; upload two files at once; run a trigger's run again; log in in
-// Dutch and in English (`<html lang>`). axe-core checks every page visited, in both languages
+// search and open a document; upload two files at once; run a trigger's run again; file a
+// feature request and answer an agent's question; log in in Dutch and in English (`<html lang>`). axe-core checks every page visited, in both languages
 // (no serious or critical violation). Screenshots of the main pages go to docs/screenshots/
 // when KENNIS_SCREENSHOTS names that directory. Prints one JSON line for the Rust test.
 import { readFileSync, mkdirSync } from 'node:fs';
@@ -18,6 +18,7 @@ const org = env('KENNIS_ORG');
 const now = Number(env('KENNIS_NOW')); // the server's (manual) clock, unix seconds
 const memberToken = env('KENNIS_MEMBER_TOKEN'); // a connector token of mo@example.org
 const runId = env('KENNIS_RUN_ID'); // a finished run of a trigger without cooldown
+const requestId = env('KENNIS_REQUEST_ID'); // a feature request with an open question
 const shots = process.env.KENNIS_SCREENSHOTS || '';
 const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 
@@ -87,20 +88,32 @@ async function visit(page, url, name, screenshot) {
   if (screenshot) await shot(page, screenshot);
 }
 
+/** At 1280 px the navigation fits on one line, and a focused field shows its focus. */
+async function layoutChecks(page, lang) {
+  const nav = await page.$eval('.nav ul', (ul) => {
+    const items = [...ul.querySelectorAll('li')].map((li) => li.getBoundingClientRect().top);
+    return { fits: ul.scrollWidth <= ul.parentElement.clientWidth, oneLine: new Set(items).size === 1 };
+  });
+  check(nav.fits && nav.oneLine, `the navigation fits on one line at 1280 px in ${lang}: ${JSON.stringify(nav)}`);
+  await page.focus('#invite-form input[name=email]');
+  const outline = await page.$eval('#invite-form input[name=email]', (e) => getComputedStyle(e).outlineStyle);
+  check(outline !== 'none', `a focused field shows its focus (${outline})`);
+}
+
 async function submit(page, selector) {
   await Promise.all([page.waitForNavigation(), page.click(selector)]);
 }
 
-async function login(page, who, lang) {
+async function login(page, who, lang, { checkAxe = true } = {}) {
   const resp = await page.goto(`${base}/login`);
   check(resp.status() === 200, 'login page');
   check((await page.getAttribute('html', 'lang')) === lang, `login page in ${lang}`);
-  await axe(page, 'login');
+  if (checkAxe) await axe(page, 'login');
   await page.fill('#login-form input[name=email]', who.email);
   await page.fill('#login-form input[name=password]', who.password);
   await submit(page, '#login-form button[type=submit]');
   await page.waitForSelector('#totp-form');
-  await axe(page, 'second factor');
+  if (checkAxe) await axe(page, 'second factor');
   await page.fill('#totp-form input[name=code]', nextCode(who.email, who.secret));
   await submit(page, '#totp-form button[type=submit]');
   check(new URL(page.url()).pathname.startsWith('/portal'), `${who.email} landed in the portal: ${page.url()}`);
@@ -132,6 +145,7 @@ try {
   // Members: invite someone; the one-time link.
   const o = `${base}/portal/o/${org}`;
   await visit(page, `${o}/members`, 'members');
+  await layoutChecks(page, 'en');
   await page.fill('#invite-form input[name=email]', 'nieuw@example.org');
   await page.selectOption('#invite-form select[name=role]', 'member');
   await submit(page, '#invite-form button[type=submit]');
@@ -254,18 +268,35 @@ try {
   report.runAgain = again.split('/').pop();
   report.tasks.push('run-again');
 
+  // Feature requests: file one; answer an agent's open question on another.
+  await visit(page, `${o}/requests`, 'feature requests', 'requests');
+  await page.fill('#request-form input[name=title]', 'Urenoverzicht per project');
+  await page.fill('#request-form textarea[name=description]', 'Een overzicht van de uren per project en per week.');
+  await submit(page, '#request-form button[type=submit]');
+  check(/\/requests\/\d+$/.test(new URL(page.url()).pathname), `the new request's page: ${page.url()}`);
+  check((await page.textContent('h1')).includes('Urenoverzicht per project'), 'the new request is shown');
+  await axe(page, 'new feature request');
+  report.tasks.push('file-request');
+  await visit(page, `${o}/requests/${requestId}`, 'feature request', 'request');
+  await page.check('.answer-form input[name=option_ids][value=puntkomma]');
+  await submit(page, '.answer-form button[type=submit]');
+  check(!(await page.$('.answer-form')), 'no open question after answering');
+  check((await page.textContent('#conversation')).includes('Puntkomma'), 'the answer is in the conversation');
+  await axe(page, 'feature request (answered)');
+  report.tasks.push('answer-question');
+
   // The other portal pages, checked by axe; screenshots of the main ones.
   await visit(page, `${o}/triggers`, 'triggers', 'triggers');
   const trig = await page.$('#triggers a[href*="/triggers/"]');
   if (trig) await visit(page, new URL(await trig.getAttribute('href'), base).toString(), 'trigger');
   await visit(page, `${o}/connections`, 'connections', 'connections');
-  await visit(page, `${o}/requests`, 'feature requests', 'requests');
   await visit(page, `${o}/apps`, 'apps');
   await visit(page, `${o}/audit`, 'audit', 'audit');
   // Phone width: the same pages stay usable.
   await page.setViewportSize({ width: 390, height: 844 });
   await visit(page, `${o}/members`, 'members (phone)', 'phone-members');
   await visit(page, `${o}/kb`, 'knowledge base (phone)', 'phone-kb');
+  await visit(page, `${o}/requests/${requestId}`, 'feature request (phone)', 'phone-request');
   await en.close();
 
   // ---- Dutch: the login in Dutch, the pages in Dutch -----------------------------------------
@@ -279,14 +310,34 @@ try {
     ['/portal', 'home'], ['/portal/account', 'account'], [`/portal/o/${org}/members`, 'members'],
     [`/portal/o/${org}/kb`, 'knowledge base'], [`/portal/o/${org}/runs/${runId}`, 'run'],
     [`/portal/o/${org}/triggers`, 'triggers'], [`/portal/o/${org}/connections`, 'connections'],
-    [`/portal/o/${org}/requests`, 'feature requests'], [`/portal/o/${org}/apps`, 'apps'],
-    [`/portal/o/${org}/audit`, 'audit'],
+    [`/portal/o/${org}/requests`, 'feature requests'], [`/portal/o/${org}/requests/${requestId}`, 'feature request'],
+    [`/portal/o/${org}/apps`, 'apps'], [`/portal/o/${org}/audit`, 'audit'],
+    [`/portal/o/${org}/kb/handboek/dakgoot.md`, 'document'],
   ]) {
-    await visit(np, `${base}${p}`, name, name === 'members' ? 'members-nl' : '');
+    const dutchShots = { members: 'members-nl', 'feature requests': 'requests-nl', 'feature request': 'request-nl' };
+    await visit(np, `${base}${p}`, name, dutchShots[name] || '');
     check((await np.getAttribute('html', 'lang')) === 'nl', `${name} in Dutch`);
+  }
+  {
+    const np2 = await nl.newPage();
+    await np2.goto(`${base}/portal/o/${org}/members`);
+    await layoutChecks(np2, 'nl');
   }
   await nl.close();
   report.tasks.push('dutch-and-english');
+
+  // Without JavaScript: log in and upload a file, as every task works without scripts.
+  const nojs = await browser.newContext({ viewport, javaScriptEnabled: false });
+  const jp = await nojs.newPage();
+  await login(jp, admin, 'en', { checkAxe: false });
+  await jp.goto(`${o}/kb`);
+  await jp.setInputFiles('#upload-form input[type=file]', [
+    { name: 'zonder-script.txt', mimeType: 'text/plain', buffer: Buffer.from('Geen script nodig.\n') },
+  ]);
+  await submit(jp, '#upload-form button[type=submit]');
+  check((await jp.content()).includes('zonder-script.txt'), 'uploaded without JavaScript');
+  await nojs.close();
+  report.tasks.push('no-javascript');
   if (axeFailures.length) throw new Error(`axe found serious or critical violations:\n  ${axeFailures.join('\n  ')}`);
   console.log(JSON.stringify(report));
 } catch (e) {

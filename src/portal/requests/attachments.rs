@@ -7,18 +7,19 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::detail::after_refusal;
-use super::{message_page, no_such_request, parse_id, request_url};
+use super::{Shown, message_page, no_such_request, parse_id, request_url, shown};
 use crate::app::App;
-use crate::http::error::ToProblem;
+use crate::portal::i18n::t;
 use crate::portal::{CsrfForm, OrgMember, csrf_rejected, see_other, verify_csrf};
 use crate::requests::RequestError;
 use crate::requests::attachments;
 
-fn too_large() -> RequestError {
-    RequestError::InvalidInput(format!(
-        "the file is larger than 10 MiB ({} bytes); attach a smaller file",
-        attachments::MAX_BYTES
-    ))
+fn too_large() -> Shown {
+    (StatusCode::PAYLOAD_TOO_LARGE, t("attachment-too-large"))
+}
+
+fn unreadable() -> Shown {
+    (StatusCode::BAD_REQUEST, t("upload-unreadable"))
 }
 
 pub(super) async fn upload(
@@ -43,10 +44,7 @@ pub(super) async fn upload(
                 oversize = true;
                 break;
             }
-            Err(_) => {
-                let e = RequestError::InvalidInput("the upload could not be read".into());
-                return after_refusal(&app, &m, id, e, String::new()).await;
-            }
+            Err(_) => return after_refusal(&app, &m, id, unreadable(), String::new()).await,
         };
         match f.name().unwrap_or_default() {
             "csrf_token" => csrf = f.text().await.ok(),
@@ -73,9 +71,7 @@ pub(super) async fn upload(
                             break;
                         }
                         Err(_) => {
-                            let e =
-                                RequestError::InvalidInput("the upload could not be read".into());
-                            return after_refusal(&app, &m, id, e, String::new()).await;
+                            return after_refusal(&app, &m, id, unreadable(), String::new()).await;
                         }
                     }
                 }
@@ -95,7 +91,7 @@ pub(super) async fn upload(
         return csrf_rejected();
     }
     let Some((name, content_type, bytes)) = file.filter(|(n, _, _)| !n.is_empty()) else {
-        let e = RequestError::InvalidInput("choose a file to upload".into());
+        let e = (StatusCode::BAD_REQUEST, t("upload-choose-one"));
         return after_refusal(&app, &m, id, e, String::new()).await;
     };
     let (org_id, person_id) = (m.org.id, m.user.person.id);
@@ -115,7 +111,7 @@ pub(super) async fn upload(
         .await;
     match added {
         Ok(_) => see_other(&format!("{}#attachments", request_url(&m.org.slug, id))),
-        Err(e) => after_refusal(&app, &m, id, e, String::new()).await,
+        Err(e) => after_refusal(&app, &m, id, shown(&e), String::new()).await,
     }
 }
 
@@ -173,13 +169,13 @@ pub(super) async fn download(
             return message_page(
                 &m,
                 StatusCode::NOT_FOUND,
-                "Not found",
-                "No such attachment.",
+                &t("not-found-title"),
+                &t("attachment-not-found"),
             );
         }
         Err(e) => {
-            let p = e.problem();
-            return message_page(&m, p.status, "Attachment", &p.message);
+            let (status, text) = shown(&e);
+            return message_page(&m, status, &t("request-attachments"), &text);
         }
     };
     (
@@ -217,7 +213,7 @@ pub(super) async fn delete_attachment(
         .await;
     match deleted {
         Ok(()) => see_other(&format!("{}#attachments", request_url(&m.org.slug, id))),
-        Err(e) => after_refusal(&app, &m, id, e, String::new()).await,
+        Err(e) => after_refusal(&app, &m, id, shown(&e), String::new()).await,
     }
 }
 

@@ -9,9 +9,9 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{Markup, html};
 
-use super::{list_url, message_page, no_such_request, parse_id, request_url, time};
+use super::{Shown, list_url, message_page, no_such_request, parse_id, request_url, shown};
 use crate::app::App;
-use crate::http::error::ToProblem;
+use crate::portal::i18n::{bytes, moment, status_badge, status_label, t, ta};
 use crate::portal::{CsrfForm, OrgMember, csrf_field, layout, page, see_other};
 use crate::requests::apps::{self, App as RequestApp};
 use crate::requests::attachments::{self, Attachment};
@@ -65,105 +65,159 @@ fn answer_inputs(q: &crate::requests::Question) -> Markup {
     html! {
         input type="hidden" name="question_id" value=(q.question_id);
         @for o in &q.options {
-            label { input type="checkbox" name="option_ids" value=(o.option_id); " " (o.label) }
+            label.check { input type="checkbox" name="option_ids" value=(o.option_id); (o.label) }
         }
         @if q.allow_other {
-            label { "Other " input type="text" name="other" maxlength=(feature::OTHER_MAX); }
+            label { (t("request-other-answer")) input type="text" name="other" maxlength=(feature::OTHER_MAX); }
         }
     }
 }
 
-fn detail_page(
-    m: &OrgMember,
-    d: &Detail,
-    error: Option<&RequestError>,
-    message_draft: &str,
-) -> Response {
+/// A conversation entry in the reader's language: the notes the domain writes for a question
+/// and an answer (in English, as assistants read them) are recognised and said again from
+/// the question itself; anything else is shown as written.
+fn message_text(r: &Request, msg: &crate::requests::Message) -> String {
+    let labels = |q: &crate::requests::Question, ids: Option<&[String]>| -> Vec<String> {
+        match ids {
+            None => q.options.iter().map(|o| o.label.clone()).collect(),
+            Some(ids) => ids
+                .iter()
+                .filter_map(|id| q.options.iter().find(|o| &o.option_id == id))
+                .map(|o| o.label.clone())
+                .collect(),
+        }
+    };
+    for q in &r.questions {
+        if msg.text == feature::question_note(q) {
+            let key = if q.allow_other {
+                "request-asked-other"
+            } else {
+                "request-asked"
+            };
+            return ta(
+                key,
+                &[
+                    ("number", q.question_id.to_string()),
+                    ("question", q.text.clone()),
+                    ("options", labels(q, None).join(" / ")),
+                ],
+            );
+        }
+    }
+    for a in &r.answers {
+        let Some(q) = r.questions.iter().find(|q| q.question_id == a.question_id) else {
+            continue;
+        };
+        if msg.text == feature::answer_note(q, a) {
+            let mut chosen = labels(q, Some(&a.option_ids));
+            if let Some(other) = &a.other {
+                chosen.push(ta("request-answer-other", &[("text", other.clone())]));
+            }
+            return ta(
+                "request-answered",
+                &[("question", q.text.clone()), ("answer", chosen.join("; "))],
+            );
+        }
+    }
+    msg.text.clone()
+}
+
+fn detail_page(m: &OrgMember, d: &Detail, error: Option<Shown>, message_draft: &str) -> Response {
     let slug = &m.org.slug;
     let r = &d.r;
     let base = request_url(slug, r.id);
     let csrf = &m.user.csrf;
-    let shown_error = error.map(ToProblem::problem);
-    let status = shown_error.as_ref().map_or(StatusCode::OK, |p| p.status);
+    let status = error.as_ref().map_or(StatusCode::OK, |(s, _)| *s);
     let open: Vec<&crate::requests::Question> = r.open_questions().collect();
     let closed = r.status.is_final();
+    let role = |role: Role| match role {
+        Role::Agent => t("request-role-agent"),
+        _ => t("request-role-person"),
+    };
     let body = html! {
-        @if let Some(e) = &shown_error { p.error #error { (e.message) } }
-        p { a href=(list_url(slug)) { "← All feature requests" } }
-        dl #request {
-            dt { "Request" } dd { (r.id) }
-            dt { "App" } dd #request-app { (d.app.as_ref().map_or("—", |a| a.name.as_str())) }
-            dt { "Status" } dd #request-status { (r.status.as_str()) }
-            dt { "Filed by" } dd { (d.author.as_deref().unwrap_or("—")) }
-            dt { "Filed" } dd { (time(r.created_at)) }
-            dt { "Updated" } dd { (time(r.updated_at)) }
+        @if let Some((_, e)) = &error { p.notice.error #error role="alert" { (e) } }
+        p { a href=(list_url(slug)) { "← " (t("requests-all")) } }
+        dl #request .facts {
+            dt { (t("col-number")) } dd { (r.id) }
+            dt { (t("col-app")) } dd #request-app { (d.app.as_ref().map_or("—", |a| a.name.as_str())) }
+            dt { (t("col-status")) } dd #request-status { (status_badge(r.status.as_str())) }
+            dt { (t("request-filed-by")) } dd { (d.author.as_deref().unwrap_or("—")) }
+            dt { (t("col-filed")) } dd { (moment(r.created_at)) }
+            dt { (t("col-updated")) } dd { (moment(r.updated_at)) }
         }
-        h2 { "Description" }
-        pre #description .pre-wrap { (r.description) }
+        h2 { (t("field-description")) }
+        div #description .pre-wrap.text.card { (r.description) }
 
-        h2 { "Conversation" }
-        @if r.conversation.is_empty() { p.muted { "No messages yet." } }
+        h2 { (t("request-conversation")) }
+        @if r.conversation.is_empty() { p.muted { (t("request-no-messages")) } }
         @else {
-            ol #conversation {
+            ol #conversation .conversation {
                 @for msg in &r.conversation {
                     li class={ "message " (if msg.role == Role::Agent { "agent" } else { "person" }) } {
                         strong.author { (msg.author) }
-                        " " span.muted.role { "(" (if msg.role == Role::Agent { "agent" } else { "person" }) ")" }
-                        " " span.muted { (time(msg.at)) }
-                        pre.pre-wrap { (msg.text) }
+                        " " span.muted.role { "(" (role(msg.role)) ")" }
+                        " " span.muted { (moment(msg.at)) }
+                        div.pre-wrap.text { (message_text(r, msg)) }
                     }
                 }
             }
         }
 
         @if !open.is_empty() && !closed {
-            h2 { "Open questions" }
+            h2 { (t("request-open-questions")) }
             @for q in &open {
                 form.answer-form id={ "answer-" (q.question_id) } method="post" action={ (base) "/reply" } {
                     (csrf_field(csrf))
                     fieldset {
-                        legend { "Question " (q.question_id) ": " (q.text) }
+                        legend { (ta("request-question", &[("number", q.question_id.to_string()), ("question", q.text.clone())])) }
                         (answer_inputs(q))
-                        button type="submit" { "Answer" }
+                        button type="submit" { (t("action-answer")) }
                     }
                 }
             }
         }
 
-        h2 { "Reply" }
+        h2 { (t("request-reply")) }
         @if closed {
-            p.muted { "This request is " (r.status.as_str()) " and takes no more replies." }
+            p.muted { (ta("request-closed", &[("status", status_label(r.status.as_str()))])) }
         } @else {
             form #reply-form method="post" action={ (base) "/reply" } {
                 (csrf_field(csrf))
-                label { "Message " textarea name="message" rows="5" cols="70" maxlength=(feature::MESSAGE_MAX) { (message_draft) } }
+                label { (t("field-message")) textarea name="message" rows="5" cols="70" maxlength=(feature::MESSAGE_MAX) { (message_draft) } }
                 @for q in &open {
                     fieldset {
-                        legend { "Also answer question " (q.question_id) ": " (q.text) }
+                        legend { (ta("request-also-answer", &[("number", q.question_id.to_string()), ("question", q.text.clone())])) }
                         (answer_inputs(q))
                     }
                 }
-                button type="submit" { "Send" }
+                button type="submit" { (t("action-send")) }
             }
         }
 
-        h2 { "Attachments" }
-        p.muted { "Files shared with the team; assistants never see them. At most 10 MiB each." }
-        @if d.attachments.is_empty() { p.muted { "No attachments." } }
+        h2 #attachments-heading { (t("request-attachments")) }
+        p.muted { (t("request-attachments-explain")) }
+        @if d.attachments.is_empty() { p.muted { (t("request-no-attachments")) } }
         @else {
-            table #attachments {
-                tr { th { "Name" } th { "Type" } th { "Size" } th { "Uploaded" } th { "By" } th { "" } }
-                @for (a, by) in &d.attachments {
-                    tr {
-                        td { a href={ (base) "/attachments/" (a.attachment_id) } { (a.name) } }
-                        td { (a.content_type) }
-                        td { (a.size) " bytes" }
-                        td { (time(a.uploaded_at)) }
-                        td { (by) }
-                        td {
-                            form.inline method="post" action={ (base) "/attachments/" (a.attachment_id) "/delete" } {
-                                (csrf_field(csrf))
-                                button type="submit" { "Delete" }
+            div.table-wrap {
+                table #attachments .cards {
+                    thead { tr {
+                        th scope="col" { (t("col-name")) } th scope="col" { (t("col-type")) } th scope="col" .num { (t("col-size")) }
+                        th scope="col" { (t("col-uploaded")) } th scope="col" { (t("col-by")) } th scope="col" { (t("col-actions")) }
+                    } }
+                    tbody {
+                        @for (a, by) in &d.attachments {
+                            tr {
+                                td { a href={ (base) "/attachments/" (a.attachment_id) } { (a.name) } }
+                                td data-label=(t("col-type")) { (a.content_type) }
+                                td.num data-label=(t("col-size")) { (bytes(a.size)) }
+                                td.date data-label=(t("col-uploaded")) { (moment(a.uploaded_at)) }
+                                td data-label=(t("col-by")) { (by) }
+                                td {
+                                    form.inline method="post" action={ (base) "/attachments/" (a.attachment_id) "/delete" } {
+                                        (csrf_field(csrf))
+                                        button.danger type="submit" aria-label=(ta("request-delete-attachment", &[("name", a.name.clone())])) { (t("trigger-delete")) }
+                                    }
+                                }
                             }
                         }
                     }
@@ -172,25 +226,29 @@ fn detail_page(
         }
         form #attachment-form method="post" enctype="multipart/form-data" action={ (base) "/attachments" } {
             (csrf_field(csrf))
-            label { "File " input type="file" name="file" required; }
-            button type="submit" { "Upload" }
+            label { (t("field-file")) input type="file" name="file" required; }
+            button type="submit" { (t("action-upload")) }
         }
 
-        h2 { "Settings" }
-        @if r.settings.is_empty() { p.muted { "No settings." } }
+        h2 #settings-heading { (t("request-settings")) }
+        @if r.settings.is_empty() { p.muted { (t("request-no-settings")) } }
         @else {
-            table #settings {
-                tr { th { "Name" } th { "Value" } }
-                @for (k, v) in &r.settings {
-                    tr { td { code { (k) } } td { (v) } }
+            div.table-wrap {
+                table #settings {
+                    thead { tr { th scope="col" { (t("col-name")) } th scope="col" { (t("col-value")) } } }
+                    tbody {
+                        @for (k, v) in &r.settings {
+                            tr { td { code { (k) } } td { (v) } }
+                        }
+                    }
                 }
             }
         }
         form #setting-form method="post" action={ (base) "/settings" } {
             (csrf_field(csrf))
-            label { "Name " input type="text" name="name" required maxlength=(attachments::SETTING_KEY_MAX) pattern="[a-z0-9][a-z0-9_.\\-]*"; }
-            label { "Value (empty removes the setting) " input type="text" name="value" maxlength=(attachments::SETTING_VALUE_MAX); }
-            button type="submit" { "Save setting" }
+            label { (t("col-name")) input type="text" name="name" required maxlength=(attachments::SETTING_KEY_MAX) pattern="[a-z0-9][a-z0-9_.\\-]*" title=(t("request-setting-name-rule")); }
+            label { (t("request-setting-value")) input type="text" name="value" maxlength=(attachments::SETTING_VALUE_MAX); }
+            button type="submit" { (t("action-save-setting")) }
         }
     };
     page(status, layout(&r.title, Some(&m.user), Some(&m.org), body))
@@ -209,8 +267,8 @@ pub(super) async fn detail(
         Ok(d) => detail_page(&m, &d, None, ""),
         Err(RequestError::NotFound(_)) => no_such_request(&m),
         Err(e) => {
-            let p = e.problem();
-            message_page(&m, p.status, "Feature request", &p.message)
+            let (status, text) = shown(&e);
+            message_page(&m, status, &t("nav-requests"), &text)
         }
     }
 }
@@ -221,12 +279,12 @@ pub(super) async fn after_refusal(
     app: &Arc<App>,
     m: &OrgMember,
     id: u64,
-    e: RequestError,
+    e: Shown,
     message_draft: String,
 ) -> Response {
     let org_id = m.org.id;
     match app.blocking(move |app| load_detail(app, org_id, id)).await {
-        Ok(d) => detail_page(m, &d, Some(&e), &message_draft),
+        Ok(d) => detail_page(m, &d, Some(e), &message_draft),
         Err(_) => no_such_request(m),
     }
 }
@@ -292,7 +350,7 @@ pub(super) async fn reply(
     let draft = form.field("message").unwrap_or("").to_owned();
     let (message, answers) = match parse_reply(form.pairs()) {
         Ok(x) => x,
-        Err(e) => return after_refusal(&app, &m, id, e, draft).await,
+        Err(e) => return after_refusal(&app, &m, id, shown(&e), draft).await,
     };
     let (org_id, person_id) = (m.org.id, m.user.person.id);
     let replied = app
@@ -302,7 +360,7 @@ pub(super) async fn reply(
         .await;
     match replied {
         Ok(_) => see_other(&format!("{}#conversation", request_url(&m.org.slug, id))),
-        Err(e) => after_refusal(&app, &m, id, e, draft).await,
+        Err(e) => after_refusal(&app, &m, id, shown(&e), draft).await,
     }
 }
 
@@ -325,7 +383,7 @@ pub(super) async fn set_setting(
         .await;
     match set {
         Ok(()) => see_other(&format!("{}#settings", request_url(&m.org.slug, id))),
-        Err(e) => after_refusal(&app, &m, id, e, String::new()).await,
+        Err(e) => after_refusal(&app, &m, id, shown(&e), String::new()).await,
     }
 }
 

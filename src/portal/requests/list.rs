@@ -8,9 +8,9 @@ use axum::response::Response;
 use maud::html;
 use serde::Deserialize;
 
-use super::{list_url, request_url, time};
+use super::{Shown, list_url, request_url, shown};
 use crate::app::App;
-use crate::http::error::ToProblem;
+use crate::portal::i18n::{moment, status_badge, status_label, t, ta, tc};
 use crate::portal::{CsrfForm, OrgMember, csrf_field, layout, page, see_other};
 use crate::requests::apps::{self, App as RequestApp};
 use crate::requests::feature::{self, Filter, NewRequest};
@@ -34,28 +34,19 @@ impl ListQuery {
         nonempty(&self.mine).is_some_and(|v| v != "0" && v != "false")
     }
 
-    fn filter(&self, person_id: u64) -> Result<Filter, RequestError> {
+    /// The filter, or why the query cannot be one (in the request's language: these are the
+    /// portal's own checks of its own links).
+    fn filter(&self, person_id: u64) -> Result<Filter, String> {
         let app_id = nonempty(&self.app_id)
             .map(|v| {
-                v.parse::<u64>().map_err(|_| {
-                    RequestError::InvalidInput(format!(
-                        "`app_id` must be an app's number, not `{v}`"
-                    ))
-                })
+                v.parse::<u64>()
+                    .map_err(|_| ta("requests-bad-app", &[("value", v.to_owned())]))
             })
             .transpose()?;
         let status = nonempty(&self.status)
             .map(|v| {
-                feature::parse_status(v).ok_or_else(|| {
-                    let names: Vec<&str> = feature::FEATURE_STATUSES
-                        .iter()
-                        .map(|s| s.as_str())
-                        .collect();
-                    RequestError::InvalidInput(format!(
-                        "`{v}` is not a feature-request status; use one of {}",
-                        names.join(", ")
-                    ))
-                })
+                feature::parse_status(v)
+                    .ok_or_else(|| ta("requests-bad-status", &[("value", v.to_owned())]))
             })
             .transpose()?;
         let page = match nonempty(&self.page) {
@@ -102,19 +93,23 @@ struct Draft {
 
 struct ListData {
     apps: Vec<RequestApp>,
-    page: Result<feature::Page, RequestError>,
+    /// The page, or why there is none (`None`: the filter was refused before any lookup).
+    page: Result<feature::Page, Option<RequestError>>,
 }
 
-fn load_list(app: &App, org_id: u64, filter: Result<Filter, RequestError>) -> ListData {
+fn load_list(app: &App, org_id: u64, filter: Option<Filter>) -> ListData {
     app.store
         .read(|tx| {
             let apps = apps::list(tx, org_id)?;
-            let page = filter.and_then(|f| feature::list(tx, org_id, &f));
+            let page = match filter {
+                Some(f) => feature::list(tx, org_id, &f).map_err(Some),
+                None => Err(None),
+            };
             Ok::<_, crate::store::StoreError>(ListData { apps, page })
         })
         .unwrap_or_else(|e| ListData {
             apps: Vec::new(),
-            page: Err(e.into()),
+            page: Err(Some(e.into())),
         })
 }
 
@@ -128,12 +123,18 @@ fn list_page(
     q: &ListQuery,
     d: &ListData,
     draft: &Draft,
-    error: Option<&RequestError>,
+    error: Option<Shown>,
 ) -> Response {
     let slug = &m.org.slug;
     let base = list_url(slug);
-    let shown_error = error.or(d.page.as_ref().err()).map(ToProblem::problem);
-    let status = shown_error.as_ref().map_or(StatusCode::OK, |p| p.status);
+    let error = error.or_else(|| match &d.page {
+        Err(Some(e)) => Some(shown(e)),
+        _ => None,
+    });
+    let (status, shown_error) = match error {
+        Some((status, text)) => (status, Some(text)),
+        None => (StatusCode::OK, None),
+    };
     let current_page = nonempty(&q.page)
         .and_then(|p| p.parse::<u64>().ok())
         .unwrap_or(1);
@@ -141,73 +142,80 @@ fn list_page(
     let selected_app = nonempty(&q.app_id).and_then(|v| v.parse::<u64>().ok());
     let selected_status = nonempty(&q.status).unwrap_or("");
     let body = html! {
-        @if let Some(e) = &shown_error { p.error #error { (e.message) } }
+        @if let Some(e) = &shown_error { p.notice.error #error role="alert" { (e) } }
         form #filter-form method="get" action=(base) {
-            label { "App " select name="app_id" {
-                option value="" { "All apps" }
+            label { (t("col-app")) select name="app_id" {
+                option value="" { (t("requests-all-apps")) }
                 @for a in &d.apps {
                     option value=(a.app_id) selected[selected_app == Some(a.app_id)] { (a.name) }
                 }
             } }
-            label { "Status " select name="status" {
-                option value="" { "Any status" }
+            label { (t("col-status")) select name="status" {
+                option value="" { (t("requests-any-status")) }
                 @for s in feature::FEATURE_STATUSES {
-                    option value=(s.as_str()) selected[selected_status == s.as_str()] { (s.as_str()) }
+                    option value=(s.as_str()) selected[selected_status == s.as_str()] { (status_label(s.as_str())) }
                 }
             } }
-            label { "Search " input type="text" name="search" maxlength=(feature::SEARCH_MAX) value=(nonempty(&q.search).unwrap_or("")); }
-            label { input type="checkbox" name="mine" value="1" checked[q.mine()]; " Only mine" }
-            button type="submit" { "Filter" }
+            label { (t("action-search")) input type="search" name="search" maxlength=(feature::SEARCH_MAX) value=(nonempty(&q.search).unwrap_or("")); }
+            label { input type="checkbox" name="mine" value="1" checked[q.mine()]; (t("requests-only-mine")) }
+            button type="submit" { (t("action-filter")) }
         }
         @if let Ok(p) = &d.page {
-            p.muted #total { (p.total) " request" @if p.total != 1 { "s" } }
-            @if p.requests.is_empty() { p.muted { "No feature requests here." } }
+            p.muted #total { (tc("requests-total", p.total as u64, &[])) }
+            @if p.requests.is_empty() { p.muted { (t("requests-none")) } }
             @else {
-                table #requests {
-                    tr { th { "Id" } th { "Title" } th { "App" } th { "Status" } th { "Filed" } th { "Updated" } }
-                    @for r in &p.requests {
-                        tr {
-                            td { (r.id) }
-                            td { a href=(request_url(slug, r.id)) { (r.title) } }
-                            td { (app_name(&d.apps, r.app_id)) }
-                            td { (r.status.as_str()) }
-                            td { (time(r.created_at)) }
-                            td { (time(r.updated_at)) }
+                div.table-wrap {
+                    table #requests .cards {
+                        thead { tr {
+                            th scope="col" .num { (t("col-number")) } th scope="col" { (t("col-title")) } th scope="col" { (t("col-app")) }
+                            th scope="col" { (t("col-status")) } th scope="col" { (t("col-filed")) } th scope="col" { (t("col-updated")) }
+                        } }
+                        tbody {
+                            @for r in &p.requests {
+                                tr {
+                                    td.num data-label=(t("col-number")) { (r.id) }
+                                    td { a href=(request_url(slug, r.id)) { (r.title) } }
+                                    td data-label=(t("col-app")) { (app_name(&d.apps, r.app_id)) }
+                                    td data-label=(t("col-status")) { (status_badge(r.status.as_str())) }
+                                    td.date data-label=(t("col-filed")) { (moment(r.created_at)) }
+                                    td.date data-label=(t("col-updated")) { (moment(r.updated_at)) }
+                                }
+                            }
                         }
                     }
                 }
                 @let pages = p.total.div_ceil(feature::PER_PAGE) as u64;
-                p #pages {
+                nav #pages .pages aria-label=(t("requests-pages")) {
                     @if current_page > 1 {
-                        a rel="prev" href={ (base) "?" (q.with_page(current_page - 1)) } { "← Newer" } " "
+                        a rel="prev" href={ (base) "?" (q.with_page(current_page - 1)) } { "← " (t("requests-newer")) }
                     }
-                    "Page " (current_page) " of " (pages.max(1))
+                    span { (ta("requests-page-of", &[("page", current_page.to_string()), ("pages", pages.max(1).to_string())])) }
                     @if current_page < pages && current_page < feature::MAX_PAGE {
-                        " " a rel="next" href={ (base) "?" (q.with_page(current_page + 1)) } { "Older →" }
+                        a rel="next" href={ (base) "?" (q.with_page(current_page + 1)) } { (t("requests-older")) " →" }
                     }
                 }
             }
         }
-        h2 { "File a request" }
+        h2 { (t("request-new")) }
         @if live.is_empty() {
-            p.muted { "No app accepts requests at the moment. " a href={ "/portal/o/" (slug) "/apps" } { "See the apps" } "." }
+            p.muted { (t("requests-no-live-app")) " " a href={ "/portal/o/" (slug) "/apps" } { (t("requests-see-apps")) } }
         } @else {
             form #request-form method="post" action=(base) {
                 (csrf_field(&m.user.csrf))
-                label { "App " select name="app_id" required {
+                label { (t("col-app")) select name="app_id" required {
                     @for a in &live {
                         option value=(a.app_id) selected[draft.app_id == Some(a.app_id)] { (a.name) }
                     }
                 } }
-                label { "Title " input type="text" name="title" required maxlength=(feature::TITLE_MAX) value=(draft.title); }
-                label { "Description " textarea name="description" required rows="8" cols="70" maxlength=(feature::DESCRIPTION_MAX) { (draft.description) } }
-                button type="submit" { "File request" }
+                label { (t("col-title")) input type="text" name="title" required maxlength=(feature::TITLE_MAX) value=(draft.title); }
+                label { (t("field-description")) textarea name="description" required rows="8" cols="70" maxlength=(feature::DESCRIPTION_MAX) { (draft.description) } }
+                button type="submit" { (t("action-file-request")) }
             }
         }
     };
     page(
         status,
-        layout("Feature requests", Some(&m.user), Some(&m.org), body),
+        layout(&t("nav-requests"), Some(&m.user), Some(&m.org), body),
     )
 }
 
@@ -218,11 +226,15 @@ pub(super) async fn list(
 ) -> Response {
     let q = q.map(|Query(q)| q).unwrap_or_default();
     let filter = q.filter(m.user.person.id);
+    let (wanted, refused) = match filter {
+        Ok(f) => (Some(f), None),
+        Err(why) => (None, Some((StatusCode::BAD_REQUEST, why))),
+    };
     let org_id = m.org.id;
     let d = app
-        .blocking(move |app| load_list(app, org_id, filter))
+        .blocking(move |app| load_list(app, org_id, wanted))
         .await;
-    list_page(&m, &q, &d, &Draft::default(), None)
+    list_page(&m, &q, &d, &Draft::default(), refused)
 }
 
 pub(super) async fn create(State(app): State<Arc<App>>, m: OrgMember, form: CsrfForm) -> Response {
@@ -239,14 +251,11 @@ pub(super) async fn create(State(app): State<Arc<App>>, m: OrgMember, form: Csrf
     let (org_id, person_id) = (m.org.id, m.user.person.id);
     let (created, d) = app
         .blocking(move |app| {
-            let created = match new {
-                Some(new) => service::create(app, org_id, person_id, &new),
-                None => Err(RequestError::InvalidInput("choose an app".into())),
-            };
+            let created = new.map(|new| service::create(app, org_id, person_id, &new));
             let d = load_list(
                 app,
                 org_id,
-                Ok(Filter {
+                Some(Filter {
                     page: 1,
                     ..Filter::default()
                 }),
@@ -254,12 +263,12 @@ pub(super) async fn create(State(app): State<Arc<App>>, m: OrgMember, form: Csrf
             (created, d)
         })
         .await;
+    let choose_app = || Some((StatusCode::BAD_REQUEST, t("requests-choose-app")));
     match created {
-        Ok(r) => see_other(&request_url(&m.org.slug, r.id)),
-        Err(RequestError::NotFound(_)) => {
-            let e = RequestError::InvalidInput("choose one of the organisation's apps".into());
-            list_page(&m, &ListQuery::default(), &d, &draft, Some(&e))
+        Some(Ok(r)) => see_other(&request_url(&m.org.slug, r.id)),
+        None | Some(Err(RequestError::NotFound(_))) => {
+            list_page(&m, &ListQuery::default(), &d, &draft, choose_app())
         }
-        Err(e) => list_page(&m, &ListQuery::default(), &d, &draft, Some(&e)),
+        Some(Err(e)) => list_page(&m, &ListQuery::default(), &d, &draft, Some(shown(&e))),
     }
 }

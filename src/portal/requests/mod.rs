@@ -23,8 +23,20 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use maud::html;
 
-use super::{OrgMember, layout, page};
+use super::i18n::t;
+use super::{OrgMember, layout, page, problem_text};
 use crate::app::App;
+use crate::http::error::ToProblem;
+use crate::requests::RequestError;
+
+/// What a page shows for a refusal: its status and its words in the request's language.
+type Shown = (StatusCode, String);
+
+/// A refusal of the domain as the page shows it.
+fn shown(e: &RequestError) -> Shown {
+    let p = e.problem();
+    (p.status, problem_text(&p))
+}
 
 /// Form posts carry at most a 20,000-character text (up to 12 bytes each once percent-encoded).
 const FORM_MAX: usize = 256 * 1024;
@@ -61,10 +73,6 @@ pub fn router() -> Router<Arc<App>> {
     forms.merge(uploads)
 }
 
-fn time(t: jiff::Timestamp) -> String {
-    t.strftime("%Y-%m-%d %H:%M UTC").to_string()
-}
-
 fn list_url(slug: &str) -> String {
     format!("/portal/o/{slug}/requests")
 }
@@ -81,8 +89,8 @@ fn message_page(m: &OrgMember, status: StatusCode, title: &str, msg: &str) -> Re
             Some(&m.user),
             Some(&m.org),
             html! {
-                p.error #error { (msg) }
-                p { a href=(list_url(&m.org.slug)) { "Back to the feature requests" } }
+                p.notice.error #error role="alert" { (msg) }
+                p { a href=(list_url(&m.org.slug)) { (t("requests-back")) } }
             },
         ),
     )
@@ -92,8 +100,8 @@ fn no_such_request(m: &OrgMember) -> Response {
     message_page(
         m,
         StatusCode::NOT_FOUND,
-        "Not found",
-        "No such feature request.",
+        &t("not-found-title"),
+        &t("request-not-found"),
     )
 }
 
