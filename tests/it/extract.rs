@@ -1,0 +1,230 @@
+//! The extraction sandbox for real: `Extractor` starts the built `kennis extract-worker` for
+//! each file. Every format through the child; hostile files give their error, never a hang;
+//! the memory and time limits stop a child; parallel calls do not mix.
+
+use std::io::{Cursor, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use kennis::kb::extract::{ExtractError, Extractor, Format, Limits, format_of};
+use zip::write::SimpleFileOptions;
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/extract")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn extractor(limits: Limits) -> Extractor {
+    Extractor::new(PathBuf::from(env!("CARGO_BIN_EXE_kennis")), limits)
+}
+
+fn zip_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut w = zip::ZipWriter::new(Cursor::new(Vec::new()));
+    for (name, data) in entries {
+        w.start_file(*name, SimpleFileOptions::default()).unwrap();
+        w.write_all(data).unwrap();
+    }
+    w.finish().unwrap().into_inner()
+}
+
+/// A Word file whose body is `body` (content types, package relation, document part).
+fn docx_with(body: &[u8]) -> Vec<u8> {
+    let mut doc = br#"<?xml version="1.0" encoding="UTF-8"?><w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"><w:body>"#.to_vec();
+    doc.extend_from_slice(body);
+    doc.extend_from_slice(b"</w:body></w:document>");
+    zip_of(&[
+        ("[Content_Types].xml", br#"<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/><Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>"#),
+        ("_rels/.rels", br#"<?xml version="1.0"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="word/document.xml"/></Relationships>"#),
+        ("word/document.xml", &doc),
+    ])
+}
+
+/// What each fixture must give through the child: a line it contains.
+const EXPECTED: &[(&str, &str)] = &[
+    ("text.pdf", "Offerte kozijnen Zeestraat"),
+    ("columns.pdf", "Nieuwsbrief bouwteam"),
+    ("text.docx", "Meranti kozijn\t4\t1.250,00"),
+    ("text.odt", "Meranti kozijn\t4\t1.250,00"),
+    ("text.rtf", "Meranti kozijn\t4\t1.250,00"),
+    ("text.epub", "Meranti kozijn\t4\t1.250,00"),
+    ("sheet.xlsx", "Hardhouten dorpel\t3\t85\t255"),
+    ("sheet.ods", "Hardhouten dorpel\t3\t85\t255"),
+    ("slides.pptx", "Materiaal kost € 4.300, arbeid Ωmega-tarief"),
+    ("slides.odp", "Materiaal kost € 4.300, arbeid Ωmega-tarief"),
+];
+
+#[test]
+fn every_format_through_the_worker() {
+    let x = extractor(Limits::DEFAULT);
+    let mut seen = Vec::new();
+    for (name, line) in EXPECTED {
+        let bytes = fixture(name);
+        let format = format_of(name, &bytes).unwrap_or_else(|| panic!("{name}: no format"));
+        let got = x
+            .extract(format, &bytes)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            got.text.lines().any(|l| l == *line),
+            "{name}: no line {line:?} in {:?}",
+            got.text
+        );
+        seen.push(format);
+    }
+    for f in Format::ALL {
+        assert!(seen.contains(&f), "{f:?} not covered");
+    }
+}
+
+#[test]
+fn hostile_files_give_their_error_through_the_worker() {
+    let x = extractor(Limits::DEFAULT);
+    let started = Instant::now();
+    assert_eq!(
+        x.extract(Format::Pdf, &fixture("scan.pdf")),
+        Err(ExtractError::NoText)
+    );
+    assert_eq!(
+        x.extract(Format::Pdf, &fixture("encrypted.pdf")),
+        Err(ExtractError::Encrypted)
+    );
+    let pdf = fixture("text.pdf");
+    match x.extract(Format::Pdf, &pdf[..pdf.len() / 2]) {
+        Err(ExtractError::Damaged(_)) => {}
+        Ok(e) => assert!(e.text.contains("Offerte"), "{e:?}"),
+        other => panic!("truncated PDF: {other:?}"),
+    }
+    let random: Vec<u8> = (0..100_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+        .collect();
+    assert_eq!(format_of("prijzen.xlsx", &random), None);
+    assert!(matches!(
+        x.extract(Format::Xlsx, &random),
+        Err(ExtractError::Damaged(_))
+    ));
+    let mut body = b"<w:p><w:r><w:t>".to_vec();
+    body.resize(body.len() + (40 << 20), b'a');
+    body.extend_from_slice(b"</w:t></w:r></w:p>");
+    let bomb = docx_with(&body);
+    assert_eq!(format_of("bom.docx", &bomb), Some(Format::Docx));
+    assert!(matches!(
+        x.extract(Format::Docx, &bomb),
+        Err(ExtractError::ZipBomb(_))
+    ));
+    let names: Vec<String> = (0..20_000).map(|i| format!("{i}.xml")).collect();
+    let entries: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), &b""[..])).collect();
+    assert!(matches!(
+        x.extract(Format::Docx, &zip_of(&entries)),
+        Err(ExtractError::ZipBomb(_))
+    ));
+    let deep = format!("{}x{}", "<w:p>".repeat(100_000), "</w:p>".repeat(100_000));
+    assert_eq!(
+        x.extract(Format::Docx, &docx_with(deep.as_bytes())),
+        Err(ExtractError::TooDeep(1_000))
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+}
+
+/// A document whose one text run is 256 MiB (a 256 KiB file; the zip guards lifted) makes the
+/// XML reader allocate past the child's address-space limit: the child dies, the caller gets
+/// `MemoryLimit`.
+#[test]
+fn a_child_is_stopped_by_the_memory_limit() {
+    let mut body = b"<w:p><w:r><w:t>".to_vec();
+    body.resize(body.len() + (256 << 20), b'a');
+    body.extend_from_slice(b"</w:t></w:r></w:p>");
+    let file = docx_with(&body);
+    drop(body);
+    let limits = Limits {
+        memory_bytes: 128 << 20,
+        unzipped_bytes: 1 << 30,
+        entry_bytes: 1 << 30,
+        zip_ratio: u64::MAX,
+        time: Duration::from_secs(60),
+        ..Limits::DEFAULT
+    };
+    assert_eq!(
+        extractor(limits).extract(Format::Docx, &file),
+        Err(ExtractError::MemoryLimit(128))
+    );
+    assert!(
+        ExtractError::MemoryLimit(128)
+            .to_string()
+            .contains("128 MiB")
+    );
+}
+
+/// A large document with a 300 ms limit: the child is killed at the deadline and the call
+/// returns soon after, with `TimeLimit`.
+#[test]
+fn a_child_is_stopped_by_the_time_limit() {
+    let para =
+        "<w:p><w:r><w:t>Regel met een paar woorden over kozijnen en steigers</w:t></w:r></w:p>"
+            .repeat(400_000);
+    let file = docx_with(para.as_bytes());
+    let limits = Limits {
+        time: Duration::from_millis(300),
+        output_bytes: 1 << 30,
+        ..Limits::DEFAULT
+    };
+    let started = Instant::now();
+    assert_eq!(
+        extractor(limits).extract(Format::Docx, &file),
+        Err(ExtractError::TimeLimit(1))
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // The same file within the default limits: the text, cut at 1 MiB.
+    let got = extractor(Limits::DEFAULT)
+        .extract(Format::Docx, &file)
+        .unwrap();
+    assert!(got.truncated);
+    assert!(got.text.len() <= 1 << 20 && got.text.len() > (1 << 20) - 100);
+}
+
+#[test]
+fn parallel_extractions_each_get_their_own_text() {
+    let x = extractor(Limits::DEFAULT);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = EXPECTED
+            .iter()
+            .chain(EXPECTED)
+            .map(|(name, line)| {
+                let x = &x;
+                s.spawn(move || {
+                    let bytes = fixture(name);
+                    let format = format_of(name, &bytes).unwrap();
+                    let got = x.extract(format, &bytes).unwrap();
+                    assert!(got.text.lines().any(|l| l == *line), "{name}");
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+}
+
+#[test]
+fn a_missing_worker_program_is_a_readable_failure() {
+    let x = Extractor::new(PathBuf::from("/nonexistent/kennis"), Limits::DEFAULT);
+    match x.extract(Format::Pdf, &fixture("text.pdf")) {
+        Err(ExtractError::Crashed(m)) => assert!(m.contains("cannot be started"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_worker_command_is_hidden_from_help() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kennis"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("reindex"), "{help}");
+    assert!(!help.contains("extract-worker"), "{help}");
+}
