@@ -228,3 +228,41 @@ fn the_worker_command_is_hidden_from_help() {
     assert!(help.contains("reindex"), "{help}");
     assert!(!help.contains("extract-worker"), "{help}");
 }
+
+/// Files made now by the installed LibreOffice (`make.sh` into a temporary folder) extract
+/// like the committed ones. Needs `soffice` (`.ci/run` installs it).
+#[test]
+#[ignore = "needs LibreOffice (soffice); .ci/run installs it"]
+fn fresh_libreoffice_files_extract() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/extract/make.sh");
+    let status = std::process::Command::new("bash")
+        .arg(&script)
+        .arg(dir.path())
+        .status()
+        .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+    assert!(
+        status.success(),
+        "make.sh failed (is LibreOffice installed?)"
+    );
+    let x = extractor(Limits::DEFAULT);
+    for (name, line) in EXPECTED {
+        let bytes = std::fs::read(dir.path().join(name)).unwrap();
+        let format = format_of(name, &bytes).unwrap_or_else(|| panic!("{name}: no format"));
+        let got = x
+            .extract(format, &bytes)
+            .unwrap_or_else(|e| panic!("fresh {name}: {e}"));
+        assert!(
+            got.text.lines().any(|l| l == *line),
+            "fresh {name}: no line {line:?} in {:?}",
+            got.text
+        );
+    }
+    let scan = std::fs::read(dir.path().join("scan.pdf")).unwrap();
+    assert_eq!(x.extract(Format::Pdf, &scan), Err(ExtractError::NoText));
+    let locked = std::fs::read(dir.path().join("encrypted.pdf")).unwrap();
+    assert_eq!(
+        x.extract(Format::Pdf, &locked),
+        Err(ExtractError::Encrypted)
+    );
+}
