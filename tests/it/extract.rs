@@ -1,12 +1,13 @@
-//! The extraction sandbox for real: `Extractor` starts the built `kennis extract-worker` for
-//! each file. Every format through the child; hostile files give their error, never a hang;
-//! the memory and time limits stop a child; parallel calls do not mix.
+//! Text extraction. In process: the guards against hostile archives (made here with the
+//! `zip` crate) and the output cap. Through the sandbox for real (`Extractor` starts the built
+//! `kennis extract-worker` for each file): every format; hostile files give their error, never
+//! a hang; the memory and time limits stop a child; parallel calls do not mix.
 
 use std::io::{Cursor, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use kennis::kb::extract::{ExtractError, Extractor, Format, Limits, format_of};
+use kennis::kb::extract::{ExtractError, Extractor, Format, Limits, extract_in_process, format_of};
 use zip::write::SimpleFileOptions;
 
 fn fixture(name: &str) -> Vec<u8> {
@@ -39,6 +40,99 @@ fn docx_with(body: &[u8]) -> Vec<u8> {
         ("_rels/.rels", br#"<?xml version="1.0"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="word/document.xml"/></Relationships>"#),
         ("word/document.xml", &doc),
     ])
+}
+
+/// A body of `size` bytes of one letter in one text run: valid XML that extracts without the
+/// guards.
+fn one_long_run(size: usize) -> Vec<u8> {
+    let mut body = b"<w:p><w:r><w:t>".to_vec();
+    body.resize(body.len() + size, b'a');
+    body.extend_from_slice(b"</w:t></w:r></w:p>");
+    body
+}
+
+#[test]
+fn the_output_cap_stops_reading_on_a_character_boundary() {
+    let para = "<w:p><w:r><w:t>Één regel met ĳs en € erin</w:t></w:r></w:p>".repeat(20_000);
+    let bytes = docx_with(para.as_bytes());
+    let limits = Limits {
+        output_bytes: 1000,
+        ..Limits::DEFAULT
+    };
+    let e = extract_in_process(Format::Docx, &bytes, &limits).unwrap();
+    assert!(e.truncated);
+    assert!(
+        e.text.len() <= 1000 && e.text.len() > 950,
+        "{}",
+        e.text.len()
+    );
+    assert!(e.text.starts_with("Één regel met ĳs en € erin\nÉén"));
+    let all = extract_in_process(Format::Docx, &bytes, &Limits::DEFAULT).unwrap();
+    assert!(!all.truncated);
+    assert_eq!(all.text.lines().count(), 20_000);
+}
+
+#[test]
+fn zip_bombs_named_docx_are_refused_in_process() {
+    // One highly compressible entry (40 MiB in a few dozen KiB): the ratio guard.
+    let bomb = docx_with(&one_long_run(40 << 20));
+    assert!(bomb.len() < 200_000, "{}", bomb.len());
+    match extract_in_process(Format::Docx, &bomb, &Limits::DEFAULT) {
+        Err(ExtractError::ZipBomb(m)) => {
+            assert!(
+                m.contains("word/document.xml") && m.contains("200 times"),
+                "{m}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    // Without the ratio guard: the per-entry limit, then the total.
+    let limits = Limits {
+        zip_ratio: u64::MAX,
+        entry_bytes: 8 << 20,
+        ..Limits::DEFAULT
+    };
+    match extract_in_process(Format::Docx, &bomb, &limits) {
+        Err(ExtractError::ZipBomb(m)) => assert!(m.contains("8388608 bytes"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    let limits = Limits {
+        zip_ratio: u64::MAX,
+        unzipped_bytes: 4 << 20,
+        ..Limits::DEFAULT
+    };
+    match extract_in_process(Format::Docx, &bomb, &limits) {
+        Err(ExtractError::ZipBomb(m)) => assert!(m.contains("entries read"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // With every guard lifted the same file extracts (so the guards are what refused it).
+    let limits = Limits {
+        zip_ratio: u64::MAX,
+        ..Limits::DEFAULT
+    };
+    let e = extract_in_process(Format::Docx, &bomb, &limits).unwrap();
+    assert!(e.truncated && e.text.len() == 1 << 20);
+    // Very many entries.
+    let names: Vec<String> = (0..20_000).map(|i| format!("word/media/{i}.xml")).collect();
+    let entries: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), &b"x"[..])).collect();
+    match extract_in_process(Format::Docx, &zip_of(&entries), &Limits::DEFAULT) {
+        Err(ExtractError::ZipBomb(m)) => assert!(m.contains("20000 entries"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn deeply_nested_xml_is_refused_in_process() {
+    let body = format!(
+        "{}<w:t>tief</w:t>{}",
+        "<w:p>".repeat(100_000),
+        "</w:p>".repeat(100_000)
+    );
+    let bytes = docx_with(body.as_bytes());
+    assert_eq!(
+        extract_in_process(Format::Docx, &bytes, &Limits::DEFAULT),
+        Err(ExtractError::TooDeep(1_000))
+    );
 }
 
 /// What each fixture must give through the child: a line it contains.
@@ -103,10 +197,7 @@ fn hostile_files_give_their_error_through_the_worker() {
         x.extract(Format::Xlsx, &random),
         Err(ExtractError::Damaged(_))
     ));
-    let mut body = b"<w:p><w:r><w:t>".to_vec();
-    body.resize(body.len() + (40 << 20), b'a');
-    body.extend_from_slice(b"</w:t></w:r></w:p>");
-    let bomb = docx_with(&body);
+    let bomb = docx_with(&one_long_run(40 << 20));
     assert_eq!(format_of("bom.docx", &bomb), Some(Format::Docx));
     assert!(matches!(
         x.extract(Format::Docx, &bomb),
@@ -131,11 +222,7 @@ fn hostile_files_give_their_error_through_the_worker() {
 /// `MemoryLimit`.
 #[test]
 fn a_child_is_stopped_by_the_memory_limit() {
-    let mut body = b"<w:p><w:r><w:t>".to_vec();
-    body.resize(body.len() + (256 << 20), b'a');
-    body.extend_from_slice(b"</w:t></w:r></w:p>");
-    let file = docx_with(&body);
-    drop(body);
+    let file = docx_with(&one_long_run(256 << 20));
     let limits = Limits {
         memory_bytes: 128 << 20,
         unzipped_bytes: 1 << 30,

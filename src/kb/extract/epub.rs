@@ -2,7 +2,7 @@
 //! Block elements end lines, table cells are separated by tabs; head, scripts and styles are
 //! skipped.
 
-use super::archive::Archive;
+use super::archive::{Archive, resolve};
 use super::sink::{Flow, Sink, Stop};
 use super::xml::{self, Node, attr, local};
 use super::{ExtractError, Limits};
@@ -33,19 +33,7 @@ fn percent_decode(s: &str) -> String {
 
 /// `href` of an item of the package at `opf`, as an entry name.
 fn join(opf: &str, href: &str) -> String {
-    let href = percent_decode(href.split('#').next().unwrap_or(""));
-    let mut parts: Vec<&str> = opf.split('/').collect();
-    parts.pop();
-    for seg in href.split('/') {
-        match seg {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            s => parts.push(s),
-        }
-    }
-    parts.join("/")
+    resolve(opf, &percent_decode(href.split('#').next().unwrap_or("")))
 }
 
 pub(super) fn extract(zip: &mut Archive<'_>, limits: &Limits, out: &mut Sink) -> Flow {
@@ -91,19 +79,16 @@ pub(super) fn extract(zip: &mut Archive<'_>, limits: &Limits, out: &mut Sink) ->
         let Some(entry) = zip.entry(&part)? else {
             continue;
         };
-        let mut skip = 0usize;
         let mut cells = 0usize;
-        xml::walk(entry, &part, limits.xml_depth, |n| {
+        let skipped: &[&[u8]] = &[b"head", b"script", b"style"];
+        xml::walk(entry, &part, limits.xml_depth, skipped, |n| {
             match n {
-                Node::Open(_) if skip > 0 => skip += 1,
                 Node::Open(e) => match local(e) {
-                    b"head" | b"script" | b"style" => skip = 1,
                     b"td" | b"th" => cells += 1,
                     b"br" if cells == 0 => out.end_line()?,
                     b"br" => out.push(" ")?,
                     _ => {}
                 },
-                Node::Close(_) if skip > 0 => skip -= 1,
                 Node::Close(b"td" | b"th") => {
                     cells = cells.saturating_sub(1);
                     out.tab()?;
@@ -114,8 +99,7 @@ pub(super) fn extract(zip: &mut Archive<'_>, limits: &Limits, out: &mut Sink) ->
                     | b"figcaption" | b"caption" | b"header" | b"footer",
                 ) if cells == 0 => out.end_line()?,
                 Node::Close(_) => {}
-                Node::Text(t) if skip == 0 => out.push(t)?,
-                Node::Text(_) => {}
+                Node::Text(t) => out.push(t)?,
             }
             Ok(())
         })?;

@@ -92,7 +92,7 @@ pub fn format_of(path: &str, bytes: &[u8]) -> Option<Format> {
         Format::Pdf => pdf::looks_like_pdf(bytes),
         Format::Rtf => rtf::looks_like_rtf(bytes),
         Format::Docx | Format::Xlsx | Format::Pptx => {
-            archive::looks_like_zip(bytes) || office::looks_like_encrypted_ooxml(bytes)
+            archive::looks_like_zip(bytes) || archive::looks_like_encrypted_ooxml(bytes)
         }
         Format::Odt | Format::Ods | Format::Odp | Format::Epub => archive::looks_like_zip(bytes),
     };

@@ -3,46 +3,10 @@
 //! the document gives (slides as listed in the presentation, sheets as in the workbook).
 //! Written on `zip` + `quick-xml` rather than with a reader crate: see `docs/extraction.md`.
 
-use super::archive::Archive;
+use super::archive::{Archive, resolve};
 use super::sink::{Flow, Sink, Stop};
 use super::xml::{self, Node, attr, local, prefixed_attr};
 use super::{ExtractError, Limits};
-
-const OLE_MAGIC: &[u8] = b"\xD0\xCF\x11\xE0\xA1\xB1\x1A\xE1";
-
-/// An OLE compound file: old binary Office formats, and the wrapper of encrypted new ones.
-pub(super) fn looks_like_ole(bytes: &[u8]) -> bool {
-    bytes.starts_with(OLE_MAGIC)
-}
-
-/// A password-protected Word, Excel or PowerPoint file: an OLE container with an
-/// `EncryptedPackage` stream instead of a zip archive.
-pub(super) fn looks_like_encrypted_ooxml(bytes: &[u8]) -> bool {
-    let name: Vec<u8> = "EncryptedPackage"
-        .encode_utf16()
-        .flat_map(u16::to_le_bytes)
-        .collect();
-    looks_like_ole(bytes) && memchr::memmem::find(bytes, &name).is_some()
-}
-
-/// Resolves `target` of a relation of the part `from` to a part name.
-fn resolve(from: &str, target: &str) -> String {
-    if let Some(absolute) = target.strip_prefix('/') {
-        return absolute.to_owned();
-    }
-    let mut parts: Vec<&str> = from.split('/').collect();
-    parts.pop();
-    for seg in target.split('/') {
-        match seg {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            s => parts.push(s),
-        }
-    }
-    parts.join("/")
-}
 
 /// The relations part of `part` (`word/document.xml` → `word/_rels/document.xml.rels`).
 fn rels_of(part: &str) -> String {
@@ -103,51 +67,39 @@ fn main_part(zip: &mut Archive<'_>, limits: &Limits, usual: &str) -> Result<Stri
 #[derive(Default)]
 struct Paragraphs {
     in_text: bool,
-    /// Depth inside a skipped element.
-    skip: usize,
     /// Depth of table cells.
     cells: usize,
 }
 
+/// Elements of Word and PowerPoint parts whose text is not the document's.
+const SKIPPED: &[&[u8]] = &[b"Fallback", b"rPh", b"instrText", b"delText"];
+
 impl Paragraphs {
     fn node(&mut self, n: Node<'_>, out: &mut Sink) -> Flow {
         match n {
-            Node::Open(e) => {
-                if self.skip > 0 {
-                    self.skip += 1;
-                    return Ok(());
-                }
-                match local(e) {
-                    b"Fallback" | b"rPh" | b"instrText" | b"delText" => self.skip = 1,
-                    b"t" => self.in_text = true,
-                    b"tab" => out.push(" ")?,
-                    b"br" | b"cr" if self.cells == 0 => out.end_line()?,
-                    b"br" | b"cr" => out.push(" ")?,
-                    b"tc" => self.cells += 1,
-                    _ => {}
-                }
-            }
-            Node::Close(name) => {
-                if self.skip > 0 {
-                    self.skip -= 1;
-                    return Ok(());
-                }
-                match name {
-                    b"t" => self.in_text = false,
-                    b"p" | b"tr" if self.cells == 0 => out.end_line()?,
-                    b"p" | b"tr" => out.push(" ")?,
-                    b"tc" => {
-                        self.cells = self.cells.saturating_sub(1);
-                        if self.cells == 0 {
-                            out.tab()?;
-                        } else {
-                            out.push(" ")?;
-                        }
+            Node::Open(e) => match local(e) {
+                b"t" => self.in_text = true,
+                b"tab" => out.push(" ")?,
+                b"br" | b"cr" if self.cells == 0 => out.end_line()?,
+                b"br" | b"cr" => out.push(" ")?,
+                b"tc" => self.cells += 1,
+                _ => {}
+            },
+            Node::Close(name) => match name {
+                b"t" => self.in_text = false,
+                b"p" | b"tr" if self.cells == 0 => out.end_line()?,
+                b"p" | b"tr" => out.push(" ")?,
+                b"tc" => {
+                    self.cells = self.cells.saturating_sub(1);
+                    if self.cells == 0 {
+                        out.tab()?;
+                    } else {
+                        out.push(" ")?;
                     }
-                    _ => {}
                 }
-            }
-            Node::Text(t) if self.in_text && self.skip == 0 => out.push(t)?,
+                _ => {}
+            },
+            Node::Text(t) if self.in_text => out.push(t)?,
             Node::Text(_) => {}
         }
         Ok(())
@@ -159,7 +111,7 @@ fn paragraphs_of(zip: &mut Archive<'_>, part: &str, limits: &Limits, out: &mut S
         return Ok(());
     };
     let mut p = Paragraphs::default();
-    xml::walk(entry, part, limits.xml_depth, |n| p.node(n, out))?;
+    xml::walk(entry, part, limits.xml_depth, SKIPPED, |n| p.node(n, out))?;
     out.end_line()
 }
 
@@ -205,23 +157,15 @@ fn shared_strings(zip: &mut Archive<'_>, part: &str, limits: &Limits) -> Result<
     };
     let mut strings = Vec::new();
     let mut current = String::new();
-    let (mut in_text, mut skip) = (false, 0usize);
-    xml::walk(entry, part, limits.xml_depth, |n| {
+    let mut in_text = false;
+    xml::walk(entry, part, limits.xml_depth, &[b"rPh"], |n| {
         match n {
-            Node::Open(e) if skip > 0 => {
-                let _ = e;
-                skip += 1;
-            }
-            Node::Open(e) => match local(e) {
-                b"rPh" => skip = 1,
-                b"t" => in_text = true,
-                _ => {}
-            },
-            Node::Close(_) if skip > 0 => skip -= 1,
+            Node::Open(e) if local(e) == b"t" => in_text = true,
+            Node::Open(_) => {}
             Node::Close(b"t") => in_text = false,
             Node::Close(b"si") => strings.push(std::mem::take(&mut current)),
             Node::Close(_) => {}
-            Node::Text(t) if in_text && skip == 0 => current.push_str(t),
+            Node::Text(t) if in_text => current.push_str(t),
             Node::Text(_) => {}
         }
         Ok(())
@@ -298,10 +242,8 @@ fn sheet(
     let mut col: Option<u32> = None;
     let mut value = String::new();
     let mut in_value = false;
-    let mut skip = 0usize;
-    xml::walk(entry, part, limits.xml_depth, |n| {
+    xml::walk(entry, part, limits.xml_depth, &[b"f", b"rPh"], |n| {
         match n {
-            Node::Open(_) if skip > 0 => skip += 1,
             Node::Open(e) => match local(e) {
                 b"row" => next_col = 0,
                 b"c" => {
@@ -310,10 +252,8 @@ fn sheet(
                     value.clear();
                 }
                 b"v" | b"t" => in_value = true,
-                b"f" | b"rPh" => skip = 1,
                 _ => {}
             },
-            Node::Close(_) if skip > 0 => skip -= 1,
             Node::Close(b"v" | b"t") => in_value = false,
             Node::Close(b"c") => {
                 let text = match kind.as_str() {
@@ -339,7 +279,7 @@ fn sheet(
             }
             Node::Close(b"row") => out.end_line()?,
             Node::Close(_) => {}
-            Node::Text(t) if in_value && skip == 0 => value.push_str(t),
+            Node::Text(t) if in_value => value.push_str(t),
             Node::Text(_) => {}
         }
         Ok(())

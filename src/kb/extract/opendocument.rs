@@ -32,17 +32,35 @@ pub(super) fn extract(
         slides: format == Format::Odp,
         ..Walker::default()
     };
-    xml::walk(entry, "content.xml", limits.xml_depth, |n| w.node(n, out))?;
+    xml::walk(entry, "content.xml", limits.xml_depth, SKIPPED, |n| {
+        w.node(n, out)
+    })?;
     out.end_line()
 }
+
+/// Elements whose text is not the document's body: comments, tracked deletions, speaker
+/// notes, footnote marks, shape descriptions, forms, declarations, scripts.
+const SKIPPED: &[&[u8]] = &[
+    b"annotation",
+    b"tracked-changes",
+    b"notes",
+    b"note-citation",
+    b"desc",
+    b"title",
+    b"forms",
+    b"table-source",
+    b"sequence-decls",
+    b"variable-decls",
+    b"user-field-decls",
+    b"event-listeners",
+    b"script",
+];
 
 #[derive(Default)]
 struct Walker {
     sheets: bool,
     slides: bool,
     in_body: bool,
-    /// Depth inside a skipped element.
-    skip: usize,
     /// Depth of table cells.
     cells: usize,
     /// Spreadsheets: the current row's cells (text, repeat), the row's repeat, the current
@@ -74,80 +92,63 @@ impl Walker {
 
     fn node(&mut self, n: Node<'_>, out: &mut Sink) -> Flow {
         match n {
-            Node::Open(e) => {
-                if self.skip > 0 {
-                    self.skip += 1;
-                    return Ok(());
-                }
-                match local(e) {
-                    b"body" => self.in_body = true,
-                    b"annotation" | b"tracked-changes" | b"notes" | b"note-citation" | b"desc"
-                    | b"title" | b"forms" | b"table-source" | b"sequence-decls"
-                    | b"variable-decls" | b"user-field-decls" | b"event-listeners" | b"script" => {
-                        self.skip = 1
+            Node::Open(e) => match local(e) {
+                b"body" => self.in_body = true,
+                b"s" => {
+                    let n = repeat(e, b"c").min(8);
+                    for _ in 0..n {
+                        self.text(" ", out)?;
                     }
-                    b"s" => {
-                        let n = repeat(e, b"c").min(8);
-                        for _ in 0..n {
-                            self.text(" ", out)?;
+                }
+                b"tab" => self.text(" ", out)?,
+                b"line-break" if self.cells == 0 => out.end_line()?,
+                b"line-break" => self.text(" ", out)?,
+                b"table" if self.sheets && self.in_body => {
+                    out.count_part();
+                    out.push(&attr(e, b"name").unwrap_or_default())?;
+                    out.end_line()?;
+                }
+                b"page" if self.slides => out.count_part(),
+                b"table-row" => {
+                    self.row.clear();
+                    self.row_repeat = repeat(e, b"number-rows-repeated");
+                }
+                b"table-cell" | b"covered-table-cell" => {
+                    self.cells += 1;
+                    if self.cells == 1 {
+                        self.cell.clear();
+                        self.cell_repeat = repeat(e, b"number-columns-repeated");
+                        self.cell_value = attr(e, b"value")
+                            .or_else(|| attr(e, b"date-value"))
+                            .or_else(|| attr(e, b"boolean-value"));
+                    }
+                }
+                _ => {}
+            },
+            Node::Close(name) => match name {
+                b"p" | b"h" if self.cells > 0 => self.text(" ", out)?,
+                b"p" | b"h" | b"frame" => out.end_line()?,
+                b"table-cell" | b"covered-table-cell" => {
+                    self.cells = self.cells.saturating_sub(1);
+                    if self.cells > 0 {
+                        self.text(" ", out)?;
+                    } else if self.sheets {
+                        let mut text = std::mem::take(&mut self.cell);
+                        if text.trim().is_empty() {
+                            text = self.cell_value.take().unwrap_or_default();
                         }
+                        self.row.push((text, self.cell_repeat));
+                    } else {
+                        out.tab()?;
                     }
-                    b"tab" => self.text(" ", out)?,
-                    b"line-break" if self.cells == 0 => out.end_line()?,
-                    b"line-break" => self.text(" ", out)?,
-                    b"table" if self.sheets && self.in_body => {
-                        out.count_part();
-                        out.push(&attr(e, b"name").unwrap_or_default())?;
-                        out.end_line()?;
-                    }
-                    b"page" if self.slides => out.count_part(),
-                    b"table-row" => {
-                        self.row.clear();
-                        self.row_repeat = repeat(e, b"number-rows-repeated");
-                    }
-                    b"table-cell" | b"covered-table-cell" => {
-                        self.cells += 1;
-                        if self.cells == 1 {
-                            self.cell.clear();
-                            self.cell_repeat = repeat(e, b"number-columns-repeated");
-                            self.cell_value = attr(e, b"value")
-                                .or_else(|| attr(e, b"date-value"))
-                                .or_else(|| attr(e, b"boolean-value"));
-                        }
-                    }
-                    _ => {}
                 }
-            }
-            Node::Close(name) => {
-                if self.skip > 0 {
-                    self.skip -= 1;
-                    return Ok(());
-                }
-                match name {
-                    b"p" | b"h" if self.cells > 0 => self.text(" ", out)?,
-                    b"p" | b"h" | b"frame" => out.end_line()?,
-                    b"table-cell" | b"covered-table-cell" => {
-                        self.cells = self.cells.saturating_sub(1);
-                        if self.cells > 0 {
-                            self.text(" ", out)?;
-                        } else if self.sheets {
-                            let mut text = std::mem::take(&mut self.cell);
-                            if text.trim().is_empty() {
-                                text = self.cell_value.take().unwrap_or_default();
-                            }
-                            self.row.push((text, self.cell_repeat));
-                        } else {
-                            out.tab()?;
-                        }
-                    }
-                    b"table-row" if self.sheets => self.write_row(out)?,
-                    b"table-row" => out.end_line()?,
-                    b"table" if self.sheets => out.blank_line()?,
-                    b"page" if self.slides => out.blank_line()?,
-                    _ => {}
-                }
-            }
-            Node::Text(t) if self.in_body && self.skip == 0 => self.text(t, out)?,
+                b"table-row" if self.sheets => self.write_row(out)?,
+                b"table-row" => out.end_line()?,
+                b"table" if self.sheets => out.blank_line()?,
+                b"page" if self.slides => out.blank_line()?,
+                _ => {}
+            },
+            Node::Text(t) if self.in_body => self.text(t, out)?,
             Node::Text(_) => {}
         }
         Ok(())

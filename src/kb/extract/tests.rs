@@ -1,9 +1,5 @@
-//! The extractors in process, on the LibreOffice-made files of `tests/fixtures/extract/`
-//! (see its `make.sh`) and on hostile archives made here with the `zip` crate.
-
-use std::io::{Cursor, Write};
-
-use zip::write::SimpleFileOptions;
+//! The extractors in process, on the LibreOffice-made files of `tests/fixtures/extract/` (see
+//! its `make.sh`). Hostile archives, made with the `zip` crate, are in `tests/it/extract.rs`.
 
 use super::*;
 
@@ -179,93 +175,6 @@ fn names_are_confirmed_by_bytes() {
         Err(ExtractError::Damaged(m)) => assert!(m.contains("zip"), "{m}"),
         other => panic!("{other:?}"),
     }
-}
-
-fn zip_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut w = zip::ZipWriter::new(Cursor::new(Vec::new()));
-    for (name, data) in entries {
-        w.start_file(*name, SimpleFileOptions::default()).unwrap();
-        w.write_all(data).unwrap();
-    }
-    w.finish().unwrap().into_inner()
-}
-
-/// A minimal Word file (content types, package relation, body) around `body`.
-pub(super) fn docx_with(body: &[u8]) -> Vec<u8> {
-    let mut doc = br#"<?xml version="1.0" encoding="UTF-8"?><w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"><w:body>"#.to_vec();
-    doc.extend_from_slice(body);
-    doc.extend_from_slice(b"</w:body></w:document>");
-    zip_of(&[
-        ("[Content_Types].xml", br#"<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/><Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>"#),
-        ("_rels/.rels", br#"<?xml version="1.0"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="word/document.xml"/></Relationships>"#),
-        ("word/document.xml", &doc),
-    ])
-}
-
-#[test]
-fn the_output_cap_stops_reading_on_a_character_boundary() {
-    let para = "<w:p><w:r><w:t>Één regel met ĳs en € erin</w:t></w:r></w:p>".repeat(20_000);
-    let bytes = docx_with(para.as_bytes());
-    let limits = Limits {
-        output_bytes: 1000,
-        ..Limits::DEFAULT
-    };
-    let e = extract_in_process(Format::Docx, &bytes, &limits).unwrap();
-    assert!(e.truncated);
-    assert!(
-        e.text.len() <= 1000 && e.text.len() > 950,
-        "{}",
-        e.text.len()
-    );
-    assert!(e.text.starts_with("Één regel met ĳs en € erin\nÉén"));
-    let all = extract_in_process(Format::Docx, &bytes, &Limits::DEFAULT).unwrap();
-    assert!(!all.truncated);
-    assert_eq!(all.text.lines().count(), 20_000);
-}
-
-#[test]
-fn zip_bombs_named_docx_are_refused() {
-    // One highly compressible entry: valid XML that would extract without the guard.
-    let mut body = b"<w:p><w:r><w:t>".to_vec();
-    body.resize(body.len() + (40 << 20), b'a');
-    body.extend_from_slice(b"</w:t></w:r></w:p>");
-    let bomb = docx_with(&body);
-    assert!(bomb.len() < 200_000, "{}", bomb.len());
-    match extract_in_process(Format::Docx, &bomb, &Limits::DEFAULT) {
-        Err(ExtractError::ZipBomb(m)) => assert!(m.contains("word/document.xml"), "{m}"),
-        other => panic!("{other:?}"),
-    }
-    // The same under a per-entry limit below the ratio's floor.
-    let limits = Limits {
-        entry_bytes: 1 << 20,
-        ..Limits::DEFAULT
-    };
-    assert!(matches!(
-        extract_in_process(Format::Docx, &bomb, &limits),
-        Err(ExtractError::ZipBomb(_))
-    ));
-    // Very many entries.
-    let names: Vec<String> = (0..20_000).map(|i| format!("word/media/{i}.xml")).collect();
-    let entries: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), &b"x"[..])).collect();
-    let many = zip_of(&entries);
-    match extract_in_process(Format::Docx, &many, &Limits::DEFAULT) {
-        Err(ExtractError::ZipBomb(m)) => assert!(m.contains("20000 entries"), "{m}"),
-        other => panic!("{other:?}"),
-    }
-}
-
-#[test]
-fn deeply_nested_xml_is_refused() {
-    let body = format!(
-        "{}<w:t>tief</w:t>{}",
-        "<w:p>".repeat(100_000),
-        "</w:p>".repeat(100_000)
-    );
-    let bytes = docx_with(body.as_bytes());
-    assert_eq!(
-        extract_in_process(Format::Docx, &bytes, &Limits::DEFAULT),
-        Err(ExtractError::TooDeep(1_000))
-    );
 }
 
 #[test]

@@ -55,15 +55,17 @@ pub(super) fn prefixed_attr(e: &BytesStart<'_>, name: &[u8]) -> Option<String> {
         })
 }
 
-/// Walks the entry, handing each node to `f`.
+/// Walks the entry, handing each node to `f`, except the elements named in `skip` (local
+/// names) and everything inside them.
 pub(super) fn walk(
     entry: Entry<'_, '_>,
     name: &str,
     depth: usize,
+    skip: &[&[u8]],
     f: impl FnMut(Node<'_>) -> Flow,
 ) -> Flow {
     let mut reader = Reader::from_reader(BufReader::with_capacity(64 * 1024, entry));
-    match run(&mut reader, name, depth, f) {
+    match run(&mut reader, name, depth, skip, f) {
         Ok(()) => Ok(()),
         Err(Halt::Stop(s)) => Err(s),
         Err(Halt::Io(message)) => Err(Stop::Failed(reader.get_mut().get_mut().error(&message))),
@@ -78,7 +80,7 @@ pub(super) fn walk_bytes(
     f: impl FnMut(Node<'_>) -> Flow,
 ) -> Flow {
     let mut reader = Reader::from_reader(bytes);
-    match run(&mut reader, name, depth, f) {
+    match run(&mut reader, name, depth, &[], f) {
         Ok(()) => Ok(()),
         Err(Halt::Stop(s)) => Err(s),
         Err(Halt::Io(message)) => Err(Stop::Failed(ExtractError::Damaged(message))),
@@ -106,10 +108,13 @@ fn run<R: BufRead>(
     reader: &mut Reader<R>,
     name: &str,
     max_depth: usize,
+    skip: &[&[u8]],
     mut f: impl FnMut(Node<'_>) -> Flow,
 ) -> Result<(), Halt> {
     let mut buf = Vec::with_capacity(64 * 1024);
     let mut depth = 0usize;
+    // Depth inside a skipped element (0: not in one).
+    let mut skipping = 0usize;
     let too_deep = || Halt::Stop(Stop::Failed(ExtractError::TooDeep(max_depth)));
     loop {
         buf.clear();
@@ -124,17 +129,28 @@ fn run<R: BufRead>(
                 if depth > max_depth {
                     return Err(too_deep());
                 }
+                if skipping > 0 || skip.contains(&local(&e)) {
+                    skipping += 1;
+                    continue;
+                }
                 f(Node::Open(&e))?;
             }
             Event::Empty(e) => {
                 if depth + 1 > max_depth {
                     return Err(too_deep());
                 }
+                if skipping > 0 || skip.contains(&local(&e)) {
+                    continue;
+                }
                 f(Node::Open(&e))?;
                 f(Node::Close(local(&e)))?;
             }
             Event::End(e) => {
                 depth = depth.saturating_sub(1);
+                if skipping > 0 {
+                    skipping -= 1;
+                    continue;
+                }
                 let name = e.name().into_inner();
                 let local = match name.iter().position(|b| *b == b':') {
                     Some(i) => name.get(i + 1..).unwrap_or(name),
@@ -142,6 +158,7 @@ fn run<R: BufRead>(
                 };
                 f(Node::Close(local))?;
             }
+            Event::Text(_) | Event::CData(_) | Event::GeneralRef(_) if skipping > 0 => {}
             Event::Text(t) => {
                 let s = t.decode().map_err(|e| bad_xml(name, e))?;
                 f(Node::Text(&s))?;
@@ -182,16 +199,32 @@ mod tests {
     use super::*;
 
     fn texts(xml: &str, depth: usize) -> Result<String, Stop> {
+        texts_skipping(xml, depth, &[])
+    }
+
+    fn texts_skipping(xml: &str, depth: usize, skip: &[&[u8]]) -> Result<String, Stop> {
         let mut out = String::new();
-        walk_bytes(xml.as_bytes(), "t.xml", depth, |n| {
+        let mut reader = Reader::from_reader(xml.as_bytes());
+        let halt = run(&mut reader, "t.xml", depth, skip, |n| {
             match n {
                 Node::Open(e) => out.push_str(&format!("<{}>", String::from_utf8_lossy(local(e)))),
                 Node::Close(n) => out.push_str(&format!("</{}>", String::from_utf8_lossy(n))),
                 Node::Text(t) => out.push_str(t),
             }
             Ok(())
-        })?;
-        Ok(out)
+        });
+        match halt {
+            Ok(()) => Ok(out),
+            Err(Halt::Stop(s)) => Err(s),
+            Err(Halt::Io(m)) => panic!("{m}"),
+        }
+    }
+
+    #[test]
+    fn skipped_elements_and_their_content_are_not_seen() {
+        let got =
+            texts_skipping("<p>a<del>b<x>c</x><del/></del><del/>d</p>", 10, &[b"del"]).unwrap();
+        assert_eq!(got, "<p>ad</p>");
     }
 
     #[test]
