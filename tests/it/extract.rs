@@ -135,6 +135,45 @@ fn deeply_nested_xml_is_refused_in_process() {
     );
 }
 
+/// An OpenDocument spreadsheet whose one sheet has `rows` as its rows.
+fn ods_with(rows: &str) -> Vec<u8> {
+    let content = format!(
+        r#"<?xml version="1.0" encoding="UTF-8"?><office:document-content xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" xmlns:table="urn:oasis:names:tc:opendocument:xmlns:table:1.0" xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0"><office:body><office:spreadsheet><table:table table:name="Blad1">{rows}</table:table></office:spreadsheet></office:body></office:document-content>"#
+    );
+    zip_of(&[
+        (
+            "mimetype",
+            b"application/vnd.oasis.opendocument.spreadsheet",
+        ),
+        ("content.xml", content.as_bytes()),
+    ])
+}
+
+/// OpenDocument stores runs of equal cells and rows once with a count: a million rows of
+/// 16,384 cells come out until the cap and no further; cells of nothing printable (white
+/// space, control characters) repeated as often give nothing, at once.
+#[test]
+fn repeated_cells_and_rows_are_bounded_by_the_cap() {
+    let cells = |text: &str| {
+        format!(
+            r#"<table:table-row table:number-rows-repeated="1000000"><table:table-cell table:number-columns-repeated="16384" office:value-type="string"><text:p>{text}</text:p></table:table-cell></table:table-row>"#
+        )
+    };
+    let started = Instant::now();
+    let full = extract_in_process(Format::Ods, &ods_with(&cells("x")), &Limits::DEFAULT).unwrap();
+    assert!(full.truncated);
+    assert!(full.text.starts_with("Blad1\nx\tx\tx"));
+    let blank = ods_with(&format!("{}{}", cells("\u{1} \u{7f}"), cells("")));
+    let none = extract_in_process(Format::Ods, &blank, &Limits::DEFAULT).unwrap();
+    assert_eq!(none.text, "Blad1");
+    assert!(!none.truncated);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 /// What each fixture must give through the child: a line it contains.
 const EXPECTED: &[(&str, &str)] = &[
     ("text.pdf", "Offerte kozijnen Zeestraat"),

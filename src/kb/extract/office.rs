@@ -4,7 +4,7 @@
 //! Written on `zip` + `quick-xml` rather than with a reader crate: see `docs/extraction.md`.
 
 use super::archive::{Archive, resolve};
-use super::sink::{Flow, Sink, Stop};
+use super::sink::{Flow, Sink, Stop, has_text};
 use super::xml::{self, Node, attr, local, prefixed_attr};
 use super::{ExtractError, Limits};
 
@@ -267,7 +267,7 @@ fn sheet(
                     "b" => "FALSE",
                     _ => value.as_str(),
                 };
-                if !text.trim().is_empty() {
+                if has_text(text) {
                     let at = col.unwrap_or(next_col);
                     for _ in 0..at.saturating_sub(next_col).min(MAX_GAP) {
                         out.tab()?;

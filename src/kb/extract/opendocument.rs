@@ -4,7 +4,7 @@
 //! runs of empty cells become at most a few tabs.
 
 use super::archive::Archive;
-use super::sink::{Flow, Sink, Stop};
+use super::sink::{Flow, Sink, Stop, has_text};
 use super::xml::{self, Node, attr, local};
 use super::{ExtractError, Format, Limits};
 
@@ -134,7 +134,7 @@ impl Walker {
                         self.text(" ", out)?;
                     } else if self.sheets {
                         let mut text = std::mem::take(&mut self.cell);
-                        if text.trim().is_empty() {
+                        if !has_text(&text) {
                             text = self.cell_value.take().unwrap_or_default();
                         }
                         self.row.push((text, self.cell_repeat));
@@ -157,13 +157,13 @@ impl Walker {
     /// Writes a spreadsheet row as often as it repeats; an empty row not at all.
     fn write_row(&mut self, out: &mut Sink) -> Flow {
         let row = std::mem::take(&mut self.row);
-        let last = row.iter().rposition(|(t, _)| !t.trim().is_empty());
+        let last = row.iter().rposition(|(t, _)| has_text(t));
         let Some(last) = last else {
             return Ok(());
         };
         for _ in 0..self.row_repeat {
             for (text, times) in row.iter().take(last + 1) {
-                let times = if text.trim().is_empty() {
+                let times = if !has_text(text) {
                     (*times).min(MAX_GAP)
                 } else {
                     *times

@@ -21,6 +21,12 @@ impl From<ExtractError> for Stop {
 
 pub(super) type Flow = Result<(), Stop>;
 
+/// True when `s` would put something on a line (anything but white space and control
+/// characters), so repeating it makes progress towards the cap.
+pub(super) fn has_text(s: &str) -> bool {
+    s.chars().any(|c| !c.is_whitespace() && !c.is_control())
+}
+
 pub(super) struct Sink {
     text: String,
     line: String,
