@@ -136,6 +136,12 @@ fn presentations_give_slides_in_order() {
 }
 
 #[test]
+fn a_pdf_with_only_a_permissions_password_opens() {
+    let text = text(fixture!("restricted.pdf"));
+    assert!(text.contains(SPECIAL.split(" Καλημέρα").next().unwrap()), "{text:?}");
+}
+
+#[test]
 fn a_scan_has_no_text_and_a_password_protects() {
     assert_eq!(extract(fixture!("scan.pdf")), Err(ExtractError::NoText));
     assert_eq!(
