@@ -391,4 +391,7 @@ fn fresh_libreoffice_files_extract() {
         x.extract(Format::Pdf, &locked),
         Err(ExtractError::Encrypted)
     );
+    let restricted = std::fs::read(dir.path().join("restricted.pdf")).unwrap();
+    let got = x.extract(Format::Pdf, &restricted).unwrap();
+    assert!(got.text.contains("Offerte kozijnen Zeestraat"), "{got:?}");
 }
