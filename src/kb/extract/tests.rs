@@ -138,7 +138,10 @@ fn presentations_give_slides_in_order() {
 #[test]
 fn a_pdf_with_only_a_permissions_password_opens() {
     let text = text(fixture!("restricted.pdf"));
-    assert!(text.contains(SPECIAL.split(" Καλημέρα").next().unwrap()), "{text:?}");
+    assert!(
+        text.contains(SPECIAL.split(" Καλημέρα").next().unwrap()),
+        "{text:?}"
+    );
 }
 
 #[test]
