@@ -93,6 +93,9 @@ pub enum Command {
     /// Agent runs: what one did, and cancelling one.
     #[command(subcommand)]
     Run(RunCommand),
+    /// Internal: the text-extraction child process (`kb::extract::Extractor` starts it).
+    #[command(name = "extract-worker", hide = true)]
+    ExtractWorker,
 }
 
 #[derive(Debug, Subcommand)]

@@ -16,6 +16,10 @@ fn main() -> ExitCode {
     #[cfg(unix)]
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let cli = Cli::parse();
+    if matches!(cli.command, Command::ExtractWorker) {
+        // Before any configuration is read: the child has an empty environment.
+        return kennis::kb::extract::worker_main();
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => e.exit(),
@@ -47,7 +51,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
     let config = cli::load_config(&global, Settings::default())?;
     cli::init_logging(config.log_format, "warn");
     match command {
-        Command::Serve(_) => unreachable!("handled above"),
+        Command::Serve(_) | Command::ExtractWorker => unreachable!("handled above"),
         Command::Org(OrgCommand::Create { name, json }) => {
             let v = cli::run_admin(&config, AdminRequest::OrgCreate { name })?;
             cli::output(json, &v, |v| {

@@ -5,6 +5,7 @@
 //! redb transaction, so a crash never leaves a version pointing at missing content; the search
 //! index is derived from the change log and catches up after a crash.
 
+pub mod extract;
 pub mod fold;
 pub mod index;
 pub mod link;

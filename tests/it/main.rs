@@ -11,6 +11,7 @@ mod conformance;
 mod connector;
 mod crash;
 mod domain;
+mod extract;
 mod fuzz;
 mod kb;
 mod layering;

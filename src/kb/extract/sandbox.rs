@@ -1,0 +1,317 @@
+//! The extraction child process. [`Extractor::extract`] starts `kennis extract-worker` with an
+//! empty environment and only stdin/stdout/stderr open (everything else kennis opens is
+//! close-on-exec), sends a JSON header line (format and limits) and the file's bytes on stdin,
+//! and reads the result from stdout, at most a bounded amount. A watchdog kills the child at
+//! the wall-clock limit. The child ([`worker_main`]) first limits itself — address space
+//! (`RLIMIT_AS`), CPU seconds (`RLIMIT_CPU`), no core files, no file writes, few descriptors —
+//! then reads and extracts. How a child ends is turned into an [`ExtractError`]: killed at the
+//! deadline or by SIGXCPU → `TimeLimit`, an allocation refused → `MemoryLimit`, anything else
+//! → `Crashed` with the reason.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::{ExtractError, Extracted, Format, Limits, extract_in_process};
+
+/// The hidden subcommand that runs [`worker_main`].
+pub const WORKER_COMMAND: &str = "extract-worker";
+
+/// Comes before the result on the child's stdout, so stray output of a library cannot be
+/// taken for it.
+const MARKER: &[u8] = b"\n\0kennis-extract-result\0\n";
+
+/// Kept of the child's stderr (for crash reasons).
+const STDERR_KEPT: usize = 8 * 1024;
+
+#[derive(Serialize, Deserialize)]
+struct Request {
+    format: Format,
+    limits: Limits,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Reply {
+    Ok(Extracted),
+    Err(ExtractError),
+}
+
+/// Runs extractions in child processes; safe to share between threads (each call has its own
+/// child). Blocking: call it from a blocking thread.
+#[derive(Debug, Clone)]
+pub struct Extractor {
+    program: PathBuf,
+    limits: Limits,
+}
+
+impl Extractor {
+    /// `program` is the kennis binary (`std::env::current_exe()` in the server,
+    /// `env!("CARGO_BIN_EXE_kennis")` in tests).
+    pub fn new(program: PathBuf, limits: Limits) -> Self {
+        Extractor { program, limits }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Extracts the text of `bytes` as `format` in a child process, within the limits.
+    pub fn extract(&self, format: Format, bytes: &[u8]) -> Result<Extracted, ExtractError> {
+        let limits = &self.limits;
+        if bytes.len() > limits.input_bytes {
+            return Err(ExtractError::TooLarge(format!(
+                "{} bytes, more than the limit of {}",
+                bytes.len(),
+                limits.input_bytes
+            )));
+        }
+        let mut header = serde_json::to_vec(&Request {
+            format,
+            limits: limits.clone(),
+        })
+        .map_err(|e| ExtractError::Crashed(format!("the request cannot be written ({e})")))?;
+        header.push(b'\n');
+        let mut child = spawn(&self.program)?;
+        let (Some(mut stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(ExtractError::Crashed("its pipes were not set up".into()));
+        };
+        let started = Instant::now();
+        let child = Mutex::new(child);
+        let timed_out = AtomicBool::new(false);
+        let (done, done_rx) = mpsc::channel::<()>();
+        let most = (limits.output_bytes as u64)
+            .saturating_mul(4)
+            .saturating_add(64 * 1024);
+        let (out, overflow, status, stderr) = thread::scope(|s| {
+            let (child_ref, timed_out_ref) = (&child, &timed_out);
+            s.spawn(move || {
+                if let Err(mpsc::RecvTimeoutError::Timeout) = done_rx.recv_timeout(limits.time) {
+                    timed_out_ref.store(true, Ordering::SeqCst);
+                    let _ = lock(child_ref).kill();
+                }
+            });
+            s.spawn(move || {
+                // A child that stops reading (it refused the input) closes the pipe: fine.
+                let _ = stdin
+                    .write_all(&header)
+                    .and_then(|()| stdin.write_all(bytes));
+            });
+            let errors = s.spawn(move || {
+                let mut stderr = stderr;
+                let mut kept = Vec::new();
+                let _ = (&mut stderr)
+                    .take(STDERR_KEPT as u64)
+                    .read_to_end(&mut kept);
+                // Drain the rest so the child never blocks on a full pipe.
+                let _ = std::io::copy(&mut stderr, &mut std::io::sink());
+                kept
+            });
+            let mut out = Vec::new();
+            let read = stdout.take(most + 1).read_to_end(&mut out);
+            let overflow = out.len() as u64 > most;
+            if overflow || read.is_err() {
+                let _ = lock(&child).kill();
+            }
+            let status = wait(&child);
+            let _ = done.send(());
+            let stderr = errors.join().unwrap_or_default();
+            (out, overflow, status, stderr)
+        });
+        tracing::debug!(
+            ms = started.elapsed().as_millis() as u64,
+            format = format.extension(),
+            "extraction child done"
+        );
+        if timed_out.load(Ordering::SeqCst) {
+            return Err(ExtractError::TimeLimit(whole_seconds(limits.time)));
+        }
+        if overflow {
+            return Err(ExtractError::Crashed(
+                "the worker wrote more than the output limit allows".into(),
+            ));
+        }
+        if let Some(reply) = reply_of(&out) {
+            return match reply {
+                Reply::Ok(extracted) => Ok(extracted),
+                Reply::Err(e) => Err(e),
+            };
+        }
+        Err(judge(status, &stderr, limits))
+    }
+}
+
+/// What a child that gave no result died of.
+fn judge(status: Option<ExitStatus>, stderr: &[u8], limits: &Limits) -> ExtractError {
+    let stderr = String::from_utf8_lossy(stderr);
+    let last = stderr
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    if stderr.contains("memory allocation of") {
+        return ExtractError::MemoryLimit(limits.memory_bytes >> 20);
+    }
+    if stderr.contains("overflowed its stack") {
+        return ExtractError::Crashed("the parser overflowed its stack".into());
+    }
+    let Some(status) = status else {
+        return ExtractError::Crashed("its exit could not be observed".into());
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            let xcpu = rustix::process::Signal::XCPU.as_raw();
+            if signal == xcpu {
+                return ExtractError::TimeLimit(whole_seconds(limits.time));
+            }
+            return ExtractError::Crashed(if last.is_empty() {
+                format!("it was stopped by signal {signal}")
+            } else {
+                format!("it was stopped by signal {signal} ({last})")
+            });
+        }
+    }
+    ExtractError::Crashed(match (status.code(), last.is_empty()) {
+        (Some(code), true) => format!("it exited with status {code} and no result"),
+        (Some(code), false) => format!("it exited with status {code} ({last})"),
+        (None, _) => "it ended without a result".into(),
+    })
+}
+
+fn whole_seconds(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+fn lock(child: &Mutex<Child>) -> std::sync::MutexGuard<'_, Child> {
+    child.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Waits for the child to end (the watchdog kills it at the deadline).
+fn wait(child: &Mutex<Child>) -> Option<ExitStatus> {
+    loop {
+        match lock(child).try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) => {}
+            Err(_) => return None,
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn spawn(program: &Path) -> Result<Child, ExtractError> {
+    Command::new(program)
+        .arg(WORKER_COMMAND)
+        .env_clear()
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            ExtractError::Crashed(format!(
+                "the worker {} cannot be started ({e})",
+                program.display()
+            ))
+        })
+}
+
+fn reply_of(out: &[u8]) -> Option<Reply> {
+    let at = memchr::memmem::rfind(out, MARKER)?;
+    serde_json::from_slice(out.get(at + MARKER.len()..)?).ok()
+}
+
+/// Sets the child's own limits before it reads the file.
+#[cfg(unix)]
+fn limit_self(limits: &Limits) -> std::io::Result<()> {
+    use rustix::process::{Resource, Rlimit, setrlimit};
+    let set = |resource, value: u64| {
+        setrlimit(
+            resource,
+            Rlimit {
+                current: Some(value),
+                maximum: Some(value),
+            },
+        )
+    };
+    set(Resource::As, limits.memory_bytes)?;
+    let cpu = whole_seconds(limits.time).max(1);
+    setrlimit(
+        Resource::Cpu,
+        Rlimit {
+            current: Some(cpu),
+            maximum: Some(cpu + 1),
+        },
+    )?;
+    set(Resource::Core, 0)?;
+    set(Resource::Fsize, 0)?;
+    set(Resource::Nofile, 16)?;
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn limit_self(_limits: &Limits) -> std::io::Result<()> {
+    Ok(())
+}
+
+fn reply(r: &Reply) -> ExitCode {
+    let mut stdout = std::io::stdout().lock();
+    let body = serde_json::to_vec(r).unwrap_or_default();
+    let written = stdout
+        .write_all(MARKER)
+        .and_then(|()| stdout.write_all(&body))
+        .and_then(|()| stdout.flush());
+    if written.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The child side (`kennis extract-worker`): limits itself, reads the request and the file
+/// from stdin, extracts, and writes the result to stdout.
+pub fn worker_main() -> ExitCode {
+    let mut stdin = BufReader::new(std::io::stdin().lock());
+    let mut header = Vec::new();
+    if (&mut stdin)
+        .take(64 * 1024)
+        .read_until(b'\n', &mut header)
+        .is_err()
+    {
+        return ExitCode::FAILURE;
+    }
+    let Ok(request) = serde_json::from_slice::<Request>(&header) else {
+        eprintln!("extract-worker: a bad request header");
+        return ExitCode::from(2);
+    };
+    let limits = request.limits;
+    if let Err(e) = limit_self(&limits) {
+        return reply(&Reply::Err(ExtractError::Crashed(format!(
+            "the worker cannot limit itself ({e})"
+        ))));
+    }
+    let mut bytes = Vec::new();
+    let most = limits.input_bytes as u64;
+    if let Err(e) = stdin.take(most + 1).read_to_end(&mut bytes) {
+        return reply(&Reply::Err(ExtractError::Crashed(format!(
+            "the file could not be read ({e})"
+        ))));
+    }
+    let r = match extract_in_process(request.format, &bytes, &limits) {
+        Ok(x) => Reply::Ok(x),
+        Err(e) => Reply::Err(e),
+    };
+    reply(&r)
+}
