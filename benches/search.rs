@@ -92,7 +92,7 @@ fn load(docs: &[(String, String)]) -> (Loaded, Duration) {
     let started = Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let index = SearchIndex::open(&dir.path().join("index")).unwrap();
+    let index = SearchIndex::open(&dir.path().join("index"), true).unwrap();
     let now = jiff::Timestamp::now();
     for (path, text) in docs {
         kennis::kb::store_document(&store, ORG, path, text.as_bytes(), None, now).unwrap();

@@ -12,6 +12,7 @@ use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::identity::LoginGuard;
 use crate::kb::KbError;
+use crate::kb::extract::{Extractor, Limits};
 use crate::kb::index::SearchIndex;
 use crate::metrics::Metrics;
 use crate::store::{BatchWriter, GroupCommit, Store, StoreError};
@@ -53,6 +54,8 @@ pub struct App {
     pub grant_use_stamped: DashMap<u64, Timestamp>,
     /// Password and second-factor checks: failure counts and the bounded hashing pool.
     pub login: LoginGuard,
+    /// Takes the text of PDF and Office files in a sandboxed child process.
+    pub extractor: Extractor,
 }
 
 impl App {
@@ -65,7 +68,11 @@ impl App {
     ) -> Result<Arc<App>, OpenError> {
         let store = Store::open(&config.data_dir)?;
         let server_key = load_or_create_key(&config.data_dir)?;
-        let kb_index = Arc::new(SearchIndex::open(&config.data_dir.join(INDEX_DIR))?);
+        let kb_index = Arc::new(SearchIndex::open(
+            &config.data_dir.join(INDEX_DIR),
+            config.extract_text,
+        )?);
+        let extractor = extractor(&config);
         let caught_up = kb_index.catch_up(&store)?;
         if caught_up > 0 {
             tracing::info!(changes = caught_up, "search index caught up with the store");
@@ -88,6 +95,7 @@ impl App {
             commits,
             runs: RunQueue::new(),
             login,
+            extractor,
         }))
     }
 
@@ -106,6 +114,17 @@ impl App {
     pub fn connector_url(&self) -> String {
         format!("{}{}", self.public_url, crate::config::CONNECTOR_PATH)
     }
+}
+
+/// The extractor for this configuration: `kennis extract-worker` children of this executable
+/// (or of `extract_program`), with the knowledge base's limits.
+pub fn extractor(config: &Config) -> Extractor {
+    let program = config
+        .extract_program
+        .clone()
+        .or_else(|| std::env::current_exe().ok())
+        .unwrap_or_else(|| "kennis".into());
+    Extractor::new(program, Limits::DEFAULT)
 }
 
 /// Reads `secret.key`, or creates it (32 random bytes, mode 0600) on first start.

@@ -1,5 +1,6 @@
 //! The command line: clap definitions and what each command does. `main.rs` only dispatches.
 
+use crate::progress::Progress;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -80,10 +81,17 @@ pub enum Command {
     /// The knowledge base.
     #[command(subcommand)]
     Kb(KbCommand),
-    /// Rebuild the search index from the store (all organisations, or one).
+    /// Extract the text of PDF and Office documents not extracted yet (retrying failures),
+    /// then rebuild the search index from the store (all organisations, or one).
     Reindex {
         #[arg(long)]
         org: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give the database file's unused space back and merge the search index (also done after
+    /// large imports and reindexing).
+    Compact {
         #[arg(long)]
         json: bool,
     },
@@ -483,7 +491,8 @@ pub fn init_logging(format: LogFormat, default_level: &str) {
 /// Runs `req` through the running server's admin socket, or on the store directly when no
 /// server runs on this data directory.
 pub fn run_admin(config: &Config, req: AdminRequest) -> Result<Value, CliError> {
-    let mut progress = |p: &str| eprintln!("{p}");
+    let mut view = ProgressView::new();
+    let mut progress = |p: Progress| view.show(p);
     if let Some(v) = admin::try_send(&config.data_dir, &req, &mut progress)? {
         return Ok(v);
     }
@@ -494,9 +503,11 @@ pub fn run_admin(config: &Config, req: AdminRequest) -> Result<Value, CliError> 
         )),
         other => other.into(),
     })?;
-    let kb_index =
-        crate::kb::index::SearchIndex::open(&config.data_dir.join(crate::app::INDEX_DIR))
-            .map_err(|e| CliError::Failed(e.to_string()))?;
+    let kb_index = crate::kb::index::SearchIndex::open(
+        &config.data_dir.join(crate::app::INDEX_DIR),
+        config.extract_text,
+    )
+    .map_err(|e| CliError::Failed(e.to_string()))?;
     let ctx = AdminContext {
         store,
         data_dir: config.data_dir.clone(),
@@ -505,8 +516,83 @@ pub fn run_admin(config: &Config, req: AdminRequest) -> Result<Value, CliError> 
         public_url: offline_public_url(config),
         wake_jobs: None,
         stop_run: None,
+        extractor: crate::app::extractor(config),
     };
     Ok(admin::execute(&ctx, req, &mut progress)?)
+}
+
+/// Shows progress reports on stderr: a bar per stage when stderr is a terminal, otherwise a
+/// line per stage at most every few seconds (and its last report), for logs.
+pub struct ProgressView {
+    terminal: bool,
+    bar: Option<(String, indicatif::ProgressBar)>,
+    last_line: Option<std::time::Instant>,
+}
+
+impl Default for ProgressView {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ProgressView {
+    pub fn new() -> ProgressView {
+        use std::io::IsTerminal;
+        ProgressView {
+            terminal: std::io::stderr().is_terminal(),
+            bar: None,
+            last_line: None,
+        }
+    }
+
+    pub fn show(&mut self, p: Progress) {
+        match p {
+            Progress::Step { stage, done, total } if self.terminal => {
+                let bar = match &self.bar {
+                    Some((s, bar)) if *s == stage => bar.clone(),
+                    _ => {
+                        self.finish();
+                        let bar = indicatif::ProgressBar::new(total);
+                        if let Ok(style) = indicatif::ProgressStyle::with_template(
+                            "{msg:20} [{bar:30}] {pos}/{len} ({per_sec}, {eta} left)",
+                        ) {
+                            bar.set_style(style.progress_chars("=> "));
+                        }
+                        bar.set_message(stage.clone());
+                        self.bar = Some((stage, bar.clone()));
+                        bar
+                    }
+                };
+                bar.set_length(total);
+                bar.set_position(done);
+            }
+            Progress::Step { .. } => {
+                let due = self
+                    .last_line
+                    .is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(2));
+                if due || p.is_final() {
+                    eprintln!("{}", p.line());
+                    self.last_line = Some(std::time::Instant::now());
+                }
+            }
+            Progress::Note { text } => match &self.bar {
+                Some((_, bar)) => bar.println(text),
+                None => eprintln!("{text}"),
+            },
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Some((_, bar)) = self.bar.take() {
+            bar.finish();
+        }
+    }
+}
+
+impl Drop for ProgressView {
+    fn drop(&mut self) {
+        self.finish();
+    }
 }
 
 /// The base URL a server on this configuration would announce: its `public_url`, else the
@@ -579,7 +665,8 @@ pub fn restore(config: &Config, path: &Path) -> Result<Value, CliError> {
             config.data_dir.display()
         )));
     }
-    let summary = store::restore_from_dir(path, &config.data_dir, &mut |p| eprintln!("{p}"))?;
+    let mut view = ProgressView::new();
+    let summary = store::restore_from_dir(path, &config.data_dir, &mut |p| view.show(p))?;
     Ok(
         serde_json::json!({"path": summary.path, "records": summary.records, "bytes": summary.bytes}),
     )

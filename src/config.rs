@@ -92,6 +92,12 @@ pub struct Config {
     pub acme: Option<Acme>,
     /// Tests only: Client ID Metadata Documents may also be `http://127.0.0.1:<port>/…`.
     pub cimd_allow_http_loopback: bool,
+    /// `[kb] extract_text`: take the text of PDF and Office files when they are stored and
+    /// search and show it; off restores the specification's rule 8 exactly.
+    pub extract_text: bool,
+    /// The program started as `kennis extract-worker`; `None`: this executable. Not a
+    /// setting (tests, whose executable is not kennis, set it).
+    pub extract_program: Option<PathBuf>,
 }
 
 /// Let's Encrypt's production directory, the default ACME directory.
@@ -142,6 +148,13 @@ pub struct OAuthSettings {
     pub cimd_allow_http_loopback: Option<bool>,
 }
 
+/// The `[kb]` table.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KbSettings {
+    pub extract_text: Option<bool>,
+}
+
 /// PEM files for TLS.
 #[derive(Debug, Clone)]
 pub struct TlsFiles {
@@ -165,6 +178,7 @@ pub struct Settings {
     pub redirect: Option<RedirectAllowList>,
     pub acme: Option<AcmeSettings>,
     pub oauth: Option<OAuthSettings>,
+    pub kb: Option<KbSettings>,
 }
 
 impl Settings {
@@ -213,6 +227,12 @@ impl Settings {
                     "1" | "true" | "yes" | "on"
                 )),
             }),
+            kb: get("KENNIS_EXTRACT_TEXT").map(|v| KbSettings {
+                extract_text: Some(!matches!(
+                    v.trim().to_ascii_lowercase().as_str(),
+                    "0" | "false" | "no" | "off"
+                )),
+            }),
         }
     }
 
@@ -237,6 +257,7 @@ impl Settings {
                 .oauth
                 .filter(|o| o.cimd_allow_http_loopback.is_some())
                 .or(self.oauth),
+            kb: over.kb.filter(|k| k.extract_text.is_some()).or(self.kb),
         }
     }
 
@@ -327,6 +348,8 @@ impl Settings {
                 .oauth
                 .and_then(|o| o.cimd_allow_http_loopback)
                 .unwrap_or(false),
+            extract_text: self.kb.and_then(|k| k.extract_text).unwrap_or(true),
+            extract_program: None,
         })
     }
 }
@@ -532,6 +555,38 @@ mod tests {
         assert!(toml::from_str::<Settings>("lisen = \"x\"").is_err());
         assert!(toml::from_str::<Settings>("[acme]\ndomain = [\"x\"]").is_err());
         assert!(toml::from_str::<Settings>("[oauth]\ncimd = true").is_err());
+        assert!(toml::from_str::<Settings>("[kb]\nextract = false").is_err());
+    }
+
+    #[test]
+    fn extract_text_is_on_unless_switched_off() {
+        assert!(Settings::default().validate().unwrap().extract_text);
+        let file: Settings = toml::from_str("[kb]\nextract_text = false").unwrap();
+        assert!(!file.clone().validate().unwrap().extract_text);
+        let env = |v: &'static str| {
+            Settings::from_env(move |k| (k == "KENNIS_EXTRACT_TEXT").then(|| v.to_owned()))
+        };
+        assert!(
+            file.clone()
+                .overlay(env("true"))
+                .validate()
+                .unwrap()
+                .extract_text
+        );
+        assert!(
+            !Settings::default()
+                .overlay(env("off"))
+                .validate()
+                .unwrap()
+                .extract_text
+        );
+        assert!(
+            !file
+                .overlay(Settings::default())
+                .validate()
+                .unwrap()
+                .extract_text
+        );
     }
 
     #[test]

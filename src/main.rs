@@ -264,19 +264,33 @@ fn run(cli: Cli) -> Result<(), CliError> {
             let v = cli::run_admin(&config, AdminRequest::KbImport { org, dir, prefix })?;
             cli::output(json, &v, |v| {
                 format!(
-                    "{} files: {} created, {} revised, {} unchanged, {} skipped",
+                    "{} files: {} created, {} revised, {} unchanged, {} skipped; text extracted from {}, {} without text",
                     v["files"],
                     v["created"],
                     v["revised"],
                     v["unchanged"],
-                    v["skipped"].as_array().map_or(0, |a| a.len())
+                    v["skipped"].as_array().map_or(0, |a| a.len()),
+                    v["extracted"],
+                    v["extraction_failed"]
                 )
             });
         }
         Command::Reindex { org, json } => {
             let v = cli::run_admin(&config, AdminRequest::Reindex { org })?;
             cli::output(json, &v, |v| {
-                format!("search index rebuilt: {} documents", v["documents"])
+                format!(
+                    "search index rebuilt: {} documents; text extracted from {} files, {} without text",
+                    v["documents"], v["extracted"], v["extraction_failed"]
+                )
+            });
+        }
+        Command::Compact { json } => {
+            let v = cli::run_admin(&config, AdminRequest::Compact)?;
+            cli::output(json, &v, |v| {
+                format!(
+                    "database file: {} bytes before, {} bytes after",
+                    v["bytes_before"], v["bytes_after"]
+                )
             });
         }
         Command::Audit(AuditCommand::Export { org, since }) => {

@@ -16,6 +16,7 @@ use crate::admin::{self, AdminContext};
 use crate::app::App;
 use crate::clock::SharedClock;
 use crate::config::Config;
+use crate::extraction;
 use crate::http::{PeerAddr, acme, files, observe, tls};
 use crate::store::StoreError;
 
@@ -225,6 +226,9 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
         }));
     }
     workers.push(crate::housekeeping::start(&app, stop_rx.clone()));
+    if app.kb_index.with_extracted() {
+        workers.push(extraction::start(&app, stop_rx.clone()));
+    }
     let wait_stop = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
@@ -234,6 +238,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
         clock,
         kb_index: app.kb_index.clone(),
         public_url: app.public_url.clone(),
+        extractor: app.extractor.clone(),
         // Weak: the admin task must not keep the store open past shutdown.
         wake_jobs: Some({
             let app = Arc::downgrade(&app);

@@ -5,6 +5,7 @@
 mod import;
 mod socket;
 
+use crate::progress::{Progress, Report};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -15,8 +16,8 @@ use std::sync::Arc;
 use crate::agents::{self, AgentError, AgentKind, Rollout};
 use crate::clock::SharedClock;
 use crate::identity::{self, ConnectorAccess, IdentityError, NewPerson, Role};
-use crate::kb::KbError;
 use crate::kb::index::SearchIndex;
+use crate::kb::{self, KbError};
 use crate::requests::apps::{self, AppStatus};
 use crate::requests::{self, RequestError};
 use crate::store::{self, Store, StoreError};
@@ -91,10 +92,13 @@ pub enum AdminRequest {
         dir: PathBuf,
         prefix: Option<String>,
     },
-    /// Rebuilds the search index from the store.
+    /// Extracts the text of binary documents not extracted yet (retrying failed ones), then
+    /// rebuilds the search index from the store.
     Reindex {
         org: Option<String>,
     },
+    /// Gives the database file's free pages back and merges the search index.
+    Compact,
     /// An organisation's audit records, oldest first.
     AuditExport {
         org: String,
@@ -207,6 +211,8 @@ pub struct AdminContext {
     pub wake_jobs: Option<JobWaker>,
     /// Stops a running server's executor of a cancelled run (`None` without a server).
     pub stop_run: Option<JobWaker>,
+    /// Takes the text of PDF and Office files (imports, reindex).
+    pub extractor: crate::kb::extract::Extractor,
 }
 
 impl From<agents::CancelError> for AdminError {
@@ -273,11 +279,12 @@ fn org_json(o: &identity::Org) -> Value {
     })
 }
 
-/// Runs one request. `progress` receives lines for long work (backups).
+/// Runs one request. `progress` receives reports of long work (imports, reindexing,
+/// backups, compaction).
 pub fn execute(
     ctx: &AdminContext,
     req: AdminRequest,
-    progress: &mut dyn FnMut(&str),
+    progress: Report<'_>,
 ) -> Result<Value, AdminError> {
     let now = ctx.clock.now();
     let store = &ctx.store;
@@ -413,8 +420,32 @@ pub fn execute(
                 Some(slug) => Some(identity::find_org(store, &slug)?.id),
                 None => None,
             };
-            let n = ctx.kb_index.rebuild(store, org_id, progress)?;
-            json!({"documents": n})
+            let extracted = if ctx.kb_index.with_extracted() {
+                kb::extracted::extract_all(
+                    store,
+                    &ctx.extractor,
+                    org_id,
+                    now,
+                    &mut |done, total| progress(Progress::step("extracting text", done, total)),
+                )?
+            } else {
+                kb::extracted::ExtractSummary::default()
+            };
+            let n = ctx.kb_index.rebuild(store, org_id, &mut |done, total| {
+                progress(Progress::step("indexing documents", done, total))
+            })?;
+            let compaction = import::compact(ctx, progress)?;
+            json!({
+                "documents": n,
+                "extracted": extracted.extracted,
+                "extraction_failed": extracted.failed,
+                "bytes_before": compaction.bytes_before,
+                "bytes_after": compaction.bytes_after,
+            })
+        }
+        AdminRequest::Compact => {
+            let c = import::compact(ctx, progress)?;
+            json!({"bytes_before": c.bytes_before, "bytes_after": c.bytes_after})
         }
         AdminRequest::AuditExport { org, since } => {
             let org = identity::find_org(store, &org)?;

@@ -3,6 +3,7 @@
 //! the request; the server answers with zero or more `{"progress": …}` lines and one final
 //! `{"ok": …}` or `{"error": …, "refused": bool}` line.
 
+use crate::progress::{Progress, Report};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -36,7 +37,7 @@ pub fn socket_path(data_dir: &Path) -> PathBuf {
 pub fn try_send(
     data_dir: &Path,
     req: &AdminRequest,
-    progress: &mut dyn FnMut(&str),
+    progress: Report<'_>,
 ) -> Result<Option<Value>, AdminError> {
     let path = socket_path(data_dir);
     let io = |source| SocketError::Io {
@@ -63,8 +64,11 @@ pub fn try_send(
         let line = line.map_err(io)?;
         let v: Value =
             serde_json::from_str(&line).map_err(|e| SocketError::Protocol(e.to_string()))?;
-        if let Some(p) = v.get("progress").and_then(Value::as_str) {
-            progress(p);
+        if let Some(p) = v.get("progress") {
+            match serde_json::from_value::<Progress>(p.clone()) {
+                Ok(p) => progress(p),
+                Err(_) => progress(Progress::note(p.as_str().unwrap_or_default())),
+            }
         } else if let Some(ok) = v.get("ok") {
             return Ok(Some(ok.clone()));
         } else if let Some(err) = v.get("error").and_then(Value::as_str) {
@@ -139,8 +143,16 @@ async fn handle(ctx: AdminContext, stream: tokio::net::UnixStream) -> std::io::R
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     // redb work blocks; keep it off the async workers.
     let work = tokio::task::spawn_blocking(move || {
-        let mut progress = |p: &str| {
-            let _ = tx.send(json!({"progress": p}).to_string());
+        // A step is sent at most every 100 ms (and always the last of its stage).
+        let mut last_step: Option<std::time::Instant> = None;
+        let mut progress = |p: Progress| {
+            if !p.is_final() && last_step.is_some_and(|t| t.elapsed().as_millis() < 100) {
+                return;
+            }
+            if matches!(p, Progress::Step { .. }) {
+                last_step = Some(std::time::Instant::now());
+            }
+            let _ = tx.send(json!({ "progress": p }).to_string());
         };
         execute(&ctx, req, &mut progress)
     });

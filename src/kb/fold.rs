@@ -13,6 +13,9 @@ use unicode_normalization::char::is_combining_mark;
 /// Folds one line: lower case, NFKD, combining marks dropped, a few letters without a
 /// decomposition spelled out, and every run of white space made one space.
 pub fn fold_line(line: &str) -> String {
+    if line.is_ascii() {
+        return fold_ascii(line);
+    }
     let mut out = String::with_capacity(line.len());
     let mut in_space = false;
     for c in line.to_lowercase().nfkd() {
@@ -42,6 +45,27 @@ pub fn fold_line(line: &str) -> String {
     out
 }
 
+/// [`fold_line`] for a line of ASCII only, where lower case, NFKD and the marks come down to
+/// ASCII lower case: the same result, several times faster (search folds what it verifies).
+fn fold_ascii(line: &str) -> String {
+    let mut out = Vec::with_capacity(line.len());
+    let mut in_space = false;
+    for &b in line.as_bytes() {
+        // What `char::is_whitespace` is for ASCII.
+        if matches!(b, b' ' | b'\t'..=b'\r') {
+            if !in_space {
+                out.push(b' ');
+                in_space = true;
+            }
+            continue;
+        }
+        in_space = false;
+        out.push(b.to_ascii_lowercase());
+    }
+    // Only ASCII bytes were pushed.
+    String::from_utf8(out).unwrap_or_default()
+}
+
 /// Folds a whole text line by line; line `n` of the result is line `n` of the input.
 pub fn fold_text(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -69,6 +93,23 @@ mod tests {
         assert_eq!(fold_line("a \t  b\u{a0}c"), "a b c");
         // Decomposed input folds like composed input.
         assert_eq!(fold_line("cafe\u{301}"), fold_line("café"));
+    }
+
+    #[test]
+    fn ascii_lines_fold_as_the_general_path_does() {
+        let general = |line: &str| {
+            // The general path, forced by a non-ASCII character that folds away.
+            fold_line(&format!("{line}\u{301}"))
+        };
+        for line in [
+            "Kozijn  DEUR\t\x0b\x0c\rklaar ",
+            "",
+            "  ~!@#$%^&*()_+{}|:\"<>?`-=[]\\;',./ 0123456789 AZaz",
+            "\x00\x01\x1c\x1f\x7f",
+        ] {
+            assert!(line.is_ascii());
+            assert_eq!(fold_line(line), general(line), "{line:?}");
+        }
     }
 
     #[test]

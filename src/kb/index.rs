@@ -1,30 +1,52 @@
 //! The search index (tantivy, in `<data>/index/`): derived data that proposes candidate
-//! documents. Each text document's latest version is indexed as 2- and 3-character grams of its
-//! folded text, so a query term found as a substring (kozijn in kozijnen) selects the document
-//! through the grams it consists of. The index records in its commit payload how far it has
-//! followed the store's change log; at start it replays what it missed.
+//! documents in a useful order. Each searchable document's latest version (its own text, or
+//! the text extracted from a binary file) is indexed three ways, all from its folded text:
+//!
+//! - `grams`: every distinct 2- and 3-character gram, once per document (no frequencies, no
+//!   positions). A query term found as a substring (kozijn in kozijnen) selects the document
+//!   through the grams it consists of; this only filters, it does not score.
+//! - `words`: the whole words with their frequencies, for BM25 over the body.
+//! - `title`: the words of the first line (a Markdown heading or a title) and of the file
+//!   name, for BM25 over the title, weighted [`TITLE_BOOST`] times.
+//!
+//! Ranking is therefore BM25 over whole query words in title and body among the documents
+//! that contain every term as a substring; the verifier then applies the exact rules. The
+//! index records in its commit payload how far it has followed the store's change log; at
+//! start it replays what it missed.
 
+use std::collections::HashSet;
+use std::hash::BuildHasherDefault;
 use std::path::Path;
 use std::sync::Mutex;
 
+use rustc_hash::FxHasher;
 use tantivy::collector::{Count, TopDocs};
-use tantivy::query::{AllQuery, BooleanQuery, Occur, Query, TermQuery};
+use tantivy::query::{BooleanQuery, BoostQuery, ConstScoreQuery, Occur, Query, TermQuery};
 use tantivy::schema::{
     Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
     Value,
 };
-use tantivy::tokenizer::NgramTokenizer;
+use tantivy::tokenizer::{
+    RemoveLongFilter, SimpleTokenizer, TextAnalyzer, Token, TokenStream, Tokenizer,
+};
 use tantivy::{
     DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, doc,
 };
 
-use super::{Change, DocKind, Document, KbError, doc_key};
-use crate::store::{KB_CHANGES, KB_DOCS, KB_FOLDED, Store, key};
+use super::fold::fold_text;
+use super::{Change, Document, KbError, MAX_SEARCHED_BYTES, doc_key, prefix_on_char_boundary};
+use crate::store::{KB_CHANGES, KB_DOCS, Store, key};
 
-const TOKENIZER: &str = "kennis_grams";
-const WRITER_HEAP: usize = 50_000_000;
+const GRAMS: &str = "kennis_grams";
+const WORDS: &str = "kennis_words";
+/// Memory the index writer may use before it writes a segment: its threads share it.
+const WRITER_HEAP: usize = 96_000_000;
+/// Indexing threads: the machine kennis is made for has two cores.
+const WRITER_THREADS: usize = 2;
+/// How much more a query word in the title counts than one in the body.
+pub const TITLE_BOOST: f32 = 2.0;
 /// Bumped when the schema or the gram scheme changes; a mismatch rebuilds the index.
-const INDEX_FORMAT: &str = "kennis-index-1";
+const INDEX_FORMAT: &str = "kennis-index-2";
 
 struct Fields {
     key: Field,
@@ -34,7 +56,10 @@ struct Fields {
     version: Field,
     hash: Field,
     size: Field,
+    extracted: Field,
     grams: Field,
+    words: Field,
+    title: Field,
 }
 
 /// A candidate document proposed by the index.
@@ -44,6 +69,8 @@ pub struct Candidate {
     pub version: u64,
     pub hash: String,
     pub size: u64,
+    /// Its text was extracted from a binary file.
+    pub extracted: bool,
 }
 
 pub struct SearchIndex {
@@ -51,13 +78,21 @@ pub struct SearchIndex {
     reader: IndexReader,
     writer: Mutex<IndexWriter>,
     fields: Fields,
+    words: TextAnalyzer,
+    with_extracted: bool,
 }
 
 fn schema() -> (Schema, Fields) {
     let mut b = Schema::builder();
     let grams_opts = TextOptions::default().set_indexing_options(
         TextFieldIndexing::default()
-            .set_tokenizer(TOKENIZER)
+            .set_tokenizer(GRAMS)
+            .set_index_option(IndexRecordOption::Basic)
+            .set_fieldnorms(false),
+    );
+    let words_opts = TextOptions::default().set_indexing_options(
+        TextFieldIndexing::default()
+            .set_tokenizer(WORDS)
             .set_index_option(IndexRecordOption::WithFreqs),
     );
     let fields = Fields {
@@ -68,9 +103,19 @@ fn schema() -> (Schema, Fields) {
         version: b.add_u64_field("version", STORED),
         hash: b.add_text_field("hash", STORED),
         size: b.add_u64_field("size", STORED),
+        extracted: b.add_u64_field("extracted", STORED),
         grams: b.add_text_field("grams", grams_opts),
+        words: b.add_text_field("words", words_opts.clone()),
+        title: b.add_text_field("title", words_opts),
     };
     (b.build(), fields)
+}
+
+fn words_analyzer() -> TextAnalyzer {
+    // The text is folded (lower case, no accents) before it gets here.
+    TextAnalyzer::builder(SimpleTokenizer::default())
+        .filter(RemoveLongFilter::limit(40))
+        .build()
 }
 
 fn index_err(e: impl std::fmt::Display) -> KbError {
@@ -93,6 +138,78 @@ pub fn term_grams(term: &str) -> Vec<String> {
     }
 }
 
+/// Tokenizer of the `grams` field: every distinct 2- and 3-character gram of a text, once,
+/// leaving out grams across a line break (no term holds one). Indexing each gram once instead
+/// of at every occurrence makes the index several times smaller and faster to build; the
+/// field only filters, so its frequencies were never used.
+#[derive(Clone, Default)]
+struct DistinctGrams;
+
+struct GramStream {
+    /// In reverse order: `advance` pops.
+    rest: Vec<Token>,
+    current: Token,
+}
+
+impl TokenStream for GramStream {
+    fn advance(&mut self) -> bool {
+        match self.rest.pop() {
+            Some(t) => {
+                self.current = t;
+                true
+            }
+            None => false,
+        }
+    }
+    fn token(&self) -> &Token {
+        &self.current
+    }
+    fn token_mut(&mut self) -> &mut Token {
+        &mut self.current
+    }
+}
+
+impl Tokenizer for DistinctGrams {
+    type TokenStream<'a> = GramStream;
+
+    fn token_stream<'a>(&'a mut self, text: &'a str) -> GramStream {
+        let mut seen: HashSet<&str, BuildHasherDefault<FxHasher>> = HashSet::default();
+        let mut rest = Vec::new();
+        // Byte offsets where the last three characters start.
+        let mut starts: [usize; 3] = [0; 3];
+        let mut push = |from: usize, to: usize, rest: &mut Vec<Token>| {
+            let Some(gram) = text.get(from..to) else {
+                return;
+            };
+            if !gram.contains('\n') && seen.insert(gram) {
+                rest.push(Token {
+                    offset_from: from,
+                    offset_to: to,
+                    position: rest.len(),
+                    text: gram.to_owned(),
+                    position_length: 1,
+                });
+            }
+        };
+        let boundaries = text.char_indices().map(|(i, _)| i).chain([text.len()]);
+        for (have, i) in boundaries.enumerate() {
+            // `i` ends the grams that start at the remembered character starts.
+            if have >= 2 {
+                push(starts[1], i, &mut rest);
+            }
+            if have >= 3 {
+                push(starts[0], i, &mut rest);
+            }
+            starts = [starts[1], starts[2], i];
+        }
+        rest.reverse();
+        GramStream {
+            rest,
+            current: Token::default(),
+        }
+    }
+}
+
 /// The folders containing `path`, each with a trailing slash: `a/b/c.md` → `a/`, `a/b/`.
 fn ancestors(path: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -104,14 +221,33 @@ fn ancestors(path: &str) -> Vec<String> {
     out
 }
 
+/// What the `title` field holds: the first non-empty line (without Markdown heading marks)
+/// and the file name, both folded.
+fn title_of(path: &str, folded: &str) -> String {
+    let first = folded
+        .lines()
+        .map(|l| l.trim().trim_start_matches('#').trim())
+        .find(|l| !l.is_empty())
+        .unwrap_or_default();
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let stem = name.rsplit_once('.').map_or(name, |(s, _)| s);
+    format!("{first}\n{}", super::fold::fold_line(stem))
+}
+
 impl SearchIndex {
     /// Opens the index in `dir`, creating it (or recreating it, when it was made by another
-    /// index format) as needed. A recreated index starts at change 0 and catches up.
-    pub fn open(dir: &Path) -> Result<SearchIndex, KbError> {
+    /// index format, or with extracted text in or out) as needed. A recreated index starts at
+    /// change 0 and catches up. `with_extracted`: index the text extracted from binary files
+    /// (`[kb] extract_text`).
+    pub fn open(dir: &Path, with_extracted: bool) -> Result<SearchIndex, KbError> {
         std::fs::create_dir_all(dir).map_err(index_err)?;
         let (schema, fields) = schema();
         let marker = dir.join("FORMAT");
-        let format_ok = std::fs::read_to_string(&marker).is_ok_and(|s| s.trim() == INDEX_FORMAT);
+        let format = format!(
+            "{INDEX_FORMAT}{}",
+            if with_extracted { "+extracted" } else { "" }
+        );
+        let format_ok = std::fs::read_to_string(&marker).is_ok_and(|s| s.trim() == format);
         if !format_ok {
             for entry in std::fs::read_dir(dir).map_err(index_err)? {
                 let p = entry.map_err(index_err)?.path();
@@ -125,13 +261,13 @@ impl SearchIndex {
         let mmap = tantivy::directory::MmapDirectory::open(dir).map_err(index_err)?;
         let index = Index::open_or_create(mmap, schema).map_err(index_err)?;
         if !format_ok {
-            std::fs::write(&marker, INDEX_FORMAT).map_err(index_err)?;
+            std::fs::write(&marker, &format).map_err(index_err)?;
         }
-        index.tokenizers().register(
-            TOKENIZER,
-            NgramTokenizer::new(2, 3, false).map_err(index_err)?,
-        );
-        let writer = index.writer(WRITER_HEAP).map_err(index_err)?;
+        index.tokenizers().register(GRAMS, DistinctGrams);
+        index.tokenizers().register(WORDS, words_analyzer());
+        let writer = index
+            .writer_with_num_threads(WRITER_THREADS, WRITER_HEAP)
+            .map_err(index_err)?;
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
@@ -142,7 +278,22 @@ impl SearchIndex {
             reader,
             writer: Mutex::new(writer),
             fields,
+            words: words_analyzer(),
+            with_extracted,
         })
+    }
+
+    /// Whether text extracted from binary files is searched.
+    pub fn with_extracted(&self) -> bool {
+        self.with_extracted
+    }
+
+    fn writer(&self) -> std::sync::MutexGuard<'_, IndexWriter> {
+        // A panic while indexing leaves at worst uncommitted documents, which the next
+        // catch-up replays from the change log.
+        self.writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The last change-log sequence number the index has applied.
@@ -158,20 +309,26 @@ impl SearchIndex {
     /// Applies every change the store logged after [`applied`](Self::applied); returns how
     /// many were applied. Serialised by the writer lock, so concurrent callers are safe.
     pub fn catch_up(&self, store: &Store) -> Result<usize, KbError> {
-        let mut writer = self.writer.lock().expect("index writer lock");
+        let mut writer = self.writer();
         let mut applied = self.applied();
         let mut count = 0;
         loop {
             let batch: Vec<(Vec<u8>, Change)> =
                 store.read(|tx| tx.range(KB_CHANGES, &key::id(applied + 1), 1000))?;
-            if batch.is_empty() {
+            let Some(last) = batch.last().and_then(|(k, _)| key::id_at(k, 0)) else {
                 break;
+            };
+            // A document changed several times in the batch is indexed once.
+            let mut seen = HashSet::new();
+            let mut docs = Vec::new();
+            for (_, change) in batch.iter().rev() {
+                if seen.insert((change.org_id, change.path.as_str())) {
+                    docs.push((change.org_id, change.path.as_str()));
+                }
             }
-            for (k, change) in &batch {
-                self.reindex_one(&mut writer, store, change.org_id, &change.path)?;
-                applied = key::id_at(k, 0).expect("change key");
-                count += 1;
-            }
+            self.reindex(&writer, store, &docs)?;
+            applied = last;
+            count += batch.len();
         }
         if count > 0 {
             self.commit(&mut writer, applied)?;
@@ -186,55 +343,84 @@ impl SearchIndex {
         self.reader.reload().map_err(index_err)
     }
 
-    /// Replaces the index entry of one document with its current state in the store.
-    fn reindex_one(
+    /// Replaces the index entries of these documents with their current state in the store.
+    /// Reading and folding the texts is split over two threads; tantivy's own threads index.
+    fn reindex(
         &self,
-        writer: &mut IndexWriter,
+        writer: &IndexWriter,
         store: &Store,
-        org_id: u64,
-        path: &str,
+        docs: &[(u64, &str)],
     ) -> Result<(), KbError> {
         let f = &self.fields;
-        let key = format!("{org_id}:{path}");
-        writer.delete_term(Term::from_field_text(f.key, &key));
-        let found: Option<(Document, Option<Vec<u8>>)> = store.read(|tx| {
-            let Some(doc) = tx.get::<Document>(KB_DOCS, &doc_key(org_id, path))? else {
-                return Ok::<_, KbError>(None);
+        for (org_id, path) in docs {
+            writer.delete_term(Term::from_field_text(f.key, &format!("{org_id}:{path}")));
+        }
+        let half = docs.len().div_ceil(2);
+        let (first, second) = docs.split_at(half);
+        std::thread::scope(|scope| {
+            let other = scope.spawn(|| self.add_documents(writer, store, second));
+            let mine = self.add_documents(writer, store, first);
+            let theirs = other
+                .join()
+                .unwrap_or_else(|_| Err(KbError::Index("an indexing thread panicked".into())));
+            mine.and(theirs)
+        })
+    }
+
+    fn add_documents(
+        &self,
+        writer: &IndexWriter,
+        store: &Store,
+        docs: &[(u64, &str)],
+    ) -> Result<(), KbError> {
+        for (org_id, path) in docs {
+            let found = store.read(|tx| {
+                let Some(doc) = tx.get::<Document>(KB_DOCS, &doc_key(*org_id, path))? else {
+                    return Ok::<_, KbError>(None);
+                };
+                let text = super::text_of(tx, &doc, self.with_extracted)?;
+                Ok(text.map(|t| (doc, t)))
+            })?;
+            let Some((doc, text)) = found else {
+                continue;
             };
-            if doc.kind != DocKind::Text {
-                return Ok(None);
-            }
-            let hash = blake3::Hash::from_hex(&doc.hash).map_err(index_err)?;
-            let folded = tx.get_raw(KB_FOLDED, hash.as_bytes())?;
-            Ok(Some((doc, folded)))
-        })?;
-        let Some((doc, Some(folded))) = found else {
-            return Ok(());
-        };
+            writer
+                .add_document(self.document(*org_id, &doc, &text))
+                .map_err(index_err)?;
+        }
+        Ok(())
+    }
+
+    fn document(&self, org_id: u64, doc: &Document, text: &super::DocText) -> TantivyDocument {
+        let f = &self.fields;
+        let folded = fold_text(prefix_on_char_boundary(&text.text, MAX_SEARCHED_BYTES));
         let mut d = doc!(
-            f.key => key,
+            f.key => format!("{org_id}:{}", doc.path),
             f.org => org_id,
             f.path => doc.path.clone(),
             f.version => doc.version,
             f.hash => doc.hash.clone(),
             f.size => doc.size,
-            f.grams => String::from_utf8_lossy(&folded).into_owned(),
+            f.extracted => u64::from(text.extracted),
+            f.title => title_of(&doc.path, &folded),
         );
         for folder in ancestors(&doc.path) {
             d.add_text(f.folders, folder);
         }
-        writer.add_document(d).map_err(index_err)?;
-        Ok(())
+        d.add_text(f.words, &folded);
+        d.add_text(f.grams, folded);
+        d
     }
 
-    /// Rebuilds the index from the store: every organisation, or one. Reports progress.
+    /// Rebuilds the index from the store: every organisation, or one. Reports progress as
+    /// (documents done, documents in all).
     pub fn rebuild(
         &self,
         store: &Store,
         org: Option<u64>,
-        progress: &mut dyn FnMut(&str),
+        progress: &mut dyn FnMut(u64, u64),
     ) -> Result<usize, KbError> {
-        let mut writer = self.writer.lock().expect("index writer lock");
+        let mut writer = self.writer();
         match org {
             Some(id) => {
                 writer
@@ -249,37 +435,56 @@ impl SearchIndex {
             }
         }
         // The change log's end: everything up to it is reflected by the rebuild.
-        let last = store.read(|tx| {
-            let n = tx.count(KB_CHANGES)?;
-            let rows: Vec<(Vec<u8>, Change)> = if n == 0 {
-                Vec::new()
-            } else {
-                tx.range(KB_CHANGES, &key::id(self.applied().max(1)), usize::MAX)?
-            };
-            Ok::<_, KbError>(
-                rows.last()
-                    .and_then(|(k, _)| key::id_at(k, 0))
-                    .unwrap_or(self.applied()),
-            )
-        })?;
+        let last = store
+            .read(|tx| tx.last_key(KB_CHANGES))?
+            .and_then(|k| key::id_at(&k, 0))
+            .unwrap_or(0)
+            .max(self.applied());
         let prefix = org.map(|id| key::id(id).to_vec()).unwrap_or_default();
         let docs: Vec<(Vec<u8>, Document)> = store.read(|tx| tx.scan(KB_DOCS, &prefix))?;
-        let total = docs.len();
-        let mut done = 0;
-        for (i, (_, doc)) in docs.iter().enumerate() {
-            self.reindex_one(&mut writer, store, doc.org_id, &doc.path)?;
-            done += 1;
-            if (i + 1) % 500 == 0 || i + 1 == total {
-                progress(&format!("indexed {} of {total} documents", i + 1));
-            }
+        let total = docs.len() as u64;
+        for (i, chunk) in docs.chunks(500).enumerate() {
+            let keys: Vec<(u64, &str)> = chunk
+                .iter()
+                .map(|(_, d)| (d.org_id, d.path.as_str()))
+                .collect();
+            self.reindex(&writer, store, &keys)?;
+            progress(((i * 500 + chunk.len()) as u64).min(total), total);
         }
         self.commit(&mut writer, last)?;
-        Ok(done)
+        Ok(docs.len())
+    }
+
+    /// Merges the index into as few segments as it can and removes the files no longer used:
+    /// after large imports, and on `kennis compact`.
+    pub fn compact(&self) -> Result<(), KbError> {
+        let mut writer = self.writer();
+        let ids = self.index.searchable_segment_ids().map_err(index_err)?;
+        if ids.len() > 1 {
+            writer.merge(&ids).wait().map_err(index_err)?;
+        }
+        writer.garbage_collect_files().wait().map_err(index_err)?;
+        self.reader.reload().map_err(index_err)
+    }
+
+    /// Bytes the index's files take.
+    pub fn size_on_disk(dir: &Path) -> u64 {
+        std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter_map(|e| e.metadata().ok())
+                    .filter(|m| m.is_file())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0)
     }
 
     /// Candidate documents of `org_id` (inside `folder`, if given) that contain every gram of
-    /// every term: the best `max` of them, and how many there are in all. Only the ones a call
-    /// may verify are fetched, so a common term does not load the whole knowledge base.
+    /// every term, best first: at most `max` of them, and how many there are in all. Only the
+    /// ones a call may verify are fetched, so a common term does not load the whole
+    /// knowledge base.
     pub fn candidates(
         &self,
         org_id: u64,
@@ -288,7 +493,7 @@ impl SearchIndex {
         max: usize,
     ) -> Result<(Vec<Candidate>, usize), KbError> {
         let f = &self.fields;
-        let mut clauses: Vec<(Occur, Box<dyn Query>)> = vec![(
+        let mut filter: Vec<(Occur, Box<dyn Query>)> = vec![(
             Occur::Must,
             Box::new(TermQuery::new(
                 Term::from_field_u64(f.org, org_id),
@@ -313,64 +518,139 @@ impl SearchIndex {
                     )),
                 ),
             ]);
-            clauses.push((Occur::Must, Box::new(scope)));
+            filter.push((Occur::Must, Box::new(scope)));
         }
         let mut grams: Vec<String> = terms.iter().flat_map(|t| term_grams(t)).collect();
         grams.sort();
         grams.dedup();
         for g in &grams {
-            clauses.push((
+            filter.push((
                 Occur::Must,
                 Box::new(TermQuery::new(
                     Term::from_field_text(f.grams, g),
-                    IndexRecordOption::WithFreqs,
+                    IndexRecordOption::Basic,
                 )),
             ));
         }
-        let query: Box<dyn Query> = if clauses.is_empty() {
-            Box::new(AllQuery)
-        } else {
-            Box::new(BooleanQuery::new(clauses))
-        };
-        let searcher = self.reader.searcher();
-        let total = searcher.search(&query, &Count).map_err(index_err)?;
-        if total == 0 {
-            return Ok((Vec::new(), 0));
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> = vec![(
+            Occur::Must,
+            Box::new(ConstScoreQuery::new(
+                Box::new(BooleanQuery::new(filter)),
+                0.0,
+            )),
+        )];
+        for word in self.query_words(terms) {
+            clauses.push((
+                Occur::Should,
+                Box::new(TermQuery::new(
+                    Term::from_field_text(f.words, &word),
+                    IndexRecordOption::WithFreqs,
+                )),
+            ));
+            clauses.push((
+                Occur::Should,
+                Box::new(BoostQuery::new(
+                    Box::new(TermQuery::new(
+                        Term::from_field_text(f.title, &word),
+                        IndexRecordOption::WithFreqs,
+                    )),
+                    TITLE_BOOST,
+                )),
+            ));
         }
-        let top: Vec<(f32, DocAddress)> = searcher
+        let query = BooleanQuery::new(clauses);
+        let searcher = self.reader.searcher();
+        let limit = max.min(searcher.num_docs() as usize).max(1);
+        let (total, top) = searcher
             .search(
                 &query,
-                &TopDocs::with_limit(total.min(max)).order_by_score(),
+                &(Count, TopDocs::with_limit(limit).order_by_score()),
             )
             .map_err(index_err)?;
         let mut out = Vec::with_capacity(top.len());
         for (_, addr) in top {
-            let d: TantivyDocument = searcher.doc(addr).map_err(index_err)?;
-            let text = |field| {
-                d.get_first(field)
-                    .and_then(|v| v.as_str())
-                    .unwrap_or_default()
-                    .to_owned()
-            };
-            let num = |field| {
-                d.get_first(field)
-                    .and_then(|v| v.as_u64())
-                    .unwrap_or_default()
-            };
-            out.push(Candidate {
-                path: text(f.path),
-                version: num(f.version),
-                hash: text(f.hash),
-                size: num(f.size),
-            });
+            out.push(self.candidate(&searcher, addr)?);
         }
         Ok((out, total))
+    }
+
+    /// The whole words of the query's terms, as the `words` field holds them.
+    fn query_words(&self, terms: &[String]) -> Vec<String> {
+        let mut analyzer = self.words.clone();
+        let mut out: Vec<String> = Vec::new();
+        for term in terms {
+            let mut stream = analyzer.token_stream(term);
+            while let Some(t) = stream.next() {
+                if !out.contains(&t.text) {
+                    out.push(t.text.clone());
+                }
+            }
+        }
+        out
+    }
+
+    fn candidate(
+        &self,
+        searcher: &tantivy::Searcher,
+        addr: DocAddress,
+    ) -> Result<Candidate, KbError> {
+        let f = &self.fields;
+        let d: TantivyDocument = searcher.doc(addr).map_err(index_err)?;
+        let text = |field| {
+            d.get_first(field)
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let num = |field| {
+            d.get_first(field)
+                .and_then(|v| v.as_u64())
+                .unwrap_or_default()
+        };
+        Ok(Candidate {
+            path: text(f.path),
+            version: num(f.version),
+            hash: text(f.hash),
+            size: num(f.size),
+            extracted: num(f.extracted) == 1,
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn distinct_grams(text: &str) -> Vec<String> {
+        let mut t = DistinctGrams;
+        let mut stream = t.token_stream(text);
+        let mut out = Vec::new();
+        while stream.advance() {
+            out.push(stream.token().text.clone());
+        }
+        out
+    }
+
+    #[test]
+    fn each_gram_once_none_across_lines() {
+        assert_eq!(distinct_grams("abab"), vec!["ab", "ba", "aba", "bab"]);
+        assert_eq!(distinct_grams("é"), Vec::<String>::new());
+        assert_eq!(distinct_grams("éa"), vec!["éa"]);
+        assert_eq!(distinct_grams("a\nbc"), vec!["bc"]);
+        assert_eq!(
+            distinct_grams("de kat"),
+            vec!["de", "e ", "de ", " k", "e k", "ka", " ka", "at", "kat"]
+        );
+    }
+
+    #[test]
+    fn titles_take_the_first_line_and_the_file_name() {
+        assert_eq!(
+            title_of("a/01150100.md", "\n# aziatische lay-out\ntekst"),
+            "aziatische lay-out\n01150100"
+        );
+        assert_eq!(title_of("offerte-2026.pdf", ""), "\nofferte-2026");
+    }
 
     #[test]
     fn grams_of_terms() {

@@ -6,6 +6,7 @@
 //! index is derived from the change log and catches up after a crash.
 
 pub mod extract;
+pub mod extracted;
 pub mod fold;
 pub mod index;
 pub mod link;
@@ -16,7 +17,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::store::{
-    KB_CHANGES, KB_CONTENT, KB_DOCS, KB_FOLDED, KB_VERSIONS, Read, Store, StoreError, WriteTx, key,
+    KB_CHANGES, KB_CONTENT, KB_DOCS, KB_VERSIONS, Read, Store, StoreError, WriteTx, blob, key,
 };
 use index::SearchIndex;
 
@@ -224,12 +225,7 @@ fn put_document(
     let (kind, content_type) = classify(path, bytes);
     let hash_bytes = blake3::hash(bytes);
     if tx.get_raw(KB_CONTENT, hash_bytes.as_bytes())?.is_none() {
-        tx.put_raw(KB_CONTENT, hash_bytes.as_bytes(), bytes)?;
-        if kind == DocKind::Text {
-            let text = std::str::from_utf8(bytes).expect("text is UTF-8");
-            let folded = fold::fold_text(prefix_on_char_boundary(text, MAX_SEARCHED_BYTES));
-            tx.put_raw(KB_FOLDED, hash_bytes.as_bytes(), folded.as_bytes())?;
-        }
+        tx.put_raw(KB_CONTENT, hash_bytes.as_bytes(), &blob::encode(bytes))?;
     }
     let version = current.as_ref().map_or(1, |d| d.version + 1);
     let doc = Document {
@@ -255,6 +251,18 @@ fn put_document(
             created_by: by,
         },
     )?;
+    log_change(tx, org_id, path)?;
+    Ok(WriteOutcome {
+        path: path.to_owned(),
+        version,
+        created: current.is_none(),
+        size: doc.size,
+        changed: true,
+    })
+}
+
+/// Tells the search index (and the extraction worker) that `path` changed.
+pub(crate) fn log_change(tx: &mut WriteTx, org_id: u64, path: &str) -> Result<(), StoreError> {
     let seq = tx.next_id("kb_change")?;
     tx.put(
         KB_CHANGES,
@@ -263,14 +271,7 @@ fn put_document(
             org_id,
             path: path.to_owned(),
         },
-    )?;
-    Ok(WriteOutcome {
-        path: path.to_owned(),
-        version,
-        created: current.is_none(),
-        size: doc.size,
-        changed: true,
-    })
+    )
 }
 
 /// A path whose ancestor is a document (or which is itself an ancestor of documents) would make
@@ -329,7 +330,42 @@ pub fn content(tx: &impl Read, hash_hex: &str) -> Result<Option<Vec<u8>>, StoreE
     let Ok(hash) = blake3::Hash::from_hex(hash_hex) else {
         return Ok(None);
     };
-    tx.get_raw(KB_CONTENT, hash.as_bytes())
+    match tx.get_raw(KB_CONTENT, hash.as_bytes())? {
+        Some(stored) => Ok(Some(blob::decode(&stored)?.into_owned())),
+        None => Ok(None),
+    }
+}
+
+/// The text of a document as search and excerpts see it: a text document's own text, or the
+/// text extracted from a binary one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DocText {
+    pub text: String,
+    /// Taken from a binary file (PDF, Office, …) rather than the document itself.
+    pub extracted: bool,
+}
+
+/// The text of `doc` (its whole text; extracted text is at most 1 MiB already), or `None` for
+/// a binary document without extracted text, and for every binary document when
+/// `with_extracted` is off.
+pub fn text_of(
+    tx: &impl Read,
+    doc: &Document,
+    with_extracted: bool,
+) -> Result<Option<DocText>, StoreError> {
+    match doc.kind {
+        DocKind::Text => Ok(content(tx, &doc.hash)?.map(|bytes| DocText {
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+            extracted: false,
+        })),
+        DocKind::Binary if with_extracted => {
+            Ok(extracted::text(tx, &doc.hash)?.map(|text| DocText {
+                text,
+                extracted: true,
+            }))
+        }
+        DocKind::Binary => Ok(None),
+    }
 }
 
 /// An entry of a folder listing.
@@ -406,7 +442,8 @@ pub struct NewVersion<'a> {
 
 /// Writes one document: stores the version in one transaction and brings the search index up
 /// to date, so the document is found by a search as soon as this returns. The one entry point
-/// for every writer (connector, portal); many writes at once go through [`Writer`].
+/// for every single write (connector, portal); many writes at once go through [`Writer`].
+/// Text is extracted from a binary file later, off the request path (see [`extracted`]).
 pub fn write(
     store: &Store,
     index: &SearchIndex,
@@ -418,28 +455,99 @@ pub fn write(
     Ok(outcome)
 }
 
-/// The batch form of [`write`] (imports, demo data): each [`put`](Writer::put) stores one
-/// document in its own transaction, and [`finish`](Writer::finish) brings the search index
-/// up to date once for all of them. A writer dropped unfinished leaves the index behind until
-/// the next write or start, which catch up.
+/// The batch form of [`write`] (imports, demo data): [`put_many`](Writer::put_many) stores a
+/// batch of documents in one transaction (one commit, one sync), and
+/// [`finish`](Writer::finish) brings the search index up to date once for all of them. A
+/// writer dropped unfinished leaves the index behind until the next write or start, which
+/// catch up. With [`extracting`](Writer::extracting), the text of binary files is extracted
+/// before their batch is stored and stored with it.
 pub struct Writer<'a> {
     store: &'a Store,
     index: &'a SearchIndex,
+    extractor: Option<&'a extract::Extractor>,
+    extracted: ExtractCounts,
+}
+
+/// What a [`Writer`] extracted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ExtractCounts {
+    /// Files whose text was extracted.
+    pub extracted: usize,
+    /// Files whose text could not be extracted (they stay binary documents).
+    pub failed: usize,
 }
 
 impl<'a> Writer<'a> {
     pub fn new(store: &'a Store, index: &'a SearchIndex) -> Writer<'a> {
-        Writer { store, index }
+        Writer {
+            store,
+            index,
+            extractor: None,
+            extracted: ExtractCounts::default(),
+        }
+    }
+
+    /// Extracts text from binary files as they are stored (when the index searches extracted
+    /// text at all); for imports, which run off the request path.
+    pub fn extracting(mut self, extractor: &'a extract::Extractor) -> Writer<'a> {
+        if self.index.with_extracted() {
+            self.extractor = Some(extractor);
+        }
+        self
     }
 
     /// Stores one document version (see [`put_document`]).
     pub fn put(&mut self, new: NewVersion<'_>) -> Result<WriteOutcome, KbError> {
-        let path = path::normalize(new.path)?;
+        self.put_many(&[new])?
+            .pop()
+            .unwrap_or_else(|| Err(KbError::InvalidInput("nothing to store".into())))
+    }
+
+    /// Stores a batch in one transaction: each document's own outcome (a refused document does
+    /// not stop the others), or an error of the store, which stores none of them.
+    pub fn put_many(
+        &mut self,
+        batch: &[NewVersion<'_>],
+    ) -> Result<Vec<Result<WriteOutcome, KbError>>, KbError> {
+        let paths: Vec<Result<String, KbError>> =
+            batch.iter().map(|n| path::normalize(n.path)).collect();
+        let texts = match self.extractor {
+            Some(x) => extracted::extract_batch(self.store, x, batch, &mut self.extracted)?,
+            None => Vec::new(),
+        };
         self.store.write(|tx| {
-            put_document(
-                tx, new.org_id, &path, new.bytes, new.expect, new.by, new.now,
-            )
+            for (hash, result) in &texts {
+                extracted::record(
+                    tx,
+                    hash,
+                    result,
+                    batch.first().map_or_else(Timestamp::now, |n| n.now),
+                )?;
+            }
+            let mut out = Vec::with_capacity(batch.len());
+            for (new, path) in batch.iter().zip(paths) {
+                let r = path.and_then(|path| {
+                    put_document(
+                        tx, new.org_id, &path, new.bytes, new.expect, new.by, new.now,
+                    )
+                });
+                match r {
+                    Err(KbError::Store(e)) => return Err(KbError::Store(e)),
+                    r => out.push(r),
+                }
+            }
+            Ok(out)
         })
+    }
+
+    /// What was extracted so far.
+    pub fn extract_counts(&self) -> ExtractCounts {
+        self.extracted
+    }
+
+    /// Brings the search index up to date now (long imports do this every so often).
+    pub fn catch_up(&mut self) -> Result<usize, KbError> {
+        self.index.catch_up(self.store)
     }
 
     /// Brings the search index up to date; returns how many changes it applied.

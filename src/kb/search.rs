@@ -10,10 +10,10 @@
 use memchr::memmem::Finder;
 use serde::Serialize;
 
-use super::fold::fold_line;
+use super::fold::{fold_line, fold_text};
 use super::index::{Candidate, SearchIndex};
-use super::{KbError, prefix_on_char_boundary};
-use crate::store::{KB_CONTENT, KB_FOLDED, ReadTx, Store};
+use super::{KbError, MAX_SEARCHED_BYTES, prefix_on_char_boundary};
+use crate::store::{ReadTx, Store};
 
 pub const MIN_QUERY_CHARS: usize = 2;
 pub const MAX_QUERY_CHARS: usize = 200;
@@ -137,6 +137,10 @@ pub struct Hit {
     /// 1-based line of the first match.
     pub line: usize,
     pub snippet: String,
+    /// The document is a binary file and the match is in the text extracted from it (lines
+    /// count in that text). Left out for text documents.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub extracted: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -224,7 +228,7 @@ pub fn search(
                 enough = true;
                 break;
             }
-            let cost = c.size.min(super::MAX_SEARCHED_BYTES as u64);
+            let cost = c.size.min(MAX_SEARCHED_BYTES as u64);
             if verified >= req.budget.max_documents || bytes + cost > req.budget.max_bytes {
                 reason = Some(if verified >= req.budget.max_documents {
                     format!(
@@ -268,16 +272,19 @@ pub fn search(
 }
 
 fn verify(tx: &ReadTx, c: &Candidate, finders: &[Finder<'_>]) -> Result<Option<Hit>, KbError> {
-    let hash = blake3::Hash::from_hex(&c.hash).map_err(|e| KbError::Index(e.to_string()))?;
-    let Some(folded) = tx.get_raw(KB_FOLDED, hash.as_bytes())? else {
+    let text = if c.extracted {
+        super::extracted::text(tx, &c.hash)?
+    } else {
+        super::content(tx, &c.hash)?.map(|b| String::from_utf8_lossy(&b).into_owned())
+    };
+    let Some(text) = text else {
         return Ok(None);
     };
-    let folded = String::from_utf8_lossy(&folded);
+    // The folded copy is derived here rather than stored: it costs less than reading it.
+    let folded = fold_text(prefix_on_char_boundary(&text, MAX_SEARCHED_BYTES));
     let Some(line) = first_match(&folded, finders) else {
         return Ok(None);
     };
-    let raw = tx.get_raw(KB_CONTENT, hash.as_bytes())?.unwrap_or_default();
-    let text = String::from_utf8_lossy(&raw);
     let snippet = text
         .split('\n')
         .skip(line)
@@ -290,6 +297,7 @@ fn verify(tx: &ReadTx, c: &Candidate, finders: &[Finder<'_>]) -> Result<Option<H
         version: c.version,
         line: line + 1,
         snippet,
+        extracted: c.extracted,
     }))
 }
 
@@ -306,8 +314,13 @@ fn shorten(line: &str) -> String {
 
 /// The readable rendering of one result; the output cap counts these.
 pub fn render_hit(hit: &Hit) -> String {
+    let source = if hit.extracted {
+        ", in the text taken from the file"
+    } else {
+        ""
+    };
     format!(
-        "{} (version {}, line {}):\n{}\n\n",
+        "{} (version {}, line {}{source}):\n{}\n\n",
         hit.path, hit.version, hit.line, hit.snippet
     )
 }

@@ -246,6 +246,7 @@ async fn search_page(
                     li {
                         a href={ (doc_url(slug, &hit.path)) "#L" (hit.line) } { (hit.path) }
                         " " span.muted { (ta("search-line", &[("line", number(hit.line as u64))])) }
+                        @if hit.extracted { " " span.badge.extracted { (t("search-extracted")) } }
                         pre.snippet { (hit.snippet) }
                     }
                 }
@@ -270,6 +271,24 @@ async fn search_page(
         StatusCode::OK,
         layout(&t("search-title"), Some(&m.user), Some(&m.org), body),
     )
+}
+
+/// Why no text could be taken from a file, for the organisation's admins.
+fn extraction_failure(error: &kb::extract::ExtractError) -> String {
+    use kb::extract::ExtractError as E;
+    let key = match error {
+        E::NoText => "extract-no-text",
+        E::Encrypted => "extract-encrypted",
+        E::Damaged(_) => "extract-damaged",
+        E::TooLarge(_) => "extract-too-large",
+        E::ZipBomb(_) => "extract-zip-bomb",
+        E::TooDeep(_) => "extract-too-deep",
+        E::TimeLimit(_) => "extract-time-limit",
+        E::MemoryLimit(_) => "extract-memory-limit",
+        E::Unsupported(_) => "extract-unsupported",
+        E::Crashed(_) => "extract-crashed",
+    };
+    ta("extract-failed", &[("reason", t(key))])
 }
 
 /// Markdown as HTML. Raw HTML in the document is shown as text, never passed through, and
@@ -391,8 +410,10 @@ async fn show_document(app: &Arc<App>, m: &OrgMember, raw_path: String, q: &DocQ
                 let text_of = |v: &Version| -> Result<Option<String>, StoreError> {
                     Ok(kb::content(tx, &v.hash)?.map(|b| String::from_utf8_lossy(&b).into_owned()))
                 };
-                let text = if doc.kind == DocKind::Text {
-                    kb::content(tx, &doc.hash)?.map(|b| String::from_utf8_lossy(&b).into_owned())
+                let with_extracted = app.kb_index.with_extracted();
+                let text = kb::text_of(tx, &doc, with_extracted)?;
+                let extraction = if doc.kind == DocKind::Binary && with_extracted {
+                    kb::extracted::outcome(tx, &doc.hash)?
                 } else {
                     None
                 };
@@ -414,11 +435,11 @@ async fn show_document(app: &Arc<App>, m: &OrgMember, raw_path: String, q: &DocQ
                     )),
                     _ => None,
                 };
-                Ok::<_, StoreError>(Some((doc, versions, text, authors, compared)))
+                Ok::<_, StoreError>(Some((doc, versions, text, extraction, authors, compared)))
             })
         })
         .await;
-    let (doc, versions, text, authors, compared) = match found {
+    let (doc, versions, text, extraction, authors, compared) = match found {
         Ok(Some(found)) => found,
         Ok(None) => return error_page(m, StatusCode::NOT_FOUND, &t("kb-no-document")),
         Err(e) => return refused(m, &e),
@@ -440,14 +461,23 @@ async fn show_document(app: &Arc<App>, m: &OrgMember, raw_path: String, q: &DocQ
             dt { (t("col-size")) } dd { (fmt_bytes(doc.size)) }
             dt { (t("col-version")) } dd { (doc.version) " · " a href=(link_for(versions.last().unwrap_or(&Version { version: doc.version, size: doc.size, hash: doc.hash.clone(), created_at: now, created_by: None }))) { (t("action-download")) } }
         }
-        @if let Some(text) = &text {
-            @if is_markdown {
+        @match &text {
+            Some(kb::DocText { text, extracted: true }) => {
+                p.muted #kb-extracted-note { (t("kb-extracted-note")) }
+                pre #kb-document .pre-wrap .extracted { (text) }
+            }
+            Some(kb::DocText { text, .. }) if is_markdown => {
                 article #kb-document .doc { (PreEscaped(markdown(text))) }
-            } @else {
+            }
+            Some(kb::DocText { text, .. }) => {
                 pre #kb-document .pre-wrap { (text) }
             }
-        } @else {
-            p.muted { (t("kb-binary")) }
+            None => {
+                p.muted { (t("kb-binary")) }
+                @if let Some(error) = extraction.as_ref().and_then(|x| x.error.as_ref()).filter(|_| m.is_admin()) {
+                    p.notice #kb-extraction-failed { (extraction_failure(error)) }
+                }
+            }
         }
         h2 #versions-heading { (t("versions-heading")) }
         div.table-wrap {

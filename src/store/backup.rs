@@ -5,10 +5,11 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableHandle};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableHandle};
 use serde::{Deserialize, Serialize};
 
 use super::{ALL_TABLES, DB_FILE, SCHEMA_VERSION, Store, StoreError};
+use crate::progress::{Progress, Report};
 
 /// Name of the manifest inside a backup directory; written last, so a half-written backup has
 /// none and is refused by restore.
@@ -56,7 +57,7 @@ pub struct BackupSummary {
 }
 
 const FORMAT: &str = "kennis-backup-1";
-const PROGRESS_EVERY: u64 = 50_000;
+const PROGRESS_EVERY: u64 = 2_000;
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     move |source| StoreError::Io {
@@ -84,14 +85,19 @@ pub fn backup_to_dir(
     data_dir: &Path,
     dest: &Path,
     created_at: &str,
-    progress: &mut dyn FnMut(&str),
+    progress: Report<'_>,
 ) -> Result<BackupSummary, StoreError> {
     require_empty_target(dest)?;
     let db_path = dest.join(DB_FILE);
-    let snapshot = store.db().begin_read()?;
+    let db = store.db();
+    let snapshot = db.begin_read()?;
     let copy = Database::create(&db_path)?;
     let mut tables = Vec::new();
     let mut records = 0u64;
+    let mut total = 0u64;
+    for def in ALL_TABLES {
+        total += snapshot.open_table(*def)?.len()?;
+    }
     {
         let txn = copy.begin_write()?;
         for def in ALL_TABLES {
@@ -104,13 +110,13 @@ pub fn backup_to_dir(
                 n += 1;
                 records += 1;
                 if records % PROGRESS_EVERY == 0 {
-                    progress(&format!("copied {records} records"));
+                    progress(Progress::step("copying records", records, total));
                 }
             }
-            progress(&format!("table {}: {n} records", def.name()));
             tables.push((def.name().to_owned(), n));
         }
         drop(snapshot);
+        progress(Progress::step("copying records", records, total));
         txn.commit()?;
     }
     drop(copy);
@@ -172,9 +178,9 @@ pub fn backup_to_dir(
         &manifest_path,
         &serde_json::to_vec_pretty(&manifest).expect("manifest serialises"),
     )?;
-    progress(&format!(
+    progress(Progress::note(format!(
         "backup complete: {records} records, {bytes} bytes"
-    ));
+    )));
     Ok(BackupSummary {
         path: dest.to_owned(),
         records,
@@ -187,7 +193,7 @@ pub fn backup_to_dir(
 pub fn restore_from_dir(
     src: &Path,
     data_dir: &Path,
-    progress: &mut dyn FnMut(&str),
+    progress: Report<'_>,
 ) -> Result<BackupSummary, StoreError> {
     let manifest_path = src.join(MANIFEST);
     let text = std::fs::read(&manifest_path).map_err(|e| {
@@ -221,7 +227,10 @@ pub fn restore_from_dir(
                 f.name
             )));
         }
-        progress(&format!("verifying {} ({} bytes)", f.name, f.size));
+        progress(Progress::note(format!(
+            "verifying {} ({} bytes)",
+            f.name, f.size
+        )));
         let (size, sum) = hash_file(&src.join(&f.name))?;
         if size != f.size || sum != f.blake3 {
             return Err(StoreError::Backup(format!(
@@ -233,7 +242,7 @@ pub fn restore_from_dir(
     }
     require_empty_target(data_dir)?;
     for f in &manifest.files {
-        progress(&format!("restoring {}", f.name));
+        progress(Progress::note(format!("restoring {}", f.name)));
         let to = data_dir.join(&f.name);
         let (dir, file) = match f.name.split_once('/') {
             Some((dir, file)) => {
@@ -254,7 +263,9 @@ pub fn restore_from_dir(
     let store = Store::open(data_dir)?;
     let records = manifest.tables.iter().map(|t| t.1).sum();
     drop(store);
-    progress(&format!("restore complete: {records} records"));
+    progress(Progress::note(format!(
+        "restore complete: {records} records"
+    )));
     Ok(BackupSummary {
         path: data_dir.to_owned(),
         records,

@@ -125,7 +125,8 @@ fn commit(
     batch: Vec<Msg>,
     waiters: &mut Vec<Sender<()>>,
 ) -> Result<(), super::StoreError> {
-    let txn = store.db().begin_write()?;
+    let db = store.db();
+    let txn = db.begin_write()?;
     for msg in batch {
         match msg {
             Msg::Append { table, key, value } => {

@@ -2,10 +2,10 @@
 
 use redb::ReadableTable;
 
-use super::{ALL_TABLES, META, Store, StoreError, decode, encode};
+use super::{ALL_TABLES, KB_CONTENT, META, Store, StoreError, Table, blob, decode, encode};
 
 /// The schema version this binary writes.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 const VERSION_KEY: &[u8] = b"schema_version";
 
@@ -13,7 +13,7 @@ const VERSION_KEY: &[u8] = b"schema_version";
 type Migration = fn(&redb::WriteTransaction) -> Result<(), StoreError>;
 
 /// `MIGRATIONS[n]` takes a store from version `n` to `n + 1`. Version 0 is an empty file.
-const MIGRATIONS: &[Migration] = &[create_tables];
+const MIGRATIONS: &[Migration] = &[create_tables, compress_content];
 
 fn create_tables(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
     for table in ALL_TABLES {
@@ -22,9 +22,29 @@ fn create_tables(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Version 1 kept content as raw bytes and a folded copy of every text beside it; version 2
+/// keeps content compressed (`blob`) and derives the folded text when searching.
+fn compress_content(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
+    const KB_FOLDED: Table = Table::new("kb_folded");
+    txn.delete_table(KB_FOLDED)?;
+    let mut content = txn.open_table(KB_CONTENT)?;
+    let keys: Vec<Vec<u8>> = content
+        .iter()?
+        .map(|row| row.map(|(k, _)| k.value().to_vec()))
+        .collect::<Result<_, _>>()?;
+    for key in keys {
+        let Some(raw) = content.get(key.as_slice())?.map(|v| v.value().to_vec()) else {
+            continue;
+        };
+        content.insert(key.as_slice(), blob::encode(&raw).as_slice())?;
+    }
+    Ok(())
+}
+
 /// Brings the store to [`SCHEMA_VERSION`], or refuses a store from a newer binary.
 pub(super) fn migrate(store: &Store) -> Result<(), StoreError> {
-    let txn = store.db().begin_write()?;
+    let db = store.db();
+    let txn = db.begin_write()?;
     let found: u32 = {
         let meta = txn.open_table(META)?;
         match meta.get(VERSION_KEY)? {
@@ -54,7 +74,8 @@ pub(super) fn migrate(store: &Store) -> Result<(), StoreError> {
 /// Test hook: pretend a newer binary wrote this store.
 #[doc(hidden)]
 pub fn set_schema_version_for_tests(store: &Store, version: u32) -> Result<(), StoreError> {
-    let txn = store.db().begin_write()?;
+    let db = store.db();
+    let txn = db.begin_write()?;
     txn.open_table(META)?
         .insert(VERSION_KEY, encode(&version).as_slice())?;
     txn.commit()?;
@@ -74,6 +95,49 @@ mod tests {
         }
         let err = Store::open(dir.path()).unwrap_err().to_string();
         assert!(err.contains("newer kennis"), "{err}");
+    }
+
+    #[test]
+    fn version_1_content_is_compressed_and_the_folded_copy_dropped() {
+        const KB_FOLDED: Table = Table::new("kb_folded");
+        let dir = tempfile::tempdir().unwrap();
+        let text = "Kozijnen van meranti, geschilderd in RAL 9010.\n".repeat(100);
+        {
+            // A version-1 file as the previous kennis wrote it.
+            let db = redb::Database::create(dir.path().join(super::super::DB_FILE)).unwrap();
+            let txn = db.begin_write().unwrap();
+            for t in ALL_TABLES {
+                txn.open_table(*t).unwrap();
+            }
+            txn.open_table(KB_CONTENT)
+                .unwrap()
+                .insert(&b"h1"[..], text.as_bytes())
+                .unwrap();
+            txn.open_table(KB_FOLDED)
+                .unwrap()
+                .insert(&b"h1"[..], text.to_lowercase().as_bytes())
+                .unwrap();
+            txn.open_table(META)
+                .unwrap()
+                .insert(VERSION_KEY, encode(&1u32).as_slice())
+                .unwrap();
+            txn.commit().unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        let stored = store
+            .read(|tx| tx.get_raw(KB_CONTENT, b"h1"))
+            .unwrap()
+            .unwrap();
+        assert!(stored.len() < text.len() / 5, "compressed");
+        assert_eq!(blob::decode(&stored).unwrap(), text.as_bytes());
+        let db = store.db();
+        let txn = redb::ReadableDatabase::begin_read(&*db).unwrap();
+        assert!(
+            txn.open_table(KB_FOLDED).is_err(),
+            "the folded copy is gone"
+        );
+        let v: Option<u32> = store.read(|tx| tx.get(META, VERSION_KEY)).unwrap();
+        assert_eq!(v, Some(SCHEMA_VERSION));
     }
 
     #[test]

@@ -8,12 +8,14 @@
 
 mod backup;
 mod batch;
+pub mod blob;
 mod group;
 pub mod key;
 mod migrate;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
+use std::time::{Duration, Instant};
 
 use redb::{
     Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, TableHandle,
@@ -51,10 +53,15 @@ pub const AUDIT: Table = Table::new("audit");
 pub const KB_DOCS: Table = Table::new("kb_docs");
 /// Document versions by (org id, path, NUL, version).
 pub const KB_VERSIONS: Table = Table::new("kb_versions");
-/// Document content (raw bytes) by BLAKE3 hash; shared by every version with that content.
+/// Document content by BLAKE3 hash of the raw bytes, shared by every version with that
+/// content; stored compressed (`kb::blob`).
 pub const KB_CONTENT: Table = Table::new("kb_content");
-/// Folded text of text content (first 1 MB) by BLAKE3 hash: derived data for the verifier.
-pub const KB_FOLDED: Table = Table::new("kb_folded");
+/// Text extracted from binary content (PDF, Office, …) by the content's BLAKE3 hash, stored
+/// compressed like content (`kb::blob`).
+pub const KB_TEXT: Table = Table::new("kb_text");
+/// How the extraction of binary content went, by the content's BLAKE3 hash: text found (its
+/// size) or the reason it failed. Content without a record here was not tried yet.
+pub const KB_EXTRACTION: Table = Table::new("kb_extraction");
 /// The change log the search index follows, by sequence number.
 pub const KB_CHANGES: Table = Table::new("kb_changes");
 /// OAuth clients by client id.
@@ -120,7 +127,8 @@ pub const ALL_TABLES: &[Table] = &[
     KB_DOCS,
     KB_VERSIONS,
     KB_CONTENT,
-    KB_FOLDED,
+    KB_TEXT,
+    KB_EXTRACTION,
     KB_CHANGES,
     REQUESTS,
     ACTIVE_RUNS,
@@ -194,10 +202,20 @@ impl From<redb::DatabaseError> for StoreError {
 }
 
 /// The open database. Cheap to clone.
+///
+/// Transactions run under the read side of a lock whose write side only [`Store::compact`]
+/// takes (redb compacts a file only while no transaction is open).
 #[derive(Clone)]
 pub struct Store {
-    db: Arc<Database>,
+    db: Arc<RwLock<Database>>,
     path: PathBuf,
+}
+
+/// What a compaction did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Compaction {
+    pub bytes_before: u64,
+    pub bytes_after: u64,
 }
 
 impl std::fmt::Debug for Store {
@@ -239,7 +257,7 @@ impl Store {
             )?;
         }
         let store = Store {
-            db: Arc::new(db),
+            db: Arc::new(RwLock::new(db)),
             path: path.to_owned(),
         };
         migrate::migrate(&store)?;
@@ -256,7 +274,8 @@ impl Store {
         &self,
         f: impl FnOnce(&ReadTx) -> Result<T, E>,
     ) -> Result<T, E> {
-        let txn = self.db.begin_read().map_err(StoreError::from)?;
+        let db = self.db();
+        let txn = db.begin_read().map_err(StoreError::from)?;
         f(&ReadTx { txn })
     }
 
@@ -266,15 +285,60 @@ impl Store {
         &self,
         f: impl FnOnce(&mut WriteTx) -> Result<T, E>,
     ) -> Result<T, E> {
-        let txn = self.db.begin_write().map_err(StoreError::from)?;
+        let db = self.db();
+        let txn = db.begin_write().map_err(StoreError::from)?;
         let mut tx = WriteTx { txn };
         let out = f(&mut tx)?;
         tx.txn.commit().map_err(StoreError::from)?;
         Ok(out)
     }
 
-    pub(crate) fn db(&self) -> &Database {
-        &self.db
+    /// The database, for the length of one transaction. A panic elsewhere leaves nothing of
+    /// the lock's to repair (it only keeps compaction apart), so poisoning is ignored.
+    pub(crate) fn db(&self) -> RwLockReadGuard<'_, Database> {
+        self.db.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Size of the database file in bytes.
+    pub fn file_size(&self) -> Result<u64, StoreError> {
+        std::fs::metadata(&self.path)
+            .map(|m| m.len())
+            .map_err(|source| StoreError::Io {
+                path: self.path.clone(),
+                source,
+            })
+    }
+
+    /// Gives the file's free pages back to the file system (redb compaction). Waits for open
+    /// transactions to end without blocking new ones (up to `wait`), then holds every other
+    /// transaction back while it compacts: seconds for a large knowledge base.
+    pub fn compact(&self, wait: Duration) -> Result<Compaction, StoreError> {
+        let bytes_before = self.file_size()?;
+        let deadline = Instant::now() + wait;
+        let mut db = loop {
+            match self.db.try_write() {
+                Ok(db) => break db,
+                Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    return Err(StoreError::Db(
+                        "the database stayed busy; compaction was not started (try again when it is quieter)".into(),
+                    ));
+                }
+            }
+        };
+        // A round of compaction can leave more to give back; redb says when it is done.
+        while db
+            .compact()
+            .map_err(|e| StoreError::Db(format!("compaction failed: {e}")))?
+        {}
+        drop(db);
+        Ok(Compaction {
+            bytes_before,
+            bytes_after: self.file_size()?,
+        })
     }
 }
 
@@ -492,6 +556,11 @@ pub trait Read: sealed::Open {
     fn count(&self, table: Table) -> Result<u64, StoreError> {
         with_table!(self.open(table)?, t => Ok(t.len()?))
     }
+
+    /// The table's greatest key.
+    fn last_key(&self, table: Table) -> Result<Option<Vec<u8>>, StoreError> {
+        with_table!(self.open(table)?, t => Ok(t.last()?.map(|(k, _)| k.value().to_vec())))
+    }
 }
 
 /// The [`Read`] methods as inherent methods of a transaction type, forwarding to the trait's
@@ -554,6 +623,11 @@ macro_rules! inherent_reads {
             /// How many records the table holds.
             pub fn count(&self, table: Table) -> Result<u64, StoreError> {
                 Read::count(self, table)
+            }
+
+            /// The table's greatest key.
+            pub fn last_key(&self, table: Table) -> Result<Option<Vec<u8>>, StoreError> {
+                Read::last_key(self, table)
             }
         }
     };

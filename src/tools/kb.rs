@@ -12,7 +12,7 @@ use super::args::{Args, opt_int, opt_str, req_str};
 use super::{Caller, ToolError, ToolOk};
 use crate::app::App;
 use crate::kb::search;
-use crate::kb::{self, DocKind, Expect, KbError, link, path};
+use crate::kb::{self, Expect, KbError, link, path};
 
 pub const DEFAULT_MAX_CHARS: i64 = 8000;
 pub const MAX_MAX_CHARS: i64 = 20_000;
@@ -57,18 +57,15 @@ pub fn read(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolError
     let p = path::normalize(&req_str(args, "path")?)?;
     let max_chars =
         opt_int(args, "maxChars", 1, MAX_MAX_CHARS)?.unwrap_or(DEFAULT_MAX_CHARS) as usize;
-    let (doc, bytes) = app.store.read(|tx| {
+    let with_extracted = app.kb_index.with_extracted();
+    let (doc, text) = app.store.read(|tx| {
         let doc = kb::get_document(tx, caller.org_id, &p)?.ok_or_else(|| {
             KbError::NotFound(format!(
                 "no document `{p}`; use kennisbank_list to see what exists"
             ))
         })?;
-        let bytes = if doc.kind == DocKind::Text {
-            kb::content(tx, &doc.hash)?
-        } else {
-            None
-        };
-        Ok::<_, KbError>((doc, bytes))
+        let text = kb::text_of(tx, &doc, with_extracted)?;
+        Ok::<_, KbError>((doc, text))
     })?;
     let now = app.clock.now();
     let (token, expires) = link::sign(&app.server_key, caller.org_id, &doc.path, doc.version, now);
@@ -82,15 +79,20 @@ pub fn read(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolError
         "download_url": download_url,
         "download_expires_at": expires.to_string(),
     });
-    let text = match bytes {
-        Some(bytes) => {
-            let content = String::from_utf8_lossy(&bytes);
+    let text = match text {
+        Some(kb::DocText {
+            text: content,
+            extracted,
+        }) => {
             let total = content.chars().count();
             let excerpt: String = content.chars().take(max_chars).collect();
             let truncated = total > max_chars;
             super::args::set(&mut out, "excerpt", json!(excerpt));
             super::args::set(&mut out, "truncated", json!(truncated));
             super::args::set(&mut out, "total_chars", json!(total));
+            if extracted {
+                super::args::set(&mut out, "extracted", json!(true));
+            }
             let more = if truncated {
                 format!(
                     "\n\n[… shortened: {max_chars} of {total} characters shown; raise maxChars (max {MAX_MAX_CHARS}) or download the whole document]"
@@ -98,8 +100,16 @@ pub fn read(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolError
             } else {
                 String::new()
             };
+            let source = if extracted {
+                format!(
+                    "\nThis is a binary file ({}); below is the text taken from it (layout and images are not kept).",
+                    doc.content_type
+                )
+            } else {
+                String::new()
+            };
             format!(
-                "{} (version {}, {} bytes)\nDownload (valid 15 minutes): {download_url}\n\n{excerpt}{more}",
+                "{} (version {}, {} bytes){source}\nDownload (valid 15 minutes): {download_url}\n\n{excerpt}{more}",
                 doc.path, doc.version, doc.size
             )
         }
@@ -221,7 +231,7 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value, Value)> {
         ),
         (
             "kennisbank_read",
-            "Read one document. For a text document (Markdown, plain text) you get an excerpt of at most `maxChars` characters (default 8000, max 20000) plus a download link valid 15 minutes; for a binary document (PDF, Word, Excel, images, CAD) only its details and a download link.",
+            "Read one document. For a text document (Markdown, plain text) you get an excerpt of at most `maxChars` characters (default 8000, max 20000) plus a download link valid 15 minutes. For a PDF, Word, Excel, PowerPoint or OpenDocument file whose text could be taken you get an excerpt of that text (`extracted: true`) and the link; for other binary documents (images, CAD) only their details and the link.",
             json!({"type": "object", "properties": {
                 "path": {"type": "string", "description": "Document path, e.g. `handleidingen/onderhoud.md`."},
                 "maxChars": {"type": "integer", "minimum": 1, "maximum": 20000, "default": 8000}},
@@ -230,12 +240,13 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value, Value)> {
                 "path": {"type": "string"}, "version": {"type": "integer"}, "size": {"type": "integer"},
                 "kind": {"type": "string", "enum": ["text", "binary"]}, "content_type": {"type": "string"},
                 "excerpt": {"type": "string"}, "truncated": {"type": "boolean"}, "total_chars": {"type": "integer"},
+                "extracted": {"type": "boolean", "description": "The excerpt is text taken from a binary file."},
                 "download_url": {"type": "string"}, "download_expires_at": {"type": "string"}},
                 "required": ["path", "version", "size", "kind", "content_type", "download_url", "download_expires_at"]}),
         ),
         (
             "kennisbank_search",
-            "Keyword search in the latest version of the text documents. The material is mostly Dutch: search with Dutch words as they appear in the documents (e.g. `kozijn`, not `window frame`). Case and accents are ignored; each word also matches inside longer words (`kozijn` finds `kozijnen`); put a phrase in double quotes to search it as one term. All terms must occur within 3 consecutive lines. 2 to 200 characters, at most 10 terms. Use `path` to search one folder.",
+            "Keyword search in the latest version of the documents: text documents, and the text taken from PDF and Office files (a result from such a file carries `extracted: true`, its line counted in that text). The material is mostly Dutch: search with Dutch words as they appear in the documents (e.g. `kozijn`, not `window frame`). Case and accents are ignored; each word also matches inside longer words (`kozijn` finds `kozijnen`); put a phrase in double quotes to search it as one term. All terms must occur within 3 consecutive lines. 2 to 200 characters, at most 10 terms. Use `path` to search one folder.",
             json!({"type": "object", "properties": {
                 "query": {"type": "string", "minLength": 2, "maxLength": 200, "description": "Search terms in the language of the documents (mostly Dutch)."},
                 "path": {"type": "string", "description": "Only search this folder (or this one document)."},
@@ -244,7 +255,8 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value, Value)> {
             json!({"type": "object", "properties": {
                 "query": {"type": "string"},
                 "results": {"type": "array", "items": {"type": "object", "properties": {
-                    "path": {"type": "string"}, "version": {"type": "integer"}, "line": {"type": "integer"}, "snippet": {"type": "string"}},
+                    "path": {"type": "string"}, "version": {"type": "integer"}, "line": {"type": "integer"}, "snippet": {"type": "string"},
+                    "extracted": {"type": "boolean"}},
                     "required": ["path", "version", "line", "snippet"]}},
                 "searched_documents": {"type": "integer"},
                 "not_searched": {"type": "object", "properties": {"documents": {"type": "integer"}, "reason": {"type": "string"}}},

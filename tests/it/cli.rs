@@ -285,7 +285,7 @@ fn demo_prints_credentials_once_and_they_work() {
         "{names:?}"
     );
     drop(store);
-    let index = kennis::kb::index::SearchIndex::open(&d.join("index")).unwrap();
+    let index = kennis::kb::index::SearchIndex::open(&d.join("index"), true).unwrap();
     let hits = index
         .candidates(orgs[0].0.id, None, &["kozijn".to_string()], 100)
         .unwrap();

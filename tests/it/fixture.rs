@@ -101,6 +101,11 @@ pub fn test_config(data_dir: &Path, over: Settings) -> Config {
     }
     .overlay(over)
     .validate()
+    .map(|mut config| {
+        // The test binary is not kennis: extraction children are the real kennis binary.
+        config.extract_program = Some(env!("CARGO_BIN_EXE_kennis").into());
+        config
+    })
     .expect("valid test config")
 }
 

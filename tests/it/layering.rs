@@ -311,6 +311,7 @@ fn no_import_cycles_between_files() {
 /// The layers of the README's Layout, lowest first.
 const DOMAIN: &[&str] = &[
     "tools",
+    "progress",
     "store",
     "clock",
     "config",

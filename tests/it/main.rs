@@ -10,6 +10,7 @@ mod cli;
 mod conformance;
 mod connector;
 mod crash;
+mod documents;
 mod domain;
 mod extract;
 mod fuzz;

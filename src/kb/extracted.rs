@@ -1,0 +1,348 @@
+//! Text extracted from stored binary files (PDF, Office, OpenDocument, RTF, EPUB): where it is
+//! kept, and the two ways it gets there, both off the request path.
+//!
+//! - Imports and `kennis reindex` extract while they store ([`extract_batch`], [`extract_all`]).
+//! - Everything else (portal uploads, documents stored by an older kennis) is picked up by the
+//!   [`Backlog`]: the server runs it on a background task that looks at every document once at
+//!   start and then follows the change log, the same log the search index follows.
+//!
+//! Extraction is keyed by content hash (content is stored once per hash), and its outcome is
+//! recorded either way: the text (compressed, in `kb_text`) or why there is none (in
+//! `kb_extraction`, shown to admins), so a file is never tried twice by the backlog. Storing
+//! the text logs a change for the document, so the index picks it up.
+
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
+use std::collections::{HashSet, VecDeque};
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use super::extract::{self, ExtractError, Extracted, Extractor};
+use super::index::SearchIndex;
+use super::{Change, DocKind, Document, KbError, NewVersion};
+use crate::store::{KB_CHANGES, KB_DOCS, KB_EXTRACTION, KB_TEXT, Read, Store, StoreError, WriteTx};
+use crate::store::{blob, key};
+
+/// How the extraction of one content went.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Extraction {
+    pub at: Timestamp,
+    /// Characters of text found; `None` when extraction failed.
+    pub chars: Option<u64>,
+    /// The text stopped at the 1 MiB limit.
+    #[serde(default)]
+    pub truncated: bool,
+    /// Pages, sheets or slides.
+    #[serde(default)]
+    pub parts: Option<u32>,
+    /// Why there is no text.
+    #[serde(default)]
+    pub error: Option<ExtractError>,
+}
+
+fn hash_key(hash_hex: &str) -> Option<[u8; 32]> {
+    blake3::Hash::from_hex(hash_hex).ok().map(|h| *h.as_bytes())
+}
+
+/// The outcome recorded for content `hash_hex`, if it was tried.
+pub fn outcome(tx: &impl Read, hash_hex: &str) -> Result<Option<Extraction>, StoreError> {
+    match hash_key(hash_hex) {
+        Some(k) => tx.get(KB_EXTRACTION, &k),
+        None => Ok(None),
+    }
+}
+
+/// The text extracted from content `hash_hex`, if any.
+pub fn text(tx: &impl Read, hash_hex: &str) -> Result<Option<String>, StoreError> {
+    let Some(k) = hash_key(hash_hex) else {
+        return Ok(None);
+    };
+    match tx.get_raw(KB_TEXT, &k)? {
+        Some(stored) => Ok(Some(
+            String::from_utf8_lossy(&blob::decode(&stored)?).into_owned(),
+        )),
+        None => Ok(None),
+    }
+}
+
+/// Records the outcome (and the text) for content `hash_hex`.
+pub fn record(
+    tx: &mut WriteTx,
+    hash_hex: &str,
+    result: &Result<Extracted, ExtractError>,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let Some(k) = hash_key(hash_hex) else {
+        return Ok(());
+    };
+    let record = match result {
+        Ok(x) => {
+            tx.put_raw(KB_TEXT, &k, &blob::encode(x.text.as_bytes()))?;
+            Extraction {
+                at: now,
+                chars: Some(x.text.chars().count() as u64),
+                truncated: x.truncated,
+                parts: x.parts,
+                error: None,
+            }
+        }
+        Err(e) => {
+            tx.delete(KB_TEXT, &k)?;
+            Extraction {
+                at: now,
+                chars: None,
+                truncated: false,
+                parts: None,
+                error: Some(e.clone()),
+            }
+        }
+    };
+    tx.put(KB_EXTRACTION, &k, &record)
+}
+
+/// A content hash and what extracting it gave.
+pub(super) type Outcome = (String, Result<Extracted, ExtractError>);
+
+/// The format to extract `bytes` as, for a binary file at `path`.
+fn wanted(path: &str, bytes: &[u8]) -> Option<extract::Format> {
+    match super::classify(path, bytes).0 {
+        DocKind::Binary => extract::format_of(path, bytes),
+        DocKind::Text => None,
+    }
+}
+
+/// Extracts, before a batch is stored, the text of every binary file in it whose content was
+/// not tried yet (each content once). Returns (hash, outcome) to [`record`] with the batch.
+pub(super) fn extract_batch(
+    store: &Store,
+    extractor: &Extractor,
+    batch: &[NewVersion<'_>],
+    counts: &mut super::ExtractCounts,
+) -> Result<Vec<Outcome>, KbError> {
+    let mut todo = Vec::new();
+    let mut seen = HashSet::new();
+    for new in batch {
+        let Some(format) = wanted(new.path, new.bytes) else {
+            continue;
+        };
+        let hash = blake3::hash(new.bytes).to_hex().to_string();
+        if seen.insert(hash.clone()) {
+            todo.push((hash, format, new.bytes));
+        }
+    }
+    if todo.is_empty() {
+        return Ok(Vec::new());
+    }
+    let tried: Vec<bool> = store.read(|tx| {
+        todo.iter()
+            .map(|(h, _, _)| outcome(tx, h).map(|o| o.is_some()))
+            .collect::<Result<_, StoreError>>()
+    })?;
+    let todo: Vec<_> = todo
+        .into_iter()
+        .zip(tried)
+        .filter(|(_, tried)| !tried)
+        .map(|(t, _)| t)
+        .collect();
+    // One child per file, two at a time: the machine's other core keeps storing.
+    let run = |part: Vec<&(String, extract::Format, &[u8])>| {
+        part.into_iter()
+            .map(|(hash, format, bytes)| (hash.clone(), extractor.extract(*format, bytes)))
+            .collect::<Vec<_>>()
+    };
+    let even: Vec<_> = todo.iter().step_by(2).collect();
+    let odd: Vec<_> = todo.iter().skip(1).step_by(2).collect();
+    let results: Vec<Outcome> = std::thread::scope(|scope| {
+        let other = scope.spawn(|| run(odd));
+        let mut out = run(even);
+        match other.join() {
+            Ok(more) => out.extend(more),
+            Err(_) => {
+                tracing::error!("an extraction thread panicked; its files stay binary documents")
+            }
+        }
+        out
+    });
+    for (_, r) in &results {
+        match r {
+            Ok(_) => counts.extracted += 1,
+            Err(_) => counts.failed += 1,
+        }
+    }
+    Ok(results)
+}
+
+/// Extracts the document `(org_id, path)` if it is a binary file whose content was not tried
+/// yet (or, with `again`, whose extraction failed), records the outcome and logs a change so
+/// the index takes the text in. Returns the outcome when it extracted.
+pub fn extract_document(
+    store: &Store,
+    extractor: &Extractor,
+    org_id: u64,
+    path: &str,
+    again: bool,
+    now: Timestamp,
+) -> Result<Option<Result<(), ExtractError>>, KbError> {
+    let found = store.read(|tx| {
+        let Some(doc) = super::get_document(tx, org_id, path)? else {
+            return Ok::<_, StoreError>(None);
+        };
+        if doc.kind != DocKind::Binary || extension_format(&doc.path).is_none() {
+            return Ok(None);
+        }
+        let tried = outcome(tx, &doc.hash)?;
+        let redo = match &tried {
+            None => true,
+            Some(o) => again && o.error.is_some(),
+        };
+        if !redo {
+            return Ok(None);
+        }
+        Ok(super::content(tx, &doc.hash)?.map(|bytes| (doc, bytes)))
+    })?;
+    let Some((doc, bytes)) = found else {
+        return Ok(None);
+    };
+    let result = match extract::format_of(&doc.path, &bytes) {
+        Some(format) => extractor.extract(format, &bytes),
+        None => Err(ExtractError::Damaged(format!(
+            "it is not a {} file inside",
+            extension_format(&doc.path).map_or("known", |f| f.extension())
+        ))),
+    };
+    store.write(|tx| {
+        record(tx, &doc.hash, &result, now)?;
+        // The document may have changed meanwhile; the index reads whatever is current.
+        super::log_change(tx, org_id, &doc.path)
+    })?;
+    Ok(Some(result.map(|_| ())))
+}
+
+/// The format a path's extension names, whatever the bytes are.
+fn extension_format(path: &str) -> Option<extract::Format> {
+    let ext = super::path::extension(path)?;
+    extract::Format::ALL
+        .into_iter()
+        .find(|f| f.extension() == ext)
+}
+
+/// Every binary document (of one organisation, or all) whose extension names an extractable
+/// format: what [`Backlog`] and `kennis reindex` look at.
+fn extractable_documents(
+    tx: &impl Read,
+    org: Option<u64>,
+) -> Result<Vec<(u64, String)>, StoreError> {
+    let prefix = org.map(|id| key::id(id).to_vec()).unwrap_or_default();
+    Ok(tx
+        .scan::<Document>(KB_DOCS, &prefix)?
+        .into_iter()
+        .filter(|(_, d)| d.kind == DocKind::Binary && extension_format(&d.path).is_some())
+        .map(|(_, d)| (d.org_id, d.path))
+        .collect())
+}
+
+/// What `kennis reindex` extracted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ExtractSummary {
+    pub extracted: usize,
+    pub failed: usize,
+}
+
+/// Extracts every binary document (of one organisation, or all) not extracted yet, retrying
+/// the ones that failed before; reports progress as (done, total).
+pub fn extract_all(
+    store: &Store,
+    extractor: &Extractor,
+    org: Option<u64>,
+    now: Timestamp,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<ExtractSummary, KbError> {
+    let docs = store.read(|tx| extractable_documents(tx, org))?;
+    let total = docs.len() as u64;
+    let mut summary = ExtractSummary::default();
+    for (i, (org_id, path)) in docs.iter().enumerate() {
+        match extract_document(store, extractor, *org_id, path, true, now)? {
+            Some(Ok(())) => summary.extracted += 1,
+            Some(Err(_)) => summary.failed += 1,
+            None => {}
+        }
+        progress(i as u64 + 1, total);
+    }
+    Ok(summary)
+}
+
+/// The documents the background extraction still has to look at: every extractable document
+/// at start, then each document the change log names.
+pub struct Backlog {
+    queue: VecDeque<(u64, String)>,
+    queued: HashSet<(u64, String)>,
+    /// The next change-log entry to read.
+    next_change: u64,
+}
+
+impl Backlog {
+    /// Starts from every extractable document; changes logged from now on follow.
+    pub fn start(store: &Store) -> Result<Backlog, StoreError> {
+        store.read(|tx| {
+            let last = tx
+                .last_key(KB_CHANGES)?
+                .and_then(|k| key::id_at(&k, 0))
+                .unwrap_or(0);
+            let mut backlog = Backlog {
+                queue: VecDeque::new(),
+                queued: HashSet::new(),
+                next_change: last + 1,
+            };
+            for item in extractable_documents(tx, None)? {
+                backlog.push(item);
+            }
+            Ok(backlog)
+        })
+    }
+
+    fn push(&mut self, item: (u64, String)) {
+        if self.queued.insert(item.clone()) {
+            self.queue.push_back(item);
+        }
+    }
+
+    /// Looks at the next document (reading new changes when the queue is empty) and extracts
+    /// it if needed. Returns false when there was nothing to look at: wait a little, then call
+    /// again.
+    pub fn step(
+        &mut self,
+        store: &Store,
+        index: &SearchIndex,
+        extractor: &Extractor,
+        now: Timestamp,
+    ) -> Result<bool, KbError> {
+        if self.queue.is_empty() {
+            let changes: Vec<(Vec<u8>, Change)> =
+                store.read(|tx| tx.range(KB_CHANGES, &key::id(self.next_change), 1000))?;
+            for (k, change) in changes {
+                if let Some(seq) = key::id_at(&k, 0) {
+                    self.next_change = seq + 1;
+                }
+                if extension_format(&change.path).is_some() {
+                    self.push((change.org_id, change.path));
+                }
+            }
+        }
+        let Some(item) = self.queue.pop_front() else {
+            return Ok(false);
+        };
+        self.queued.remove(&item);
+        let (org_id, path) = item;
+        if let Some(result) = extract_document(store, extractor, org_id, &path, false, now)? {
+            if let Err(e) = result {
+                tracing::info!(org = org_id, path = %path, reason = %e, "no text could be extracted; the file stays a binary document");
+            }
+            index.catch_up(store)?;
+        }
+        Ok(true)
+    }
+}

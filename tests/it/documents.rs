@@ -1,0 +1,564 @@
+//! Documents as organisations have them (issue 15), through the real server and CLI: PDF,
+//! Office and OpenDocument files (made by LibreOffice, `tests/fixtures/extract/`) become
+//! searchable and readable after a portal upload, a `kb import` or a `reindex`; hostile files
+//! stay binary documents with their reason shown to admins; `[kb] extract_text = false` is the
+//! specification's rule 8; the store is compressed, migrates from schema 1, and compacts.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kennis::config::{KbSettings, Settings};
+use kennis::kb::index::SearchIndex;
+use kennis::store::Store;
+use serde_json::{Value, json};
+
+use crate::fixture::{Browser, Seeded, TestServer, run, run_json};
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/extract")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The fixtures and a word each one's text holds.
+const FILES: &[(&str, &str)] = &[
+    ("text.pdf", "Zeestraat"),
+    ("columns.pdf", "bouwteam"),
+    ("text.docx", "Meranti"),
+    ("text.odt", "Meranti"),
+    ("text.rtf", "Meranti"),
+    ("text.epub", "Meranti"),
+    ("sheet.xlsx", "dorpel"),
+    ("sheet.ods", "dorpel"),
+    ("slides.pptx", "Ωmega"),
+    ("slides.odp", "Ωmega"),
+];
+
+async fn upload(b: &mut Browser<'_>, slug: &str, folder: &str, files: &[(&str, Vec<u8>)]) {
+    let csrf = b.get(&format!("/portal/o/{slug}/kb")).await.csrf();
+    let files: Vec<(&str, &str, &[u8])> = files
+        .iter()
+        .map(|(n, bytes)| (*n, "application/octet-stream", bytes.as_slice()))
+        .collect();
+    let p = b
+        .multipart(
+            &format!("/portal/o/{slug}/kb/upload"),
+            &[("csrf_token", &csrf), ("folder", folder)],
+            &files,
+        )
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
+}
+
+/// Waits (at most 60 s) until the background extraction has tried every given document.
+async fn wait_extracted(t: &TestServer, org_id: u64, paths: &[String]) {
+    let started = Instant::now();
+    loop {
+        let app = t.app().clone();
+        let paths = paths.to_vec();
+        let done = tokio::task::spawn_blocking(move || {
+            app.store
+                .read(|tx| {
+                    let mut all = true;
+                    for p in &paths {
+                        let doc = kennis::kb::get_document(tx, org_id, p)?.expect("stored");
+                        all &= kennis::kb::extracted::outcome(tx, &doc.hash)?.is_some();
+                    }
+                    Ok::<_, kennis::store::StoreError>(all)
+                })
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        if done {
+            // The index takes the text in right after the outcome is stored.
+            t.app().kb_index.catch_up(&t.app().store).unwrap();
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "extraction did not finish"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn paths_of(s: &Seeded, folder: &str, names: &[&str]) -> (u64, Vec<String>) {
+    (
+        s.org.id,
+        names.iter().map(|n| format!("{folder}/{n}")).collect(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploaded_pdf_and_office_files_are_searched_and_read() {
+    let t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let slug = s.org.slug.clone();
+    let mut b = Browser::new(&t);
+    b.login(&s, &format!("/portal/o/{slug}/kb")).await;
+    let files: Vec<(&str, Vec<u8>)> = FILES.iter().map(|(n, _)| (*n, fixture(n))).collect();
+    upload(&mut b, &slug, "offertes", &files).await;
+    t.put_doc(
+        &s,
+        "offertes/notities.md",
+        "# Notities\nMeranti kozijnen bestellen\n",
+    );
+    let names: Vec<&str> = FILES.iter().map(|(n, _)| *n).collect();
+    let (org, paths) = paths_of(&s, "offertes", &names);
+    wait_extracted(&t, org, &paths).await;
+
+    let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
+    for (name, word) in FILES {
+        let out = mcp
+            .ok(
+                "kennisbank_search",
+                json!({"query": word, "path": "offertes"}),
+            )
+            .await;
+        let hit = out["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["path"] == format!("offertes/{name}"))
+            .unwrap_or_else(|| panic!("{name} not found for {word}: {out}"));
+        assert_eq!(hit["extracted"], true, "{hit}");
+        assert!(
+            hit["snippet"].as_str().unwrap().contains(word),
+            "{name}: {hit}"
+        );
+        assert!(hit["line"].as_u64().unwrap() >= 1);
+    }
+    // A text document's result has no `extracted`; both kinds are found together.
+    let out = mcp
+        .ok("kennisbank_search", json!({"query": "meranti kozijn"}))
+        .await;
+    let results = out["results"].as_array().unwrap();
+    let md = results
+        .iter()
+        .find(|r| r["path"] == "offertes/notities.md")
+        .expect("the Markdown note");
+    assert!(md.get("extracted").is_none(), "{md}");
+    assert!(
+        results.iter().any(|r| r["path"] == "offertes/text.docx"),
+        "{out}"
+    );
+    // The line is counted in the extracted text: the snippet starts at that line.
+    let out = mcp
+        .ok(
+            "kennisbank_search",
+            json!({"query": "\"Offerte kozijnen Zeestraat\""}),
+        )
+        .await;
+    let hit = out["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["path"] == "offertes/text.pdf")
+        .unwrap_or_else(|| panic!("{out}"));
+    let read = mcp
+        .ok(
+            "kennisbank_read",
+            json!({"path": "offertes/text.pdf", "maxChars": 20000}),
+        )
+        .await;
+    let line = hit["line"].as_u64().unwrap() as usize;
+    let excerpt_line = read["excerpt"].as_str().unwrap().split('\n').nth(line - 1);
+    assert!(
+        excerpt_line.is_some_and(|l| l.contains("Offerte kozijnen Zeestraat")),
+        "line {line} of {read}"
+    );
+
+    // kennisbank_read: still a binary document with its link, plus the excerpt.
+    assert_eq!(read["kind"], "binary");
+    assert_eq!(read["extracted"], true);
+    assert_eq!(read["content_type"], "application/pdf");
+    assert!(read["download_url"].as_str().unwrap().contains("/files/"));
+    let total = read["total_chars"].as_u64().unwrap();
+    assert!(total > 30, "{read}");
+    assert_eq!(read["truncated"], false);
+    let short = mcp
+        .ok(
+            "kennisbank_read",
+            json!({"path": "offertes/text.pdf", "maxChars": 10}),
+        )
+        .await;
+    assert_eq!(short["excerpt"].as_str().unwrap().chars().count(), 10);
+    assert_eq!(short["truncated"], true);
+    assert_eq!(short["total_chars"].as_u64().unwrap(), total);
+    let call = mcp
+        .call(
+            "kennisbank_read",
+            json!({"path": "offertes/text.pdf", "maxChars": 10}),
+        )
+        .await;
+    let text = call["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("text taken from it"), "{text}");
+    // Binary files stay refused for writing.
+    let e = mcp
+        .err(
+            "kennisbank_write",
+            json!({"path": "aangeleverd/x.pdf", "content": "%PDF-1.4 nep"}),
+        )
+        .await;
+    assert_eq!(e["code"], "unsupported_type", "{e}");
+
+    // The portal shows the extracted text on the document page and marks search results.
+    let page = b
+        .get(&format!("/portal/o/{slug}/kb/offertes/text.pdf"))
+        .await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("id=\"kb-extracted-note\""),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("Offerte kozijnen Zeestraat"));
+    let page = b.get(&format!("/portal/o/{slug}/kb?q=Zeestraat")).await;
+    assert!(page.body.contains("offertes/text.pdf"), "{}", page.body);
+    assert!(page.body.contains("badge extracted"), "{}", page.body);
+}
+
+/// A zip bomb named `.docx`: one entry of 40 MiB of one letter, packed to a few dozen KiB.
+fn zip_bomb_docx() -> Vec<u8> {
+    use std::io::Write;
+    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let opts = zip::write::SimpleFileOptions::default();
+    w.start_file("[Content_Types].xml", opts).unwrap();
+    w.write_all(br#"<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>"#).unwrap();
+    w.start_file("_rels/.rels", opts).unwrap();
+    w.write_all(br#"<?xml version="1.0"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="word/document.xml"/></Relationships>"#).unwrap();
+    w.start_file("word/document.xml", opts).unwrap();
+    w.write_all(br#"<w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"><w:body><w:p><w:r><w:t>"#).unwrap();
+    let chunk = vec![b'a'; 1 << 20];
+    for _ in 0..40 {
+        w.write_all(&chunk).unwrap();
+    }
+    w.write_all(b"</w:t></w:r></w:p></w:body></w:document>")
+        .unwrap();
+    w.finish().unwrap().into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_files_stay_binary_and_admins_see_why() {
+    let t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let slug = s.org.slug.clone();
+    let mut b = Browser::new(&t);
+    b.login(&s, &format!("/portal/o/{slug}/kb")).await;
+    let pdf = fixture("text.pdf");
+    let noise: Vec<u8> = (0..20_000).map(|_| rand::random::<u8>()).collect();
+    let bomb = zip_bomb_docx();
+    assert!(bomb.len() < 300_000, "{}", bomb.len());
+    let files: Vec<(&str, Vec<u8>)> = vec![
+        ("scan.pdf", fixture("scan.pdf")),
+        ("half.pdf", pdf[..pdf.len() / 2].to_vec()),
+        ("bom.docx", bomb),
+        ("ruis.xlsx", noise),
+        ("slot.pdf", fixture("encrypted.pdf")),
+    ];
+    upload(&mut b, &slug, "vreemd", &files).await;
+    let names: Vec<&str> = files.iter().map(|(n, _)| *n).collect();
+    let (org, paths) = paths_of(&s, "vreemd", &names);
+    wait_extracted(&t, org, &paths).await;
+
+    let expected = [
+        ("scan.pdf", "no_text", "geen tekstlaag"),
+        ("half.pdf", "damaged", "beschadigd"),
+        ("bom.docx", "zip_bomb", "zipbom"),
+        ("ruis.xlsx", "damaged", "beschadigd"),
+        ("slot.pdf", "encrypted", "wachtwoord"),
+    ];
+    let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
+    let mut dutch = Browser::speaking(&t, "nl");
+    dutch.login(&s, &format!("/portal/o/{slug}/kb")).await;
+    for (name, kind, dutch_reason) in expected {
+        let path = format!("vreemd/{name}");
+        let outcome = t
+            .app()
+            .store
+            .read(|tx| {
+                let doc = kennis::kb::get_document(tx, org, &path)?.unwrap();
+                kennis::kb::extracted::outcome(tx, &doc.hash)
+            })
+            .unwrap()
+            .unwrap();
+        let error = serde_json::to_value(outcome.error.as_ref().expect("failed")).unwrap();
+        assert_eq!(error["kind"], kind, "{name}: {error}");
+        // An ordinary binary document: details and a link, no excerpt.
+        let read = mcp.ok("kennisbank_read", json!({"path": path})).await;
+        assert_eq!(read["kind"], "binary");
+        assert!(
+            read.get("excerpt").is_none() && read.get("extracted").is_none(),
+            "{read}"
+        );
+        // The admin's page says why, in the admin's language.
+        let page = b.get(&format!("/portal/o/{slug}/kb/{path}")).await;
+        assert!(
+            page.body.contains("id=\"kb-extraction-failed\""),
+            "{name}: {}",
+            page.body
+        );
+        let page = dutch.get(&format!("/portal/o/{slug}/kb/{path}")).await;
+        assert!(page.body.contains(dutch_reason), "{name}: {}", page.body);
+    }
+    // Nothing of them is searched, and the server carries on: a text upload is found.
+    let out = mcp.ok("kennisbank_search", json!({"query": "aaaa"})).await;
+    assert_eq!(out["results"], json!([]), "{out}");
+    upload(
+        &mut b,
+        &slug,
+        "vreemd",
+        &[("daarna.md", b"Alles werkt nog\n".to_vec())],
+    )
+    .await;
+    let out = mcp
+        .ok("kennisbank_search", json!({"query": "werkt nog"}))
+        .await;
+    assert_eq!(out["results"][0]["path"], "vreemd/daarna.md", "{out}");
+
+    // A member who is not an admin is not shown the reason.
+    let other = t.seed("Bouw BV", "bert@example.org");
+    kennis::identity::set_member(
+        &t.app().store,
+        s.org.id,
+        other.person.id,
+        kennis::identity::MemberChange {
+            role: Some(kennis::identity::Role::Member),
+            may_connect: None,
+        },
+    )
+    .unwrap();
+    let mut member = Browser::new(&t);
+    member.login(&other, &format!("/portal/o/{slug}/kb")).await;
+    let page = member
+        .get(&format!("/portal/o/{slug}/kb/vreemd/scan.pdf"))
+        .await;
+    assert_eq!(page.status, 200);
+    assert!(!page.body.contains("kb-extraction-failed"), "{}", page.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extract_text_false_is_rule_8() {
+    let t = TestServer::start_with(Settings {
+        kb: Some(KbSettings {
+            extract_text: Some(false),
+        }),
+        ..Settings::default()
+    })
+    .await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let slug = s.org.slug.clone();
+    let mut b = Browser::new(&t);
+    b.login(&s, &format!("/portal/o/{slug}/kb")).await;
+    upload(
+        &mut b,
+        &slug,
+        "offertes",
+        &[("text.pdf", fixture("text.pdf"))],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
+    let out = mcp
+        .ok("kennisbank_search", json!({"query": "Zeestraat"}))
+        .await;
+    assert_eq!(out["results"], json!([]), "{out}");
+    let read = mcp
+        .ok("kennisbank_read", json!({"path": "offertes/text.pdf"}))
+        .await;
+    assert!(
+        read.get("excerpt").is_none() && read.get("extracted").is_none(),
+        "{read}"
+    );
+    let nothing: Option<kennis::kb::extracted::Extraction> = t
+        .app()
+        .store
+        .read(|tx| {
+            let doc = kennis::kb::get_document(tx, s.org.id, "offertes/text.pdf")?.unwrap();
+            kennis::kb::extracted::outcome(tx, &doc.hash)
+        })
+        .unwrap();
+    assert_eq!(nothing, None, "nothing was extracted");
+}
+
+fn search_offline(data_dir: &Path, org_id: u64, query: &str) -> Vec<(String, bool)> {
+    let store = Store::open(data_dir).unwrap();
+    let index = SearchIndex::open(&data_dir.join("index"), true).unwrap();
+    index.catch_up(&store).unwrap();
+    kennis::kb::search::search_text(&store, &index, org_id, query, None, 50)
+        .unwrap()
+        .results
+        .into_iter()
+        .map(|h| (h.path, h.extracted))
+        .collect()
+}
+
+#[test]
+fn import_extracts_and_reindex_extracts_what_was_stored_before() {
+    let data = tempfile::tempdir().unwrap();
+    let d = data.path();
+    let org = run_json(d, &["org", "create", "Bouw BV", "--json"], None);
+    let org_id = org["id"].as_u64().unwrap();
+    let src = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(src.path().join("offertes")).unwrap();
+    for name in ["text.pdf", "text.docx", "sheet.ods", "scan.pdf"] {
+        std::fs::write(src.path().join("offertes").join(name), fixture(name)).unwrap();
+    }
+    std::fs::write(src.path().join("lees.md"), "# Lees mij\nMeranti\n").unwrap();
+    let dir = src.path().to_str().unwrap();
+
+    // Imported with extraction off (an older kennis, or the switch): rule 8, nothing found.
+    let out = crate::fixture::kennis(d)
+        .env("KENNIS_EXTRACT_TEXT", "false")
+        .args(["kb", "import", "bouw-bv", dir, "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", crate::fixture::stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["created"].as_u64(), v["extracted"].as_u64()),
+        (Some(5), Some(0)),
+        "{v}"
+    );
+    assert!(search_offline(d, org_id, "Zeestraat").is_empty());
+
+    // `reindex` extracts what was stored before, and the text is searched.
+    let v = run_json(d, &["reindex", "--json"], None);
+    assert_eq!(v["extracted"], 3, "{v}");
+    assert_eq!(v["extraction_failed"], 1, "the scan: {v}");
+    assert_eq!(v["documents"], 5, "{v}");
+    let found = search_offline(d, org_id, "Zeestraat");
+    assert!(
+        found.contains(&("offertes/text.pdf".to_owned(), true)),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&("offertes/text.docx".to_owned(), true)),
+        "{found:?}"
+    );
+
+    // An import with extraction on extracts on the way and says so; unchanged files are
+    // not tried again.
+    std::fs::write(
+        src.path().join("offertes/tweede.pdf"),
+        fixture("columns.pdf"),
+    )
+    .unwrap();
+    let out = run(d, &["kb", "import", "bouw-bv", dir, "--json"], None);
+    assert!(out.status.success(), "{}", crate::fixture::stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (
+            v["created"].as_u64(),
+            v["unchanged"].as_u64(),
+            v["extracted"].as_u64()
+        ),
+        (Some(1), Some(5), Some(1)),
+        "{v}"
+    );
+    // Progress goes to stderr as lines when it is not a terminal.
+    let err = crate::fixture::stderr(&out);
+    assert!(err.contains("importing files: 6 of 6"), "{err}");
+    let found = search_offline(d, org_id, "bouwteam");
+    assert_eq!(found, vec![("offertes/tweede.pdf".to_owned(), true)]);
+}
+
+#[test]
+fn compact_gives_space_back_and_keeps_everything() {
+    let data = tempfile::tempdir().unwrap();
+    let d = data.path();
+    let org = run_json(d, &["org", "create", "Bouw BV", "--json"], None);
+    let org_id = org["id"].as_u64().unwrap();
+    let src = tempfile::tempdir().unwrap();
+    // Two imports of 400 documents; the second replaces every one, leaving free pages.
+    let write_docs = |round: u32| {
+        for i in 0..400 {
+            let text = format!(
+                "# Document {i}\nronde-{round}-kozijn-{i}-eind\n{}\n",
+                "tekst ".repeat(400 + i)
+            );
+            std::fs::write(src.path().join(format!("d{i:03}.md")), text).unwrap();
+        }
+    };
+    write_docs(1);
+    let dir = src.path().to_str().unwrap();
+    run_json(d, &["kb", "import", "bouw-bv", dir, "--json"], None);
+    write_docs(2);
+    run_json(d, &["kb", "import", "bouw-bv", dir, "--json"], None);
+    let v = run_json(d, &["compact", "--json"], None);
+    let (before, after) = (
+        v["bytes_before"].as_u64().unwrap(),
+        v["bytes_after"].as_u64().unwrap(),
+    );
+    assert!(after <= before, "{v}");
+    let found = search_offline(d, org_id, "ronde-2-kozijn-17-eind");
+    assert_eq!(found, vec![("d017.md".to_owned(), false)]);
+    assert!(search_offline(d, org_id, "ronde-1").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_1_data_directory_is_migrated_and_searched() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let text = "# Onderhoud\nDe kozijnen worden elk voorjaar geschilderd.\n".repeat(20);
+    t.put_doc(&s, "handboek/onderhoud.md", &text);
+    t.stop().await;
+    // Make it what the previous kennis wrote: raw content, a folded copy, schema 1, and an
+    // index of the old format.
+    {
+        use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+        const CONTENT: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kb_content");
+        const FOLDED: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kb_folded");
+        const META: TableDefinition<&[u8], &[u8]> = TableDefinition::new("meta");
+        let db = redb::Database::create(t.data_dir().join("kennis.redb")).unwrap();
+        let rows: Vec<(Vec<u8>, Vec<u8>)> = {
+            let r = db.begin_read().unwrap();
+            let table = r.open_table(CONTENT).unwrap();
+            table
+                .iter()
+                .unwrap()
+                .map(|row| {
+                    let (k, v) = row.unwrap();
+                    (k.value().to_vec(), v.value().to_vec())
+                })
+                .collect()
+        };
+        assert!(!rows.is_empty());
+        let w = db.begin_write().unwrap();
+        for (k, v) in rows {
+            let raw = kennis::store::blob::decode(&v).unwrap().into_owned();
+            w.open_table(CONTENT)
+                .unwrap()
+                .insert(k.as_slice(), raw.as_slice())
+                .unwrap();
+            w.open_table(FOLDED)
+                .unwrap()
+                .insert(k.as_slice(), raw.to_ascii_lowercase().as_slice())
+                .unwrap();
+        }
+        w.open_table(META)
+            .unwrap()
+            .insert(&b"schema_version"[..], &b"1"[..])
+            .unwrap();
+        w.commit().unwrap();
+        std::fs::write(t.data_dir().join("index/FORMAT"), "kennis-index-1").unwrap();
+    }
+    t.restart().await;
+    let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
+    let out = mcp
+        .ok(
+            "kennisbank_search",
+            json!({"query": "voorjaar geschilderd"}),
+        )
+        .await;
+    assert_eq!(out["results"][0]["path"], "handboek/onderhoud.md", "{out}");
+    let read = mcp
+        .ok(
+            "kennisbank_read",
+            json!({"path": "handboek/onderhoud.md", "maxChars": 20000}),
+        )
+        .await;
+    assert_eq!(read["excerpt"], text);
+}
