@@ -7,7 +7,7 @@
 //! file and the index.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -33,10 +33,8 @@ pub struct ImportSummary {
 /// Files larger than this are skipped (with a message) rather than loaded into memory.
 const MAX_FILE: u64 = 256 * 1024 * 1024;
 /// A batch ends after this many files or bytes, whichever comes first.
-const BATCH_FILES: usize = 512;
+const BATCH_FILES: usize = 4096;
 const BATCH_BYTES: u64 = 16 << 20;
-/// The search index catches up after this many bytes (and at the end).
-const INDEX_EVERY_BYTES: u64 = 64 << 20;
 /// An import of at least this much is followed by a compaction.
 const COMPACT_AFTER_BYTES: u64 = 32 << 20;
 
@@ -72,10 +70,80 @@ pub fn import_dir(
     };
     let now = ctx.clock.now();
     let mut writer = kb::Writer::new(&ctx.store, &ctx.kb_index).extracting(&ctx.extractor);
-    let mut done = 0usize;
     let mut imported_bytes = 0u64;
-    let mut since_index = 0u64;
-    let mut rest = files.as_slice();
+    // The index catches up on its own thread while the next batches are stored: storing
+    // keeps one core busy, indexing the other.
+    let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
+    let stored = std::thread::scope(|scope| {
+        let indexer = scope.spawn(move || -> Result<(), kb::KbError> {
+            while woken.recv().is_ok() {
+                ctx.kb_index.follow(&ctx.store, false)?;
+            }
+            Ok(())
+        });
+        let stored = store_batches(
+            &files,
+            dir,
+            prefix.as_deref(),
+            org_id,
+            now,
+            &mut writer,
+            &mut summary,
+            &mut imported_bytes,
+            &wake,
+            progress,
+        );
+        drop(wake);
+        let indexed = indexer
+            .join()
+            .unwrap_or_else(|_| Err(kb::KbError::Index("the indexing thread panicked".into())));
+        stored.and(indexed.map_err(AdminError::from))
+    });
+    stored?;
+    let counts = writer.extract_counts();
+    summary.extracted = counts.extracted;
+    summary.extraction_failed = counts.failed;
+    let started = Instant::now();
+    let indexed = writer.finish()?;
+    let indexing = started.elapsed();
+    let started = Instant::now();
+    if imported_bytes >= COMPACT_AFTER_BYTES {
+        compact(ctx, false, progress)?;
+    }
+    tracing::debug!(
+        last_indexing_ms = indexing.as_millis() as u64,
+        compacting_ms = started.elapsed().as_millis() as u64,
+        "import timings"
+    );
+    progress(Progress::note(format!(
+        "done: {} created, {} revised, {} unchanged, {} skipped; {} extracted, {} without text; {indexed} index updates",
+        summary.created,
+        summary.revised,
+        summary.unchanged,
+        summary.skipped.len(),
+        summary.extracted,
+        summary.extraction_failed,
+    )));
+    Ok(summary)
+}
+
+/// Stores the files in batches, waking the indexer after each.
+#[allow(clippy::too_many_arguments)]
+fn store_batches(
+    files: &[PathBuf],
+    dir: &Path,
+    prefix: Option<&str>,
+    org_id: u64,
+    now: jiff::Timestamp,
+    writer: &mut kb::Writer<'_>,
+    summary: &mut ImportSummary,
+    imported_bytes: &mut u64,
+    wake: &std::sync::mpsc::SyncSender<()>,
+    progress: Report<'_>,
+) -> Result<(), AdminError> {
+    let total = files.len();
+    let mut done = 0usize;
+    let mut rest = files;
     while !rest.is_empty() {
         // The next batch: its files read into memory.
         let mut batch: Vec<(String, String, Vec<u8>)> = Vec::new();
@@ -97,7 +165,7 @@ pub fn import_dir(
             }
             let bytes = std::fs::read(&full)
                 .map_err(|e| AdminError::Refused(format!("{}: {e}", full.display())))?;
-            let path = match &prefix {
+            let path = match prefix {
                 Some(p) => format!("{p}/{rel_str}"),
                 None => rel_str.clone(),
             };
@@ -124,41 +192,35 @@ pub fn import_dir(
                 Err(e) => summary.skipped.push(format!("{rel_str}: {e}")),
             }
         }
-        imported_bytes += batch_bytes;
-        since_index += batch_bytes;
-        if since_index >= INDEX_EVERY_BYTES {
-            writer.catch_up()?;
-            since_index = 0;
-        }
+        *imported_bytes += batch_bytes;
+        // Full means the indexer has a wake-up waiting already.
+        let _ = wake.try_send(());
         progress(Progress::step("importing files", done as u64, total as u64));
     }
-    let counts = writer.extract_counts();
-    summary.extracted = counts.extracted;
-    summary.extraction_failed = counts.failed;
-    let indexed = writer.finish()?;
-    if imported_bytes >= COMPACT_AFTER_BYTES {
-        compact(ctx, progress)?;
-    }
-    progress(Progress::note(format!(
-        "done: {} created, {} revised, {} unchanged, {} skipped; {} extracted, {} without text; {indexed} index updates",
-        summary.created,
-        summary.revised,
-        summary.unchanged,
-        summary.skipped.len(),
-        summary.extracted,
-        summary.extraction_failed,
-    )));
-    Ok(summary)
+    Ok(())
 }
 
-/// Compacts the search index and the database file (`kennis compact`, and after large
-/// imports and reindexing).
-pub fn compact(ctx: &AdminContext, progress: Report<'_>) -> Result<Compaction, AdminError> {
+/// Compacts the database file and the search index (`kennis compact`, `reindex`; after a
+/// large import, the index only when it is fragmented).
+pub fn compact(
+    ctx: &AdminContext,
+    always: bool,
+    progress: Report<'_>,
+) -> Result<Compaction, AdminError> {
     progress(Progress::note(
         "compacting the search index and the database",
     ));
-    ctx.kb_index.compact()?;
-    Ok(ctx.store.compact(Duration::from_secs(30))?)
+    let started = Instant::now();
+    ctx.kb_index.compact(always)?;
+    let index_ms = started.elapsed().as_millis() as u64;
+    let started = Instant::now();
+    let c = ctx.store.compact(Duration::from_secs(30))?;
+    tracing::debug!(
+        index_ms,
+        store_ms = started.elapsed().as_millis() as u64,
+        "compaction"
+    );
+    Ok(c)
 }
 
 /// Regular files below `dir`, relative to `root`; hidden files and folders and links are left

@@ -73,10 +73,16 @@ pub struct Candidate {
     pub extracted: bool,
 }
 
+/// The tantivy writer and how far it has followed the change log without committing.
+struct Writer {
+    tantivy: IndexWriter,
+    pending: Option<u64>,
+}
+
 pub struct SearchIndex {
     index: Index,
     reader: IndexReader,
-    writer: Mutex<IndexWriter>,
+    writer: Mutex<Writer>,
     fields: Fields,
     words: TextAnalyzer,
     with_extracted: bool,
@@ -173,15 +179,17 @@ impl Tokenizer for DistinctGrams {
     type TokenStream<'a> = GramStream;
 
     fn token_stream<'a>(&'a mut self, text: &'a str) -> GramStream {
-        let mut seen: HashSet<&str, BuildHasherDefault<FxHasher>> = HashSet::default();
+        // Each gram is known by its characters packed into a u64 (21 bits each; the top bit
+        // tells 2-grams from 3-grams), so telling new grams from seen ones hashes one number.
+        let mut seen: HashSet<u64, BuildHasherDefault<FxHasher>> = HashSet::default();
         let mut rest = Vec::new();
-        // Byte offsets where the last three characters start.
-        let mut starts: [usize; 3] = [0; 3];
-        let mut push = |from: usize, to: usize, rest: &mut Vec<Token>| {
-            let Some(gram) = text.get(from..to) else {
-                return;
-            };
-            if !gram.contains('\n') && seen.insert(gram) {
+        // The last three characters and where they start.
+        let mut chars = [0u64; 3];
+        let mut starts = [0usize; 3];
+        let mut push = |key: u64, from: usize, to: usize, rest: &mut Vec<Token>| {
+            if seen.insert(key)
+                && let Some(gram) = text.get(from..to)
+            {
                 rest.push(Token {
                     offset_from: from,
                     offset_to: to,
@@ -191,15 +199,25 @@ impl Tokenizer for DistinctGrams {
                 });
             }
         };
-        let boundaries = text.char_indices().map(|(i, _)| i).chain([text.len()]);
-        for (have, i) in boundaries.enumerate() {
-            // `i` ends the grams that start at the remembered character starts.
-            if have >= 2 {
-                push(starts[1], i, &mut rest);
+        let newline = u64::from('\n');
+        let boundaries = text
+            .char_indices()
+            .map(|(i, c)| (i, u64::from(c)))
+            .chain([(text.len(), newline)]);
+        for (have, (i, c)) in boundaries.enumerate() {
+            // `i` ends the grams made of the remembered characters.
+            if have >= 2 && chars[1] != newline && chars[2] != newline {
+                push(1 << 63 | chars[1] << 21 | chars[2], starts[1], i, &mut rest);
+                if have >= 3 && chars[0] != newline {
+                    push(
+                        chars[0] << 42 | chars[1] << 21 | chars[2],
+                        starts[0],
+                        i,
+                        &mut rest,
+                    );
+                }
             }
-            if have >= 3 {
-                push(starts[0], i, &mut rest);
-            }
+            chars = [chars[1], chars[2], c];
             starts = [starts[1], starts[2], i];
         }
         rest.reverse();
@@ -276,7 +294,10 @@ impl SearchIndex {
         Ok(SearchIndex {
             index,
             reader,
-            writer: Mutex::new(writer),
+            writer: Mutex::new(Writer {
+                tantivy: writer,
+                pending: None,
+            }),
             fields,
             words: words_analyzer(),
             with_extracted,
@@ -288,7 +309,7 @@ impl SearchIndex {
         self.with_extracted
     }
 
-    fn writer(&self) -> std::sync::MutexGuard<'_, IndexWriter> {
+    fn writer(&self) -> std::sync::MutexGuard<'_, Writer> {
         // A panic while indexing leaves at worst uncommitted documents, which the next
         // catch-up replays from the change log.
         self.writer
@@ -309,8 +330,16 @@ impl SearchIndex {
     /// Applies every change the store logged after [`applied`](Self::applied); returns how
     /// many were applied. Serialised by the writer lock, so concurrent callers are safe.
     pub fn catch_up(&self, store: &Store) -> Result<usize, KbError> {
+        self.follow(store, true)
+    }
+
+    /// Like [`catch_up`](Self::catch_up), but leaves what it added uncommitted (searches do
+    /// not see it yet) unless `commit`: a long import follows the change log as it goes and
+    /// commits once at the end, instead of making a segment per batch. A later call goes on
+    /// from where this one stopped; after a crash the next start replays from the last commit.
+    pub fn follow(&self, store: &Store, commit: bool) -> Result<usize, KbError> {
         let mut writer = self.writer();
-        let mut applied = self.applied();
+        let mut applied = writer.pending.unwrap_or_else(|| self.applied());
         let mut count = 0;
         loop {
             let batch: Vec<(Vec<u8>, Change)> =
@@ -326,12 +355,14 @@ impl SearchIndex {
                     docs.push((change.org_id, change.path.as_str()));
                 }
             }
-            self.reindex(&writer, store, &docs)?;
+            self.reindex(&writer.tantivy, store, &docs)?;
             applied = last;
+            writer.pending = Some(applied);
             count += batch.len();
         }
-        if count > 0 {
-            self.commit(&mut writer, applied)?;
+        if commit && writer.pending.is_some() {
+            self.commit(&mut writer.tantivy, applied)?;
+            writer.pending = None;
         }
         Ok(count)
     }
@@ -420,7 +451,8 @@ impl SearchIndex {
         org: Option<u64>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<usize, KbError> {
-        let mut writer = self.writer();
+        let mut guard = self.writer();
+        let writer = &mut guard.tantivy;
         match org {
             Some(id) => {
                 writer
@@ -448,19 +480,31 @@ impl SearchIndex {
                 .iter()
                 .map(|(_, d)| (d.org_id, d.path.as_str()))
                 .collect();
-            self.reindex(&writer, store, &keys)?;
+            self.reindex(writer, store, &keys)?;
             progress(((i * 500 + chunk.len()) as u64).min(total), total);
         }
-        self.commit(&mut writer, last)?;
+        self.commit(writer, last)?;
+        guard.pending = None;
         Ok(docs.len())
     }
 
-    /// Merges the index into as few segments as it can and removes the files no longer used:
-    /// after large imports, and on `kennis compact`.
-    pub fn compact(&self) -> Result<(), KbError> {
-        let mut writer = self.writer();
+    /// Merges the index into one segment and removes the files no longer used (`kennis
+    /// compact`, `reindex`). Unless `always`, only when that is worth its time: more than a few
+    /// segments, or more than a tenth of the documents deleted (a fresh import leaves a few
+    /// full segments, which search as fast).
+    pub fn compact(&self, always: bool) -> Result<(), KbError> {
+        let mut guard = self.writer();
+        let writer = &mut guard.tantivy;
+        let searcher = self.reader.searcher();
+        let segments = searcher.segment_readers();
+        let deleted: u64 = segments
+            .iter()
+            .map(|s| u64::from(s.num_deleted_docs()))
+            .sum();
+        let all: u64 = segments.iter().map(|s| u64::from(s.max_doc())).sum();
         let ids = self.index.searchable_segment_ids().map_err(index_err)?;
-        if ids.len() > 1 {
+        let worth = ids.len() > 8 || deleted * 10 > all;
+        if ids.len() > 1 && (always || worth) {
             writer.merge(&ids).wait().map_err(index_err)?;
         }
         writer.garbage_collect_files().wait().map_err(index_err)?;

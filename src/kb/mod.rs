@@ -209,7 +209,8 @@ fn put_document(
         }
         _ => {}
     }
-    let hash = blake3::hash(bytes).to_hex().to_string();
+    let hash_bytes = blake3::hash(bytes);
+    let hash = hash_bytes.to_hex().to_string();
     if let Some(doc) = &current
         && doc.hash == hash
         && matches!(expect, Expect::Any)
@@ -223,7 +224,6 @@ fn put_document(
         });
     }
     let (kind, content_type) = classify(path, bytes);
-    let hash_bytes = blake3::hash(bytes);
     if tx.get_raw(KB_CONTENT, hash_bytes.as_bytes())?.is_none() {
         tx.put_raw(KB_CONTENT, hash_bytes.as_bytes(), &blob::encode(bytes))?;
     }

@@ -8,6 +8,7 @@
 //! far faster than search reads.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 
 use super::StoreError;
 
@@ -20,10 +21,40 @@ const MAX_VALUE: u64 = 4 << 30;
 /// Shorter values are kept as they are: a frame's overhead would eat the saving.
 const MIN_COMPRESSED: usize = 64;
 
+thread_local! {
+    // A zstd context costs more to set up than a small document costs to compress: each
+    // thread keeps one of each kind.
+    static COMPRESSOR: RefCell<Option<zstd::bulk::Compressor<'static>>> =
+        RefCell::new(zstd::bulk::Compressor::new(LEVEL).ok());
+    static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        RefCell::new(zstd::bulk::Decompressor::new().ok());
+}
+
+fn compress(bytes: &[u8]) -> Option<Vec<u8>> {
+    COMPRESSOR.with(|c| match c.try_borrow_mut().ok()?.as_mut() {
+        Some(c) => c.compress(bytes).ok(),
+        None => zstd::bulk::compress(bytes, LEVEL).ok(),
+    })
+}
+
+fn decompress(frame: &[u8], len: usize) -> std::io::Result<Vec<u8>> {
+    DECOMPRESSOR.with(|d| {
+        match d
+            .try_borrow_mut()
+            .ok()
+            .as_deref_mut()
+            .and_then(Option::as_mut)
+        {
+            Some(d) => d.decompress(frame, len),
+            None => zstd::bulk::decompress(frame, len),
+        }
+    })
+}
+
 /// The stored form of `bytes`.
 pub fn encode(bytes: &[u8]) -> Vec<u8> {
     if bytes.len() >= MIN_COMPRESSED
-        && let Ok(frame) = zstd::bulk::compress(bytes, LEVEL)
+        && let Some(frame) = compress(bytes)
         && frame.len() + 9 < bytes.len() - bytes.len() / 16
     {
         let mut out = Vec::with_capacity(frame.len() + 9);
@@ -62,7 +93,7 @@ pub fn decode(stored: &[u8]) -> Result<Cow<'_, [u8]>, StoreError> {
             }
             let len = usize::try_from(len)
                 .map_err(|_| corrupt("a compressed value claims an impossible length".into()))?;
-            let out = zstd::bulk::decompress(frame, len)
+            let out = decompress(frame, len)
                 .map_err(|e| corrupt(format!("a compressed value cannot be read: {e}")))?;
             if out.len() != len {
                 return Err(corrupt("a compressed value has the wrong length".into()));
