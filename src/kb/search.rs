@@ -217,57 +217,131 @@ pub fn search(
         .iter()
         .map(|t| Finder::new(t.as_bytes()))
         .collect();
-    store.read(|tx| {
-        let mut results = Vec::new();
-        let mut verified = 0usize;
-        let mut bytes = 0u64;
-        let mut reason = None;
-        let mut enough = false;
-        for c in &candidates {
-            if results.len() >= req.limit {
-                enough = true;
-                break;
-            }
-            let cost = c.size.min(MAX_SEARCHED_BYTES as u64);
-            if verified >= req.budget.max_documents || bytes + cost > req.budget.max_bytes {
-                reason = Some(if verified >= req.budget.max_documents {
-                    format!(
-                        "one search verifies at most {} documents",
-                        req.budget.max_documents
-                    )
-                } else {
-                    format!(
-                        "one search reads at most {} MB",
-                        req.budget.max_bytes / (1024 * 1024)
-                    )
-                });
-                break;
-            }
-            verified += 1;
-            bytes += cost;
-            if let Some(hit) = verify(tx, c, &finders)? {
-                results.push(hit);
-            }
+    let mut results = Vec::new();
+    let mut verified = 0usize;
+    let mut bytes = 0u64;
+    let mut reason = None;
+    let mut enough = false;
+    // Verdicts of candidates verified ahead, by position.
+    let mut verdicts: Vec<Option<Hit>> = Vec::new();
+    for (pos, c) in candidates.iter().enumerate() {
+        if results.len() >= req.limit {
+            enough = true;
+            break;
         }
-        // Only the budget's worth of candidates was fetched: more in all means the document cap.
-        if reason.is_none() && !enough && results.len() < req.limit && total > verified {
-            reason = Some(format!(
-                "one search verifies at most {} documents",
-                req.budget.max_documents
-            ));
+        let cost = c.size.min(MAX_SEARCHED_BYTES as u64);
+        if verified >= req.budget.max_documents || bytes + cost > req.budget.max_bytes {
+            reason = Some(if verified >= req.budget.max_documents {
+                format!(
+                    "one search verifies at most {} documents",
+                    req.budget.max_documents
+                )
+            } else {
+                format!(
+                    "one search reads at most {} MB",
+                    req.budget.max_bytes / (1024 * 1024)
+                )
+            });
+            break;
         }
-        let skipped = total.saturating_sub(verified);
-        let (results, truncated) = cap_output(results, req.output_cap);
-        Ok(SearchOutput {
-            query: req.raw_query.to_owned(),
-            results,
-            searched_documents: verified,
-            not_searched: reason.map(|reason| NotSearched {
-                documents: skipped,
-                reason: format!("{reason}; narrow the search with `path` to reach the rest"),
-            }),
-            truncated,
-        })
+        if pos >= verdicts.len() {
+            let needed = req.limit.saturating_sub(results.len());
+            let ahead = verify_ahead(
+                store,
+                &candidates,
+                (pos, needed),
+                (verified, bytes),
+                req,
+                &finders,
+            )?;
+            verdicts.extend(ahead);
+        }
+        verified += 1;
+        bytes += cost;
+        if let Some(hit) = verdicts.get_mut(pos).and_then(Option::take) {
+            results.push(hit);
+        }
+    }
+    // Only the budget's worth of candidates was fetched: more in all means the document cap.
+    if reason.is_none() && !enough && results.len() < req.limit && total > verified {
+        reason = Some(format!(
+            "one search verifies at most {} documents",
+            req.budget.max_documents
+        ));
+    }
+    let skipped = total.saturating_sub(verified);
+    let (results, truncated) = cap_output(results, req.output_cap);
+    Ok(SearchOutput {
+        query: req.raw_query.to_owned(),
+        results,
+        searched_documents: verified,
+        not_searched: reason.map(|reason| NotSearched {
+            documents: skipped,
+            reason: format!("{reason}; narrow the search with `path` to reach the rest"),
+        }),
+        truncated,
+    })
+}
+
+/// Candidates verified one at a time before verifying ahead: most searches have their
+/// results by then.
+const ONE_BY_ONE: usize = 24;
+/// How many candidates are verified ahead at once, on two threads.
+const AHEAD: usize = 32;
+/// Below this much text, verifying ahead stays on one thread.
+const PARALLEL_BYTES: u64 = 256 * 1024;
+
+/// Verifies the candidate at `pos` — and, once past [`ONE_BY_ONE`], some after it that the
+/// budget still allows, split over two threads when they hold enough text. A search that needs many candidates
+/// (a rare combination, or a term in every document) then takes half the time; what it
+/// returns is the same, as the caller takes the verdicts in order and stops where a
+/// one-by-one search would have.
+fn verify_ahead(
+    store: &Store,
+    candidates: &[Candidate],
+    (pos, needed): (usize, usize),
+    (verified, bytes): (usize, u64),
+    req: &SearchRequest<'_>,
+    finders: &[Finder<'_>],
+) -> Result<Vec<Option<Hit>>, KbError> {
+    let mut n = 0;
+    let (mut v, mut b) = (verified, bytes);
+    // Ahead by twice the results still wanted: little is verified for nothing when they come.
+    let want = if pos < ONE_BY_ONE {
+        1
+    } else {
+        (needed * 2).clamp(2, AHEAD)
+    };
+    for c in candidates.iter().skip(pos).take(want) {
+        let cost = c.size.min(MAX_SEARCHED_BYTES as u64);
+        if v >= req.budget.max_documents || b + cost > req.budget.max_bytes {
+            break;
+        }
+        v += 1;
+        b += cost;
+        n += 1;
+    }
+    let batch = candidates.get(pos..pos + n.max(1)).unwrap_or_default();
+    let run = |part: &[Candidate]| -> Result<Vec<Option<Hit>>, KbError> {
+        store.read(|tx| part.iter().map(|c| verify(tx, c, finders)).collect())
+    };
+    // A thread is worth starting only for enough text.
+    let batch_bytes: u64 = batch
+        .iter()
+        .map(|c| c.size.min(MAX_SEARCHED_BYTES as u64))
+        .sum();
+    if batch.len() < 2 || batch_bytes < PARALLEL_BYTES {
+        return run(batch);
+    }
+    let (first, second) = batch.split_at(batch.len() / 2);
+    std::thread::scope(|scope| {
+        let other = scope.spawn(|| run(second));
+        let mut out = run(first)?;
+        let rest = other
+            .join()
+            .unwrap_or_else(|_| Err(KbError::Index("a verifying thread panicked".into())))?;
+        out.extend(rest);
+        Ok(out)
     })
 }
 
@@ -275,7 +349,10 @@ fn verify(tx: &ReadTx, c: &Candidate, finders: &[Finder<'_>]) -> Result<Option<H
     let text = if c.extracted {
         super::extracted::text(tx, &c.hash)?
     } else {
-        super::content(tx, &c.hash)?.map(|b| String::from_utf8_lossy(&b).into_owned())
+        super::content(tx, &c.hash)?.map(|b| {
+            String::from_utf8(b)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+        })
     };
     let Some(text) = text else {
         return Ok(None);
