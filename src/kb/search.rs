@@ -310,7 +310,7 @@ fn verify_ahead(
     let want = if pos < ONE_BY_ONE {
         1
     } else {
-        (needed * 2).clamp(2, AHEAD)
+        needed.saturating_mul(2).clamp(2, AHEAD)
     };
     for c in candidates.iter().skip(pos).take(want) {
         let cost = c.size.min(MAX_SEARCHED_BYTES as u64);
