@@ -16,26 +16,6 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 const ORG: u64 = 1;
-const QUERIES: &[&str] = &[
-    "tabel",
-    "opmaak",
-    "noot",
-    "kozijn",
-    "cel",
-    "de",
-    "invoeg",
-    "werkblad",
-    "afdrukken pagina",
-    "lettertype grootte",
-    "\"klik op\"",
-    "\"de cel\"",
-    "Café",
-    "één",
-    "geïnstalleerd",
-    "DOCUMENT",
-    "maat akkoord",
-    "formule som",
-];
 
 /// Text made up here when the corpus is absent: pseudo-words from a seeded generator.
 fn made_up_docs(n: usize, rng: &mut StdRng) -> Vec<(String, String)> {
@@ -154,7 +134,7 @@ fn bench(name: &str, docs: &[(String, String)], rounds: usize) {
     let mut brute_total = Duration::ZERO;
     let mut index_total = Duration::ZERO;
     println!("query | results | not_searched | p50 | max | brute force");
-    for raw in QUERIES {
+    for raw in common::QUERIES {
         let query = parse_query(raw).unwrap();
         let req = SearchRequest {
             org_id: ORG,
@@ -196,8 +176,8 @@ fn bench(name: &str, docs: &[(String, String)], rounds: usize) {
         ms(pct(&all, 0.5)),
         ms(pct(&all, 0.99)),
         ms(*all.last().unwrap()),
-        ms(index_total / QUERIES.len() as u32),
-        ms(brute_total / QUERIES.len() as u32),
+        ms(index_total / common::QUERIES.len() as u32),
+        ms(brute_total / common::QUERIES.len() as u32),
         brute_total.as_secs_f64() / index_total.as_secs_f64()
     );
 }

@@ -21,27 +21,6 @@ use kennis::kb::index::SearchIndex;
 use kennis::kb::search::{self, Budget, DEFAULT_LIMIT, OUTPUT_CAP_CHARS, SearchRequest};
 use kennis::store::Store;
 
-const QUERIES: &[&str] = &[
-    "tabel",
-    "opmaak",
-    "noot",
-    "kozijn",
-    "cel",
-    "de",
-    "invoeg",
-    "werkblad",
-    "afdrukken pagina",
-    "lettertype grootte",
-    "\"klik op\"",
-    "\"de cel\"",
-    "Café",
-    "één",
-    "geïnstalleerd",
-    "DOCUMENT",
-    "maat akkoord",
-    "formule som",
-];
-
 fn mb(bytes: u64) -> f64 {
     bytes as f64 / 1e6
 }
@@ -198,7 +177,7 @@ fn main() {
     let mut all = Vec::new();
     println!("\n## Search over the imported store ({rounds} rounds per query)");
     println!("query | results | p50 | max");
-    for raw in QUERIES {
+    for raw in common::QUERIES {
         let query = search::parse_query(raw).unwrap();
         let req = SearchRequest {
             org_id: 1,

@@ -33,3 +33,26 @@ pub fn read_corpus(dir: &Path) -> Vec<(String, String)> {
     out.sort();
     out
 }
+
+/// The queries the search benchmarks time: common and rare words, phrases, accents, case.
+#[allow(dead_code)]
+pub const QUERIES: &[&str] = &[
+    "tabel",
+    "opmaak",
+    "noot",
+    "kozijn",
+    "cel",
+    "de",
+    "invoeg",
+    "werkblad",
+    "afdrukken pagina",
+    "lettertype grootte",
+    "\"klik op\"",
+    "\"de cel\"",
+    "Café",
+    "één",
+    "geïnstalleerd",
+    "DOCUMENT",
+    "maat akkoord",
+    "formule som",
+];
