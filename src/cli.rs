@@ -554,7 +554,7 @@ impl ProgressView {
                         self.finish();
                         let bar = indicatif::ProgressBar::new(total);
                         if let Ok(style) = indicatif::ProgressStyle::with_template(
-                            "{msg:20} [{bar:30}] {pos}/{len} ({per_sec}, {eta} left)",
+                            "{msg:20} [{bar:30}] {human_pos}/{human_len} ({elapsed}, {eta} left)",
                         ) {
                             bar.set_style(style.progress_chars("=> "));
                         }
