@@ -103,17 +103,31 @@ pub fn import_dir(
     let counts = writer.extract_counts();
     summary.extracted = counts.extracted;
     summary.extraction_failed = counts.failed;
+    // What is left is read into the index; then the index writes its segments while the
+    // database file is repacked and compacted (neither waits for the other).
     let started = Instant::now();
-    let indexed = writer.finish()?;
-    let indexing = started.elapsed();
-    let started = Instant::now();
+    let indexed = ctx.kb_index.follow(&ctx.store, false)?;
     if imported_bytes >= COMPACT_AFTER_BYTES {
-        compact(ctx, false, progress)?;
+        progress(Progress::note(
+            "compacting the database and the search index",
+        ));
+        std::thread::scope(|scope| {
+            let committing = scope.spawn(|| ctx.kb_index.commit_pending());
+            let compacted = ctx.store.compact(Duration::from_secs(30));
+            let committed = committing
+                .join()
+                .unwrap_or_else(|_| Err(kb::KbError::Index("the index commit panicked".into())));
+            committed?;
+            compacted?;
+            Ok::<_, AdminError>(())
+        })?;
+        ctx.kb_index.compact(false)?;
+    } else {
+        ctx.kb_index.commit_pending()?;
     }
     tracing::debug!(
-        last_indexing_ms = indexing.as_millis() as u64,
-        compacting_ms = started.elapsed().as_millis() as u64,
-        "import timings"
+        finishing_ms = started.elapsed().as_millis() as u64,
+        "import: index committed and store compacted"
     );
     progress(Progress::note(format!(
         "done: {} created, {} revised, {} unchanged, {} skipped; {} extracted, {} without text; {indexed} index updates",
@@ -200,18 +214,13 @@ fn store_batches(
     Ok(())
 }
 
-/// Compacts the database file and the search index (`kennis compact`, `reindex`; after a
-/// large import, the index only when it is fragmented).
-pub fn compact(
-    ctx: &AdminContext,
-    always: bool,
-    progress: Report<'_>,
-) -> Result<Compaction, AdminError> {
+/// Merges the search index and compacts the database file (`kennis compact`, `reindex`).
+pub fn compact(ctx: &AdminContext, progress: Report<'_>) -> Result<Compaction, AdminError> {
     progress(Progress::note(
         "compacting the search index and the database",
     ));
     let started = Instant::now();
-    ctx.kb_index.compact(always)?;
+    ctx.kb_index.compact(true)?;
     let index_ms = started.elapsed().as_millis() as u64;
     let started = Instant::now();
     let c = ctx.store.compact(Duration::from_secs(30))?;

@@ -434,7 +434,7 @@ pub fn execute(
             let n = ctx.kb_index.rebuild(store, org_id, &mut |done, total| {
                 progress(Progress::step("indexing documents", done, total))
             })?;
-            let compaction = import::compact(ctx, true, progress)?;
+            let compaction = import::compact(ctx, progress)?;
             json!({
                 "documents": n,
                 "extracted": extracted.extracted,
@@ -444,7 +444,7 @@ pub fn execute(
             })
         }
         AdminRequest::Compact => {
-            let c = import::compact(ctx, true, progress)?;
+            let c = import::compact(ctx, progress)?;
             json!({"bytes_before": c.bytes_before, "bytes_after": c.bytes_after})
         }
         AdminRequest::AuditExport { org, since } => {

@@ -104,10 +104,11 @@ fn schema() -> (Schema, Fields) {
     let fields = Fields {
         key: b.add_text_field("key", STRING),
         org: b.add_u64_field("org", INDEXED),
-        path: b.add_text_field("path", STRING | STORED),
+        // Stored only: the exact-path scope finds a document by its `key`.
+        path: b.add_text_field("path", STORED),
         folders: b.add_text_field("folders", STRING),
         version: b.add_u64_field("version", STORED),
-        hash: b.add_text_field("hash", STORED),
+        hash: b.add_bytes_field("hash", STORED),
         size: b.add_u64_field("size", STORED),
         extracted: b.add_u64_field("extracted", STORED),
         grams: b.add_text_field("grams", grams_opts),
@@ -151,21 +152,27 @@ pub fn term_grams(term: &str) -> Vec<String> {
 #[derive(Clone, Default)]
 struct DistinctGrams;
 
-struct GramStream {
-    /// In reverse order: `advance` pops.
-    rest: Vec<Token>,
+struct GramStream<'a> {
+    text: &'a str,
+    /// Byte ranges of the grams, in reverse order: `advance` pops.
+    rest: Vec<(usize, usize)>,
+    /// One token, refilled by each `advance` (no allocation per gram).
     current: Token,
 }
 
-impl TokenStream for GramStream {
+impl TokenStream for GramStream<'_> {
     fn advance(&mut self) -> bool {
-        match self.rest.pop() {
-            Some(t) => {
-                self.current = t;
-                true
-            }
-            None => false,
-        }
+        let Some((from, to)) = self.rest.pop() else {
+            return false;
+        };
+        self.current.offset_from = from;
+        self.current.offset_to = to;
+        self.current.position = self.current.position.wrapping_add(1);
+        self.current.text.clear();
+        self.current
+            .text
+            .push_str(self.text.get(from..to).unwrap_or_default());
+        true
     }
     fn token(&self) -> &Token {
         &self.current
@@ -176,9 +183,9 @@ impl TokenStream for GramStream {
 }
 
 impl Tokenizer for DistinctGrams {
-    type TokenStream<'a> = GramStream;
+    type TokenStream<'a> = GramStream<'a>;
 
-    fn token_stream<'a>(&'a mut self, text: &'a str) -> GramStream {
+    fn token_stream<'a>(&'a mut self, text: &'a str) -> GramStream<'a> {
         // Each gram is known by its characters packed into a u64 (21 bits each; the top bit
         // tells 2-grams from 3-grams), so telling new grams from seen ones hashes one number.
         let mut seen: HashSet<u64, BuildHasherDefault<FxHasher>> = HashSet::default();
@@ -186,19 +193,6 @@ impl Tokenizer for DistinctGrams {
         // The last three characters and where they start.
         let mut chars = [0u64; 3];
         let mut starts = [0usize; 3];
-        let mut push = |key: u64, from: usize, to: usize, rest: &mut Vec<Token>| {
-            if seen.insert(key)
-                && let Some(gram) = text.get(from..to)
-            {
-                rest.push(Token {
-                    offset_from: from,
-                    offset_to: to,
-                    position: rest.len(),
-                    text: gram.to_owned(),
-                    position_length: 1,
-                });
-            }
-        };
         let newline = u64::from('\n');
         let boundaries = text
             .char_indices()
@@ -207,14 +201,14 @@ impl Tokenizer for DistinctGrams {
         for (have, (i, c)) in boundaries.enumerate() {
             // `i` ends the grams made of the remembered characters.
             if have >= 2 && chars[1] != newline && chars[2] != newline {
-                push(1 << 63 | chars[1] << 21 | chars[2], starts[1], i, &mut rest);
-                if have >= 3 && chars[0] != newline {
-                    push(
-                        chars[0] << 42 | chars[1] << 21 | chars[2],
-                        starts[0],
-                        i,
-                        &mut rest,
-                    );
+                if seen.insert(1 << 63 | chars[1] << 21 | chars[2]) {
+                    rest.push((starts[1], i));
+                }
+                if have >= 3
+                    && chars[0] != newline
+                    && seen.insert(chars[0] << 42 | chars[1] << 21 | chars[2])
+                {
+                    rest.push((starts[0], i));
                 }
             }
             chars = [chars[1], chars[2], c];
@@ -222,6 +216,7 @@ impl Tokenizer for DistinctGrams {
         }
         rest.reverse();
         GramStream {
+            text,
             rest,
             current: Token::default(),
         }
@@ -367,6 +362,16 @@ impl SearchIndex {
         Ok(count)
     }
 
+    /// Commits what [`follow`](Self::follow) added without committing. Touches only the
+    /// index, so it can run while the store is busy (an import compacts it meanwhile).
+    pub fn commit_pending(&self) -> Result<(), KbError> {
+        let mut writer = self.writer();
+        if let Some(applied) = writer.pending.take() {
+            self.commit(&mut writer.tantivy, applied)?;
+        }
+        Ok(())
+    }
+
     fn commit(&self, writer: &mut IndexWriter, applied: u64) -> Result<(), KbError> {
         let mut prepared = writer.prepare_commit().map_err(index_err)?;
         prepared.set_payload(&applied.to_string());
@@ -430,7 +435,7 @@ impl SearchIndex {
             f.org => org_id,
             f.path => doc.path.clone(),
             f.version => doc.version,
-            f.hash => doc.hash.clone(),
+            f.hash => blake3::Hash::from_hex(&doc.hash).map(|h| h.as_bytes().to_vec()).unwrap_or_default(),
             f.size => doc.size,
             f.extracted => u64::from(text.extracted),
             f.title => title_of(&doc.path, &folded),
@@ -557,7 +562,7 @@ impl SearchIndex {
                 (
                     Occur::Should,
                     Box::new(TermQuery::new(
-                        Term::from_field_text(f.path, folder),
+                        Term::from_field_text(f.key, &format!("{org_id}:{folder}")),
                         IndexRecordOption::Basic,
                     )),
                 ),
@@ -654,7 +659,11 @@ impl SearchIndex {
         Ok(Candidate {
             path: text(f.path),
             version: num(f.version),
-            hash: text(f.hash),
+            hash: d
+                .get_first(f.hash)
+                .and_then(|v| v.as_bytes())
+                .map(hex::encode)
+                .unwrap_or_default(),
             size: num(f.size),
             extracted: num(f.extracted) == 1,
         })

@@ -545,11 +545,6 @@ impl<'a> Writer<'a> {
         self.extracted
     }
 
-    /// Brings the search index up to date now (long imports do this every so often).
-    pub fn catch_up(&mut self) -> Result<usize, KbError> {
-        self.index.catch_up(self.store)
-    }
-
     /// Brings the search index up to date; returns how many changes it applied.
     pub fn finish(self) -> Result<usize, KbError> {
         self.index.catch_up(self.store)
