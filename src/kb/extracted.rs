@@ -300,6 +300,12 @@ impl Backlog {
             for item in extractable_documents(tx, None)? {
                 backlog.push(item);
             }
+            if !backlog.queue.is_empty() {
+                tracing::info!(
+                    documents = backlog.queue.len(),
+                    "looking at PDF and Office documents for text not extracted yet"
+                );
+            }
             Ok(backlog)
         })
     }
