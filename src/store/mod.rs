@@ -260,7 +260,15 @@ impl Store {
             db: Arc::new(RwLock::new(db)),
             path: path.to_owned(),
         };
-        migrate::migrate(&store)?;
+        if migrate::migrate(&store)? {
+            // What the old schema kept and the new one does not is free space now.
+            let c = store.compact(Duration::from_secs(1))?;
+            tracing::info!(
+                bytes_before = c.bytes_before,
+                bytes_after = c.bytes_after,
+                "compacted the store after migrating it"
+            );
+        }
         Ok(store)
     }
 
