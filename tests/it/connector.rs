@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::fixture::TestServer;
+use crate::fixture::{TestServer, status_before_body};
 use kennis::identity::{self, ConnectorAccess};
 
 const INIT: &str = "initialize";
@@ -30,16 +30,13 @@ async fn transport_methods_size_host_and_versions() {
         }
     }
     // Over 1 MB: 413 before anything is parsed (even before the token is looked at).
-    let big = "x".repeat(1024 * 1024 + 1);
-    let r = t
-        .client
-        .post(&url)
-        .body(big)
-        .header("content-type", "application/json")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 413);
+    let status = status_before_body(
+        &url,
+        &[("content-type", "application/json")],
+        1024 * 1024 + 1,
+    )
+    .await;
+    assert_eq!(status, 413);
     // DNS rebinding: a foreign Host or Origin is refused.
     let r = t
         .client

@@ -845,6 +845,44 @@ impl TestServer {
     }
 }
 
+/// POSTs only the head of a request that declares a `length`-byte body, sends none of the
+/// body, and returns the status the server answers with. A refusal by `Content-Length` must
+/// come before the body is read; an ordinary client that keeps writing the body can instead
+/// see a broken pipe when the server closes the connection after its answer.
+pub async fn status_before_body(url: &str, headers: &[(&str, &str)], length: usize) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let url = reqwest::Url::parse(url).unwrap();
+    let host = url.host_str().unwrap();
+    let port = url.port_or_known_default().unwrap();
+    let mut stream = tokio::net::TcpStream::connect((host, port)).await.unwrap();
+    let path = match url.query() {
+        Some(q) => format!("{}?{q}", url.path()),
+        None => url.path().to_string(),
+    };
+    let mut head =
+        format!("POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-length: {length}\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !answer.windows(2).any(|w| w == b"\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+            .await
+            .expect("the server answers without waiting for the body")
+            .unwrap();
+        assert!(n > 0, "connection closed without an answer");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let line = String::from_utf8_lossy(&answer);
+    line.split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status line")
+}
+
 /// A free loopback port (bound and released; for programs that must be told a port).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
