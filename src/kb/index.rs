@@ -8,9 +8,12 @@
 //! - `words`: the whole words with their frequencies, for BM25 over the body.
 //! - `title`: the words of the first line (a Markdown heading or a title) and of the file
 //!   name, for BM25 over the title, weighted [`TITLE_BOOST`] times.
+//! - `title_exact`: the first line's words, and the file name's, each joined into one key,
+//!   so a query that is exactly a document's title (whole words, in order) finds it.
 //!
-//! Ranking is therefore BM25 over whole query words in title and body among the documents
-//! that contain every term as a substring; the verifier then applies the exact rules. The
+//! Ranking is therefore: documents whose title the query is, exactly, first; then BM25 over
+//! whole query words in title and body — among the documents that contain every term as a
+//! substring. The verifier then applies the exact rules. The
 //! index records in its commit payload how far it has followed the store's change log; at
 //! start it replays what it missed.
 
@@ -45,8 +48,13 @@ const WRITER_HEAP: usize = 96_000_000;
 const WRITER_THREADS: usize = 2;
 /// How much more a query word in the title counts than one in the body.
 pub const TITLE_BOOST: f32 = 2.0;
+/// The score an exact title match adds: more than BM25 gives any query of at most ten words,
+/// so such documents come before the others (and among themselves by BM25).
+const EXACT_TITLE_SCORE: f32 = 1000.0;
+/// A title key longer than this is not indexed (no query of ten terms is that long).
+const MAX_TITLE_KEY: usize = 512;
 /// Bumped when the schema or the gram scheme changes; a mismatch rebuilds the index.
-const INDEX_FORMAT: &str = "kennis-index-2";
+const INDEX_FORMAT: &str = "kennis-index-3";
 
 struct Fields {
     key: Field,
@@ -60,6 +68,7 @@ struct Fields {
     grams: Field,
     words: Field,
     title: Field,
+    title_exact: Field,
 }
 
 /// A candidate document proposed by the index.
@@ -114,6 +123,7 @@ fn schema() -> (Schema, Fields) {
         grams: b.add_text_field("grams", grams_opts),
         words: b.add_text_field("words", words_opts.clone()),
         title: b.add_text_field("title", words_opts),
+        title_exact: b.add_text_field("title_exact", STRING),
     };
     (b.build(), fields)
 }
@@ -245,6 +255,22 @@ fn title_of(path: &str, folded: &str) -> String {
     let name = path.rsplit('/').next().unwrap_or(path);
     let stem = name.rsplit_once('.').map_or(name, |(s, _)| s);
     format!("{first}\n{}", super::fold::fold_line(stem))
+}
+
+/// The words of `text` as the `words` field holds them, joined by single spaces: the key of
+/// the `title_exact` field, for a title and for a query alike.
+fn word_key<'a>(analyzer: &mut TextAnalyzer, texts: impl IntoIterator<Item = &'a str>) -> String {
+    let mut key = String::new();
+    for text in texts {
+        let mut stream = analyzer.token_stream(text);
+        while let Some(t) = stream.next() {
+            if !key.is_empty() {
+                key.push(' ');
+            }
+            key.push_str(&t.text);
+        }
+    }
+    key
 }
 
 impl SearchIndex {
@@ -438,8 +464,20 @@ impl SearchIndex {
             f.hash => blake3::Hash::from_hex(&doc.hash).map(|h| h.as_bytes().to_vec()).unwrap_or_default(),
             f.size => doc.size,
             f.extracted => u64::from(text.extracted),
-            f.title => title_of(&doc.path, &folded),
         );
+        let title = title_of(&doc.path, &folded);
+        let mut analyzer = self.words.clone();
+        let mut keys: Vec<String> = Vec::with_capacity(2);
+        for line in title.lines() {
+            let key = word_key(&mut analyzer, [line]);
+            if !key.is_empty() && key.len() <= MAX_TITLE_KEY && !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+        for key in keys {
+            d.add_text(f.title_exact, key);
+        }
+        d.add_text(f.title, title);
         for folder in ancestors(&doc.path) {
             d.add_text(f.folders, folder);
         }
@@ -604,6 +642,19 @@ impl SearchIndex {
                         IndexRecordOption::WithFreqs,
                     )),
                     TITLE_BOOST,
+                )),
+            ));
+        }
+        let key = word_key(&mut self.words.clone(), terms.iter().map(String::as_str));
+        if !key.is_empty() {
+            clauses.push((
+                Occur::Should,
+                Box::new(ConstScoreQuery::new(
+                    Box::new(TermQuery::new(
+                        Term::from_field_text(f.title_exact, &key),
+                        IndexRecordOption::Basic,
+                    )),
+                    EXACT_TITLE_SCORE,
                 )),
             ));
         }

@@ -443,6 +443,63 @@ async fn search_rules() {
     t.stop().await;
 }
 
+/// Results come best first: a document whose title the query is, exactly, before documents
+/// that only use the words more often; then BM25 with words in the title counting double.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_ranks_an_exact_title_first() {
+    let (mut t, mcp, s) = setup().await;
+    put(
+        &t,
+        s.org.id,
+        &[
+            (
+                "a/veel.md",
+                "Notities\ntabellen tabellen tabellen, tabellen en nog eens tabellen".as_bytes(),
+            ),
+            (
+                "a/invoegen.md",
+                "# Tabellen invoegen\nTabellen, tabellen: hoe u tabellen invoegt.".as_bytes(),
+            ),
+            (
+                "a/05000000.md",
+                "# Tabellen\nDit hoofdstuk gaat over het werken met lijsten, rijen en kolommen, \
+                 over sorteren en filteren, en over het opmaken van cellen."
+                    .as_bytes(),
+            ),
+            (
+                "b/offerte-zeestraat.md",
+                "Prijzen voor de offerte aan de Zeestraat.".as_bytes(),
+            ),
+            (
+                "b/brief.md",
+                "# Brief\nDe offerte voor de Zeestraat, de offerte voor de Zeestraat.".as_bytes(),
+            ),
+        ],
+    );
+    let order = |out: serde_json::Value| -> Vec<String> {
+        out["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["path"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let search = |q: &str| mcp.ok("kennisbank_search", json!({"query": q}));
+    assert_eq!(
+        order(search("tabellen").await),
+        vec!["a/05000000.md", "a/invoegen.md", "a/veel.md"]
+    );
+    // Case and accents do not matter; the words and their order do.
+    assert_eq!(order(search("TABELLEN INVOEGEN").await)[0], "a/invoegen.md");
+    assert_eq!(order(search("Tabéllen").await)[0], "a/05000000.md");
+    // The file name is a title too.
+    assert_eq!(
+        order(search("offerte zeestraat").await),
+        vec!["b/offerte-zeestraat.md", "b/brief.md"]
+    );
+    t.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn search_caps_limit_output_and_documents() {
     let (mut t, mcp, s) = setup().await;
