@@ -51,10 +51,11 @@ pub fn redact_query(query: &str) -> String {
         .join("&")
 }
 
-/// Path prefixes whose rest is a credential (signed download links).
-const SECRET_PATHS: &[&str] = &["/files/"];
+/// Path prefixes whose rest is a credential: signed download links, and the one-time
+/// invitation and password-reset links.
+const SECRET_PATHS: &[&str] = &["/files/", "/invite/", "/reset/"];
 
-/// The path as logged: a signed link's token is replaced by `REDACTED`.
+/// The path as logged: a link's token is replaced by `REDACTED`.
 pub fn redact_path(path: &str) -> String {
     for prefix in SECRET_PATHS {
         if let Some(rest) = path.strip_prefix(prefix)
@@ -126,6 +127,8 @@ mod tests {
             "client%5fsecret=REDACTED"
         );
         assert_eq!(redact_path("/files/abc.def"), "/files/REDACTED");
+        assert_eq!(redact_path("/invite/kb_inv_abc"), "/invite/REDACTED");
+        assert_eq!(redact_path("/reset/kb_rst_abc"), "/reset/REDACTED");
         assert_eq!(redact_path("/healthz"), "/healthz");
     }
 }

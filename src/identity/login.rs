@@ -191,6 +191,26 @@ impl LoginGuard {
         }
     }
 
+    /// Runs `f`, a step that checks or sets `email`'s password (a one-time link's form), on
+    /// the hashing threads under the login limits: posts per address, and wrong passwords per
+    /// account and address — a wrong one ([`IdentityError::BadCredentials`]) counts as a
+    /// failed login, anything else does not.
+    pub async fn password_step<T: Send + 'static>(
+        &self,
+        email: &str,
+        ip: IpAddr,
+        f: impl FnOnce() -> Result<T, IdentityError> + Send + 'static,
+    ) -> Result<T, IdentityError> {
+        self.password_posts.check(&ip).map_err(too_many)?;
+        let reserved = (account_key(email), ip);
+        self.password_failures.check(&reserved).map_err(too_many)?;
+        let judged = self.hash(f).await.and_then(|r| r);
+        if !matches!(judged, Err(IdentityError::BadCredentials)) {
+            self.password_failures.refund(&reserved);
+        }
+        judged
+    }
+
     /// Checks a second-factor code for a session from `ip`; on success the session has
     /// passed the second factor. Returns the person as now stored.
     pub async fn second_factor(

@@ -61,7 +61,7 @@ fn after(t: Timestamp, secs: i64) -> Timestamp {
         .unwrap_or(t)
 }
 
-fn admins(tx: &impl Read, org_id: u64) -> Result<usize, StoreError> {
+pub(super) fn admins(tx: &impl Read, org_id: u64) -> Result<usize, StoreError> {
     Ok(tx
         .scan::<Membership>(MEMBERSHIPS, &key::id(org_id))?
         .iter()
@@ -98,6 +98,15 @@ pub fn set_member(
     })
 }
 
+/// Refuses ([`IdentityError::LastAdmin`]) what removing this member would refuse, so a page
+/// can say so before it asks for confirmation.
+pub fn check_removable(tx: &impl Read, m: &Membership) -> Result<(), IdentityError> {
+    if m.role == Role::Admin && admins(tx, m.org_id)? <= 1 {
+        return Err(IdentityError::LastAdmin);
+    }
+    Ok(())
+}
+
 /// Removes a member from an organisation in the caller's transaction (which also revokes their
 /// connections there: `oauth::remove_member`). Refused for the last admin and for someone who
 /// is not a member; nothing else of the person changes.
@@ -107,9 +116,7 @@ pub fn remove_member_in(
     person_id: u64,
 ) -> Result<Membership, IdentityError> {
     let m = membership_of(tx, org_id, person_id)?;
-    if m.role == Role::Admin && admins(tx, org_id)? <= 1 {
-        return Err(IdentityError::LastAdmin);
-    }
+    check_removable(tx, &m)?;
     tx.delete(MEMBERSHIPS, &key::pair(org_id, person_id))?;
     tx.delete(MEMBERSHIPS_BY_PERSON, &key::pair(person_id, org_id))?;
     Ok(m)

@@ -23,8 +23,8 @@ use crate::store::{
 pub use login::LoginGuard;
 pub use members::{
     INVITATION_LIFETIME_SECS, INVITATION_PREFIX, Invitation, MemberChange, RESET_LIFETIME_SECS,
-    RESET_PREFIX, ResetLink, accept_invitation, invite, issue_reset, member_by_email,
-    open_invitation, open_reset, remove_member_in, set_member, use_reset,
+    RESET_PREFIX, ResetLink, accept_invitation, check_removable, invite, issue_reset,
+    member_by_email, open_invitation, open_reset, remove_member_in, set_member, use_reset,
 };
 pub use password::{check_strength, hash_password, verify_password_hash};
 pub use totp::{TotpEnrolment, code_at};
@@ -500,6 +500,7 @@ pub fn accept_terms(store: &Store, person_id: u64, version: &str) -> Result<(), 
 }
 
 /// Adds a person to an organisation, or updates role and `may_connect` if already a member.
+/// Demoting the organisation's last admin this way is refused as in [`set_member`].
 pub fn add_member(
     store: &Store,
     org_slug: &str,
@@ -519,6 +520,12 @@ pub fn add_member(
             .ok_or_else(|| IdentityError::UnknownPerson(email.to_owned()))?;
         let k = key::pair(org_id, person_id);
         let existing: Option<Membership> = tx.get(MEMBERSHIPS, &k)?;
+        if existing.as_ref().is_some_and(|e| e.role == Role::Admin)
+            && role == Role::Member
+            && members::admins(tx, org_id)? <= 1
+        {
+            return Err(IdentityError::LastAdmin);
+        }
         let created = existing.is_none();
         let m = Membership {
             org_id,

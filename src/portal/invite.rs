@@ -6,6 +6,7 @@
 //! says what differs. Used, expired and unknown links say so. The forms' CSRF tokens are bound
 //! to the link itself.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::Router;
@@ -21,6 +22,7 @@ use super::{
     problem_text, see_other, set_cookie,
 };
 use crate::app::App;
+use crate::http::client_ip::CallerIp;
 use crate::http::error::ToProblem;
 use crate::identity::{self, IdentityError, hash_secret};
 
@@ -37,9 +39,10 @@ async fn invite_page(State(app): State<Arc<App>>, Path(token): Path<String>) -> 
 async fn invite_submit(
     State(app): State<Arc<App>>,
     Path(token): Path<String>,
+    CallerIp(ip): CallerIp,
     form: UncheckedForm,
 ) -> Response {
-    submit(&app, Link::Invite, &token, form).await
+    submit(&app, Link::Invite, &token, ip, form).await
 }
 
 async fn reset_page(State(app): State<Arc<App>>, Path(token): Path<String>) -> Response {
@@ -49,9 +52,10 @@ async fn reset_page(State(app): State<Arc<App>>, Path(token): Path<String>) -> R
 async fn reset_submit(
     State(app): State<Arc<App>>,
     Path(token): Path<String>,
+    CallerIp(ip): CallerIp,
     form: UncheckedForm,
 ) -> Response {
-    submit(&app, Link::Reset, &token, form).await
+    submit(&app, Link::Reset, &token, ip, form).await
 }
 
 /// The kind of a one-time link.
@@ -100,6 +104,8 @@ struct Opened {
     until: String,
     /// An invitation for an address that already has an account: its password confirms.
     existing: bool,
+    /// The address the link is for (the login limits count by it).
+    email: String,
 }
 
 /// Opens a link without using it: refused when it is unknown, used or expired.
@@ -114,9 +120,13 @@ async fn open(app: &Arc<App>, link: Link, token: &str) -> Result<Opened, Identit
                 intro: ta("invite-welcome", &[("org", org.name)]),
                 until: ta(
                     "invite-valid-until",
-                    &[("email", inv.email), ("until", date_time(inv.expires_at))],
+                    &[
+                        ("email", inv.email.clone()),
+                        ("until", date_time(inv.expires_at)),
+                    ],
                 ),
                 existing,
+                email: inv.email,
             })
         }
         Link::Reset => {
@@ -124,9 +134,10 @@ async fn open(app: &Arc<App>, link: Link, token: &str) -> Result<Opened, Identit
                 .blocking(move |app| identity::open_reset(&app.store, &tk, app.clock.now()))
                 .await?;
             Ok(Opened {
-                intro: ta("reset-intro", &[("email", person.email)]),
+                intro: ta("reset-intro", &[("email", person.email.clone())]),
                 until: t("reset-valid"),
                 existing: false,
+                email: person.email,
             })
         }
     }
@@ -208,8 +219,16 @@ async fn show(app: &Arc<App>, link: Link, token: &str) -> Response {
 }
 
 /// Uses the link: the passwords must agree, then the domain accepts the invitation or sets the
-/// new password, and the person continues, logged in, to the second factor.
-async fn submit(app: &Arc<App>, link: Link, token: &str, form: UncheckedForm) -> Response {
+/// new password — on the password-hashing threads, under the login limits (a wrong password of
+/// an existing account counts as a failed login) — and the person continues, logged in, to the
+/// second factor.
+async fn submit(
+    app: &Arc<App>,
+    link: Link,
+    token: &str,
+    ip: IpAddr,
+    form: UncheckedForm,
+) -> Response {
     let form = match form.verify(&link_csrf(app, token)) {
         Ok(f) => f,
         Err(rejected) => return rejected.into_response(),
@@ -224,16 +243,17 @@ async fn submit(app: &Arc<App>, link: Link, token: &str, form: UncheckedForm) ->
     if !opened.existing && form.field("password_again") != Some(password.as_str()) {
         return again(t("passwords-differ"));
     }
-    let (tk, n) = (token.to_owned(), name.clone());
+    let (tk, n, a) = (token.to_owned(), name.clone(), app.clone());
     let used = app
-        .blocking(move |app| {
-            let now = app.clock.now();
+        .login
+        .password_step(&opened.email, ip, move || {
+            let now = a.clock.now();
             let person = match link {
-                Link::Invite => identity::accept_invitation(&app.store, &tk, &n, &password, now)?,
-                Link::Reset => identity::use_reset(&app.store, &tk, &password, now)?,
+                Link::Invite => identity::accept_invitation(&a.store, &tk, &n, &password, now)?,
+                Link::Reset => identity::use_reset(&a.store, &tk, &password, now)?,
             };
             // Logged in by the link (it proved the password); the second factor comes next.
-            Ok::<_, IdentityError>(identity::sessions::create(&app.store, person.id, now)?)
+            Ok(identity::sessions::create(&a.store, person.id, now)?)
         })
         .await;
     match used {

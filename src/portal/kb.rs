@@ -47,9 +47,8 @@ pub fn router() -> Router<Arc<App>> {
 #[derive(Deserialize)]
 pub(super) struct BrowseQuery {
     path: Option<String>,
+    /// With `path`: search only in that folder.
     q: Option<String>,
-    /// Search only in the folder `path`.
-    scope: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -120,8 +119,8 @@ fn search_form(slug: &str, q: &str, folder: &str, scoped: bool) -> Markup {
             label for="kb-q" .visually-hidden { (t("search-label")) }
             input #kb-q type="search" name="q" value=(q) minlength="2" maxlength="200" placeholder=(t("search-placeholder")) aria-label=(t("search-label")) required;
             @if !folder.is_empty() {
-                input type="hidden" name="path" value=(folder);
-                label.check { input type="checkbox" name="scope" value="folder" checked[scoped]; (ta("search-in-folder", &[("folder", folder.to_owned())])) }
+                // Ticked, the folder is the search's `path` (as in `kennisbank_search`).
+                label.check { input type="checkbox" name="path" value=(folder) checked[scoped]; (ta("search-in-folder", &[("folder", folder.to_owned())])) }
             }
             button type="submit" { (t("action-search")) }
         }
@@ -160,7 +159,8 @@ async fn browse(
     let here = folder.clone().unwrap_or_default();
     let slug = m.org.slug.clone();
     if let Some(query) = q.q.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
-        let scoped = q.scope.as_deref() == Some("folder") && !here.is_empty();
+        // A search with a `path` is a search in that folder.
+        let scoped = !here.is_empty();
         return search_page(&app, &m, query, &here, scoped).await;
     }
     let org_id = m.org.id;
@@ -174,7 +174,7 @@ async fn browse(
         Err(e) => return refused(&m, &e),
     };
     let body = html! {
-        (search_form(&slug, "", &here, true))
+        (search_form(&slug, "", &here, false))
         (crumbs(&slug, &here))
         @if entries.is_empty() { p.muted { (t("kb-empty")) } }
         @else {
@@ -198,7 +198,7 @@ async fn browse(
             }
         }
         h2 #upload { (t("upload-heading")) }
-        form #upload-form .stack data-drop method="post" enctype="multipart/form-data" action={ "/portal/o/" (slug) "/kb/upload" } {
+        form #upload-form .stack method="post" enctype="multipart/form-data" action={ "/portal/o/" (slug) "/kb/upload" } {
             (csrf_field(&m.user.csrf))
             input type="hidden" name="folder" value=(here);
             div.drop {
@@ -453,7 +453,7 @@ async fn show_document(app: &Arc<App>, m: &OrgMember, raw_path: String, q: &DocQ
     let folder = doc.path.rsplit_once('/').map(|(f, _)| f).unwrap_or("");
     let is_markdown = doc.content_type.starts_with("text/markdown");
     let body = html! {
-        (search_form(slug, "", folder, true))
+        (search_form(slug, "", folder, false))
         (crumbs(slug, folder))
         dl.facts {
             dt { (t("col-path")) } dd { code { (doc.path) } }

@@ -250,7 +250,22 @@ async fn change(
                 Err(e) => refused(&m, &e),
             }
         }
-        Some("remove") => confirm_remove(&m, &person),
+        Some("remove") => {
+            // The last admin is refused at once, not after the confirmation.
+            let checked = app
+                .blocking(move |app| {
+                    app.store
+                        .read(|tx| match identity::member(tx, org_id, person_id)? {
+                            Some((membership, _)) => identity::check_removable(tx, &membership),
+                            None => Err(IdentityError::NotMember(format!("#{person_id}"))),
+                        })
+                })
+                .await;
+            match checked {
+                Ok(()) => confirm_remove(&m, &person),
+                Err(e) => refused(&m, &e),
+            }
+        }
         Some("reset") => {
             let email = person.email.clone();
             let r = app

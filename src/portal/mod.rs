@@ -84,8 +84,6 @@ pub const NAV: &[(&str, &str)] = &[
 
 /// The stylesheet every page links (served by the binary; the CSP allows only it).
 pub const STYLESHEET: &str = "/portal/assets/style.css";
-/// The one script (drag and drop onto upload forms; every task works without it).
-pub const SCRIPT: &str = "/portal/assets/upload.js";
 
 pub use crate::identity::sessions::{SESSION_LIFETIME_SECS, Session};
 
@@ -112,7 +110,6 @@ pub fn routes(app: Arc<App>) -> Router<Arc<App>> {
     let clock: SharedClock = app.clock.clone();
     Router::new()
         .route(STYLESHEET, get(stylesheet))
-        .route(SCRIPT, get(script))
         .route("/login", get(login::login_page).post(login::login_submit))
         .route(
             "/login/totp",
@@ -200,13 +197,6 @@ async fn stylesheet() -> Response {
     asset("text/css; charset=utf-8", include_str!("assets/style.css"))
 }
 
-async fn script() -> Response {
-    asset(
-        "text/javascript; charset=utf-8",
-        include_str!("assets/upload.js"),
-    )
-}
-
 /// An HTML response with the headers every portal page carries.
 pub fn page(status: StatusCode, markup: Markup) -> Response {
     (
@@ -215,7 +205,7 @@ pub fn page(status: StatusCode, markup: Markup) -> Response {
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
             (
                 header::CONTENT_SECURITY_POLICY,
-                "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'",
+                "default-src 'none'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'",
             ),
             (header::X_FRAME_OPTIONS, "DENY"),
             (header::REFERRER_POLICY, "no-referrer"),
@@ -240,7 +230,6 @@ pub fn layout(title: &str, user: Option<&PortalUser>, nav: Option<&Org>, body: M
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · kennis" }
                 link rel="stylesheet" href=(STYLESHEET);
-                script src=(SCRIPT) defer {}
             }
             body {
                 a.skip href="#main" { (t("skip-to-content")) }

@@ -175,7 +175,7 @@ async fn tokens_and_per_call_rechecks() {
         store,
         &s.org.slug,
         &s.person.email,
-        identity::Role::Member,
+        identity::Role::Admin,
         false,
         app.clock.now(),
     )

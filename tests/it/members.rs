@@ -85,6 +85,19 @@ fn member_commands_list_change_and_remove_but_keep_the_last_admin() {
     );
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("at least one admin"));
+    // `member add` of someone already in the organisation updates the membership, and is held
+    // to the same rule (its --role defaults to member).
+    let out = run(
+        d,
+        &["member", "add", "kozijn-bv", "annie@example.org"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("at least one admin"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(members(d), list, "refusals change nothing");
 
     // Bad usage is exit 2.
@@ -363,6 +376,73 @@ async fn an_invitation_link_works_once_for_seven_days_and_is_stored_as_a_hash() 
     t.stop().await;
 }
 
+/// An invitation for an address that has an account already asks for that account's
+/// password, and a wrong one counts as a failed login: the page cannot be used to guess it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invitation_for_an_existing_account_guesses_no_password() {
+    let t = TestServer::start().await;
+    let s = t.seed("Kozijn BV", "annie@example.org");
+    let eva = t.seed("Dakgoot BV", "eva@example.org");
+    let v = cli(
+        &t,
+        &["user", "invite", &s.org.slug, "eva@example.org", "--json"],
+    )
+    .await;
+    let path = path_of(&t, v["url"].as_str().unwrap());
+    let mut b = Browser::new(&t);
+    let p = b.get(&path).await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    let csrf = p.csrf();
+    for _ in 0..kennis::identity::login::FAILURES_PER_WINDOW {
+        let p = b
+            .post(
+                &path,
+                &[("csrf_token", &csrf), ("password", "geraden-wachtwoord")],
+            )
+            .await;
+        assert_eq!(p.status, 400, "{}", p.body);
+        assert!(p.body.contains("id=\"error\""), "{}", p.body);
+    }
+    // Past the limit even the right password waits, and the link stays unused.
+    let p = b
+        .post(&path, &[("csrf_token", &csrf), ("password", &eva.password)])
+        .await;
+    assert_eq!(p.status, 429, "{}", p.body);
+    assert!(
+        t.app()
+            .store
+            .read(|tx| identity::member(tx, s.org.id, eva.person.id))
+            .unwrap()
+            .is_none()
+    );
+    // The same limit holds at the login form.
+    let login = b.get("/login").await;
+    let p = b
+        .post(
+            "/login",
+            &[
+                ("csrf_token", &login.csrf()),
+                ("email", "eva@example.org"),
+                ("password", &eva.password),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 429, "{}", p.body);
+    // A window later the right password accepts the invitation.
+    t.clock.advance(SignedDuration::from_mins(15));
+    let p = b
+        .post(&path, &[("csrf_token", &csrf), ("password", &eva.password)])
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    assert!(
+        t.app()
+            .store
+            .read(|tx| identity::member(tx, s.org.id, eva.person.id))
+            .unwrap()
+            .is_some()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_link_ends_sessions_requires_a_new_second_factor_and_works_once_for_a_day() {
     let mut t = TestServer::start().await;
@@ -559,13 +639,20 @@ async fn removal_in_the_portal_revokes_grants_in_that_organisation_only() {
         p.body
     );
 
-    // The last admin cannot be removed or demoted from the page either.
+    // The last admin cannot be removed or demoted from the page either: refused at once, not
+    // after the confirmation step, and refused with the confirmation too.
     let own = format!("/portal/o/{}/members/{}", admin.org.slug, admin.person.id);
+    let csrf = p.csrf();
+    let p = b
+        .post(&own, &[("csrf_token", &csrf), ("action", "remove")])
+        .await;
+    assert_eq!(p.status, 409, "{}", p.body);
+    assert!(!p.body.contains("name=\"confirm\""), "{}", p.body);
     let p = b
         .post(
             &own,
             &[
-                ("csrf_token", &p.csrf()),
+                ("csrf_token", &csrf),
                 ("action", "remove"),
                 ("confirm", "yes"),
             ],

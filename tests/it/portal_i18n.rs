@@ -499,6 +499,19 @@ async fn every_page_speaks_dutch_to_a_dutch_browser() {
         &[("action", "remove")],
     )
     .await;
+    assert_eq!(p.status, 409);
+    dutch(
+        &p,
+        "last admin removed",
+        "Een organisatie houdt minstens één beheerder",
+    );
+    let bert = t.seed("Bouw BV", "bert@example.org").person.id;
+    let p = post(
+        &mut b,
+        &format!("{o}/members/{bert}"),
+        &[("action", "remove")],
+    )
+    .await;
     dutch(&p, "confirm removal", "Lid verwijderen");
     let p = post(
         &mut b,

@@ -192,14 +192,19 @@ async fn search_read_markdown_safely_compare_versions_and_upload_several_files()
     assert!(p.body.contains("id=\"kb-search-form\""));
     assert!(p.body.contains("handboek/notities.txt"), "{}", p.body);
     assert!(p.body.contains("#L2"), "line of the hit: {}", p.body);
-    // Only in a folder, when asked.
+    // Only in a folder, when asked: a folder's page offers it, unticked.
     t.put_doc(&s, "elders/maten.txt", "kozijnmaat 90 cm\n");
+    let p = b.get(&format!("/portal/o/{slug}/kb?path=handboek")).await;
+    assert!(
+        p.body.contains("name=\"path\" value=\"handboek\"")
+            && !p.body.contains("value=\"handboek\" checked"),
+        "{}",
+        p.body
+    );
     let p = b.get(&format!("/portal/o/{slug}/kb?q=kozijnmaat")).await;
     assert!(p.body.contains("elders/maten.txt") && p.body.contains("handboek/notities.txt"));
     let p = b
-        .get(&format!(
-            "/portal/o/{slug}/kb?q=kozijnmaat&path=handboek&scope=folder"
-        ))
+        .get(&format!("/portal/o/{slug}/kb?q=kozijnmaat&path=handboek"))
         .await;
     assert!(
         p.body.contains("handboek/notities.txt") && !p.body.contains("elders/maten.txt"),
@@ -207,7 +212,7 @@ async fn search_read_markdown_safely_compare_versions_and_upload_several_files()
         p.body
     );
     assert!(
-        p.body.contains("name=\"scope\" value=\"folder\" checked"),
+        p.body.contains("name=\"path\" value=\"handboek\" checked"),
         "{}",
         p.body
     );
@@ -223,7 +228,7 @@ async fn search_read_markdown_safely_compare_versions_and_upload_several_files()
         .await;
     assert_eq!(p.status, 200, "{}", p.body);
     assert!(p.body.contains("<strong>kozijn</strong>"), "{}", p.body);
-    assert!(!p.body.contains("<script>alert"), "{}", p.body);
+    assert!(!p.body.contains("<script"), "{}", p.body);
     assert!(p.body.contains("&lt;script&gt;"));
     assert!(!p.body.contains("javascript:"));
     assert!(p.body.contains("id=\"kb-search-form\""));
@@ -275,9 +280,12 @@ async fn search_read_markdown_safely_compare_versions_and_upload_several_files()
         .unwrap()
         .to_owned();
     assert!(
-        csp.contains("style-src 'self'") && !csp.contains("unsafe-inline"),
+        csp.starts_with("default-src 'none'; style-src 'self'") && !csp.contains("unsafe-inline"),
         "{csp}"
     );
+    // No page needs a script, and none may run one.
+    assert!(!csp.contains("script-src"), "{csp}");
+    assert!(!p.body.contains("<script"), "{}", p.body);
     assert!(!p.body.contains("<style") && !p.body.contains("style=\""));
     let css = t
         .client

@@ -96,7 +96,7 @@ async fn shutdown_flushes_the_batch_writer() {
 }
 
 #[test]
-fn secrets_in_query_strings_never_reach_the_log() {
+fn secrets_in_query_strings_and_link_paths_never_reach_the_log() {
     install_crypto();
     let dir = tempfile::tempdir().unwrap();
     for format in ["text", "json"] {
@@ -108,13 +108,23 @@ fn secrets_in_query_strings_never_reach_the_log() {
             p.base
         ));
         assert_eq!(status, 200);
+        // One-time links carry their token in the path.
+        for link in [
+            "invite/kb_inv_supersecret456",
+            "reset/kb_rst_supersecret789",
+        ] {
+            assert_eq!(get_status(&format!("{}/{link}", p.base)), 404);
+        }
         let status = p.terminate();
         assert!(status.success(), "serve exited with {status}");
         let text = std::fs::read_to_string(&log).unwrap();
-        assert!(
-            !text.contains("supersecret123"),
-            "{format} log leaks the token:\n{text}"
-        );
+        for secret in ["supersecret123", "supersecret456", "supersecret789"] {
+            assert!(
+                !text.contains(secret),
+                "{format} log leaks a token:\n{text}"
+            );
+        }
+        assert!(text.contains("/invite/REDACTED"), "{format} log:\n{text}");
         assert!(
             text.contains("REDACTED") && text.contains("key=visible"),
             "{format} log:\n{text}"
