@@ -459,7 +459,7 @@ pub fn load_config(global: &GlobalArgs, flags: Settings) -> Result<Config, CliEr
         Some(path) => Settings::from_file(path)?,
         None => Settings::default(),
     };
-    let env = Settings::from_env(|k| std::env::var(k).ok());
+    let env = Settings::from_env(|k| std::env::var(k).ok())?;
     let global_flags = Settings {
         data_dir: global.data_dir.clone(),
         log_format: global.log_format.clone(),
@@ -670,6 +670,33 @@ pub fn restore(config: &Config, path: &Path) -> Result<Value, CliError> {
     Ok(
         serde_json::json!({"path": summary.path, "records": summary.records, "bytes": summary.bytes}),
     )
+}
+
+/// Human rendering of `extraction_failures` (import, reindex): a line per file, at most 20.
+pub fn human_failures(v: &Value) -> String {
+    const SHOWN: usize = 20;
+    let all = v["extraction_failures"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut out: String = all
+        .iter()
+        .take(SHOWN)
+        .map(|f| {
+            format!(
+                "\n  no text: {}: {}",
+                f["path"].as_str().unwrap_or(""),
+                f["reason"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    if all.len() > SHOWN {
+        out.push_str(&format!(
+            "\n  … and {} more (--json lists them all)",
+            all.len() - SHOWN
+        ));
+    }
+    out
 }
 
 /// Human rendering of `{items: [...]}` lists: one line per item with the named fields.

@@ -26,6 +26,21 @@ pub enum ConfigError {
     },
 }
 
+/// An on/off environment variable: `true`/`false` (also `1`/`0`, `yes`/`no`, `on`/`off`).
+fn env_switch(
+    name: &'static str,
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<Option<bool>, ConfigError> {
+    let Some(v) = get(name) else {
+        return Ok(None);
+    };
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(Some(true)),
+        "0" | "false" | "no" | "off" => Ok(Some(false)),
+        _ => Err(invalid(name, format!("`{v}` is neither true nor false"))),
+    }
+}
+
 fn invalid(field: &'static str, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         field,
@@ -194,10 +209,13 @@ impl Settings {
         })
     }
 
-    /// Reads the `KENNIS_*` environment variables through `lookup` (injectable for tests).
-    pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Self {
+    /// Reads the `KENNIS_*` environment variables through `lookup` (injectable for tests). A
+    /// switch that is neither on nor off is an error naming the variable.
+    pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let get = |name: &str| lookup(name).filter(|v| !v.is_empty());
-        Self {
+        let cimd_allow_http_loopback = env_switch("KENNIS_CIMD_ALLOW_HTTP_LOOPBACK", get)?;
+        let extract_text = env_switch("KENNIS_EXTRACT_TEXT", get)?;
+        Ok(Self {
             listen: get("KENNIS_LISTEN"),
             public_url: get("KENNIS_PUBLIC_URL"),
             data_dir: get("KENNIS_DATA_DIR").map(PathBuf::from),
@@ -221,19 +239,13 @@ impl Settings {
                 ca_root: get("KENNIS_ACME_CA_ROOT").map(PathBuf::from),
             })
             .filter(|a| !a.is_empty()),
-            oauth: get("KENNIS_CIMD_ALLOW_HTTP_LOOPBACK").map(|v| OAuthSettings {
-                cimd_allow_http_loopback: Some(matches!(
-                    v.trim().to_ascii_lowercase().as_str(),
-                    "1" | "true" | "yes" | "on"
-                )),
+            oauth: cimd_allow_http_loopback.map(|on| OAuthSettings {
+                cimd_allow_http_loopback: Some(on),
             }),
-            kb: get("KENNIS_EXTRACT_TEXT").map(|v| KbSettings {
-                extract_text: Some(!matches!(
-                    v.trim().to_ascii_lowercase().as_str(),
-                    "0" | "false" | "no" | "off"
-                )),
+            kb: extract_text.map(|on| KbSettings {
+                extract_text: Some(on),
             }),
-        }
+        })
     }
 
     /// Layers `over` on top of `self`: every value `over` sets wins.
@@ -524,7 +536,8 @@ mod tests {
         let file: Settings =
             toml::from_str("listen = \"0.0.0.0:9000\"\nterms_version = \"3\"").unwrap();
         let env =
-            Settings::from_env(|k| (k == "KENNIS_LISTEN").then(|| "127.0.0.1:9001".to_string()));
+            Settings::from_env(|k| (k == "KENNIS_LISTEN").then(|| "127.0.0.1:9001".to_string()))
+                .unwrap();
         let cfg = file.overlay(env).validate().unwrap();
         assert_eq!(cfg.listen.port(), 9001);
         assert_eq!(cfg.terms_version, "3");
@@ -566,6 +579,12 @@ mod tests {
         let env = |v: &'static str| {
             Settings::from_env(move |k| (k == "KENNIS_EXTRACT_TEXT").then(|| v.to_owned()))
         };
+        let err = env("maybe").unwrap_err().to_string();
+        assert!(
+            err.contains("KENNIS_EXTRACT_TEXT") && err.contains("maybe"),
+            "{err}"
+        );
+        let env = |v: &'static str| env(v).unwrap();
         assert!(
             file.clone()
                 .overlay(env("true"))
@@ -608,7 +627,8 @@ mod tests {
             "KENNIS_ACME_DIRECTORY" => Some("https://localhost:14000/dir".into()),
             "KENNIS_CIMD_ALLOW_HTTP_LOOPBACK" => Some("false".into()),
             _ => None,
-        });
+        })
+        .unwrap();
         let cfg = file.overlay(env).validate().unwrap();
         let acme = cfg.acme.unwrap();
         assert_eq!(acme.domains, ["a.example.org", "b.example.org"]);

@@ -264,14 +264,15 @@ fn run(cli: Cli) -> Result<(), CliError> {
             let v = cli::run_admin(&config, AdminRequest::KbImport { org, dir, prefix })?;
             cli::output(json, &v, |v| {
                 format!(
-                    "{} files: {} created, {} revised, {} unchanged, {} skipped; text extracted from {}, {} without text",
+                    "{} files: {} created, {} revised, {} unchanged, {} skipped; text extracted from {}, {} without text{}",
                     v["files"],
                     v["created"],
                     v["revised"],
                     v["unchanged"],
                     v["skipped"].as_array().map_or(0, |a| a.len()),
                     v["extracted"],
-                    v["extraction_failed"]
+                    v["extraction_failed"],
+                    cli::human_failures(v)
                 )
             });
         }
@@ -279,8 +280,11 @@ fn run(cli: Cli) -> Result<(), CliError> {
             let v = cli::run_admin(&config, AdminRequest::Reindex { org })?;
             cli::output(json, &v, |v| {
                 format!(
-                    "search index rebuilt: {} documents; text extracted from {} files, {} without text",
-                    v["documents"], v["extracted"], v["extraction_failed"]
+                    "search index rebuilt: {} documents; text extracted from {} files, {} without text{}",
+                    v["documents"],
+                    v["extracted"],
+                    v["extraction_failed"],
+                    cli::human_failures(v)
                 )
             });
         }

@@ -26,8 +26,10 @@ pub struct ImportSummary {
     /// Binary files whose text was extracted.
     pub extracted: usize,
     /// Binary files whose text could not be extracted (they stay binary documents; the
-    /// reason is on their page in the portal).
+    /// reason is also on their page in the portal).
     pub extraction_failed: usize,
+    /// Which, and why.
+    pub extraction_failures: Vec<kb::ExtractionFailure>,
 }
 
 /// Files larger than this are skipped (with a message) rather than loaded into memory.
@@ -67,6 +69,7 @@ pub fn import_dir(
         skipped: Vec::new(),
         extracted: 0,
         extraction_failed: 0,
+        extraction_failures: Vec::new(),
     };
     let now = ctx.clock.now();
     let mut writer = kb::Writer::new(&ctx.store, &ctx.kb_index).extracting(&ctx.extractor);
@@ -103,6 +106,7 @@ pub fn import_dir(
     let counts = writer.extract_counts();
     summary.extracted = counts.extracted;
     summary.extraction_failed = counts.failed;
+    summary.extraction_failures = counts.failures;
     // What is left is read into the index; then the index writes its segments while the
     // database file is repacked and compacted (neither waits for the other).
     let started = Instant::now();
@@ -118,7 +122,11 @@ pub fn import_dir(
                 .join()
                 .unwrap_or_else(|_| Err(kb::KbError::Index("the index commit panicked".into())));
             committed?;
-            compacted?;
+            // Everything is stored and indexed by now: a compaction that could not run is
+            // worth saying, not failing the import for.
+            if let Err(e) = compacted {
+                progress(not_compacted(&e));
+            }
             Ok::<_, AdminError>(())
         })?;
         ctx.kb_index.compact(false)?;
@@ -215,6 +223,24 @@ fn store_batches(
 }
 
 /// Merges the search index and compacts the database file (`kennis compact`, `reindex`).
+/// What is said when the compaction after an import or a reindex could not run.
+fn not_compacted(e: &impl std::fmt::Display) -> Progress {
+    Progress::note(format!(
+        "the database file was not compacted ({e}); everything is stored: run `kennis compact` later"
+    ))
+}
+
+/// [`compact`] after work that is done already (a reindex): a failure is said, not returned.
+pub fn compact_after(ctx: &AdminContext, progress: Report<'_>) -> Option<Compaction> {
+    match compact(ctx, progress) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            progress(not_compacted(&e));
+            None
+        }
+    }
+}
+
 pub fn compact(ctx: &AdminContext, progress: Report<'_>) -> Result<Compaction, AdminError> {
     progress(Progress::note(
         "compacting the search index and the database",

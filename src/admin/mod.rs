@@ -429,18 +429,19 @@ pub fn execute(
                     &mut |done, total| progress(Progress::step("extracting text", done, total)),
                 )?
             } else {
-                kb::extracted::ExtractSummary::default()
+                kb::ExtractCounts::default()
             };
             let n = ctx.kb_index.rebuild(store, org_id, &mut |done, total| {
                 progress(Progress::step("indexing documents", done, total))
             })?;
-            let compaction = import::compact(ctx, progress)?;
+            let compaction = import::compact_after(ctx, progress);
             json!({
                 "documents": n,
                 "extracted": extracted.extracted,
                 "extraction_failed": extracted.failed,
-                "bytes_before": compaction.bytes_before,
-                "bytes_after": compaction.bytes_after,
+                "extraction_failures": extracted.failures,
+                "bytes_before": compaction.as_ref().map(|c| c.bytes_before),
+                "bytes_after": compaction.as_ref().map(|c| c.bytes_after),
             })
         }
         AdminRequest::Compact => {

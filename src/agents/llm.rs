@@ -187,9 +187,9 @@ fn parse_arguments(args: &Value) -> Result<tools::args::Args, String> {
 
 /// The tools offered to the model: the knowledge-base tools (connector names and input
 /// schemas) and, for feature jobs, the agent-protocol events.
-fn tool_offer(feature_job: bool) -> Vec<Value> {
+fn tool_offer(feature_job: bool, with_extracted: bool) -> Vec<Value> {
     let caller = Caller::agent(0, 0, 0);
-    let mut out: Vec<Value> = tools::definitions()
+    let mut out: Vec<Value> = tools::definitions(with_extracted)
         .into_iter()
         .filter(|(name, ..)| tools::tool_for(&caller, name).is_some())
         .map(|(name, description, input, _)| {
@@ -542,7 +542,7 @@ pub(super) async fn run(
         json!({"role": "system", "content": system}),
         json!({"role": "user", "content": user}),
     ];
-    let offer = tool_offer(feature_job);
+    let offer = tool_offer(feature_job, app.kb_index.with_extracted());
     let caller = Caller::agent(agent.org_id, agent.id, job.job_id);
     let mut state = FeatureState {
         status: job
@@ -726,7 +726,7 @@ mod tests {
                 .collect()
         };
         assert_eq!(
-            names(tool_offer(false)),
+            names(tool_offer(false, true)),
             [
                 "kennisbank_list",
                 "kennisbank_read",
@@ -734,10 +734,10 @@ mod tests {
                 "kennisbank_write"
             ]
         );
-        let feature = names(tool_offer(true));
+        let feature = names(tool_offer(true, true));
         assert_eq!(&feature[4..], [FN_MESSAGE, FN_QUESTION, FN_STATUS]);
         // The same input schemas as the connector's.
-        let (_, _, input, _) = tools::definitions().remove(3);
-        assert_eq!(tool_offer(false)[3]["function"]["parameters"], input);
+        let (_, _, input, _) = tools::definitions(true).remove(3);
+        assert_eq!(tool_offer(false, true)[3]["function"]["parameters"], input);
     }
 }

@@ -80,9 +80,10 @@ fn annotations(spec: &tools::ToolSpec) -> ToolAnnotations {
         .open_world(false)
 }
 
-/// The tool definitions the caller's scopes unlock.
-pub fn visible_tools(caller: &Caller) -> Vec<Tool> {
-    tools::definitions()
+/// The tool definitions the caller's scopes unlock; `with_extracted`: the server reads and
+/// searches the text of PDF and Office files.
+pub fn visible_tools(caller: &Caller, with_extracted: bool) -> Vec<Tool> {
+    tools::definitions(with_extracted)
         .into_iter()
         .filter_map(|(name, description, input, output)| {
             let spec = tool_for(caller, name)?;
@@ -110,8 +111,9 @@ impl ServerHandler for KennisMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let caller = caller_of(&ctx)?;
-        debug_assert!(TOOLS.len() >= visible_tools(&caller).len());
-        Ok(ListToolsResult::with_all_items(visible_tools(&caller)))
+        let tools = visible_tools(&caller, self.app.kb_index.with_extracted());
+        debug_assert!(TOOLS.len() >= tools.len());
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(
@@ -155,7 +157,7 @@ mod tests {
 
     #[test]
     fn every_output_schema_also_admits_the_error_shape() {
-        for (name, _, _, output) in super::tools::definitions() {
+        for (name, _, _, output) in super::tools::definitions(true) {
             let required = output["required"].clone();
             let wide = with_error_shape(output);
             assert!(wide.get("required").is_none(), "{name}");

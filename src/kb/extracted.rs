@@ -107,11 +107,25 @@ pub fn record(
 /// A content hash and what extracting it gave.
 pub(super) type Outcome = (String, Result<Extracted, ExtractError>);
 
-/// The format to extract `bytes` as, for a binary file at `path`.
-fn wanted(path: &str, bytes: &[u8]) -> Option<extract::Format> {
-    match super::classify(path, bytes).0 {
-        DocKind::Binary => extract::format_of(path, bytes),
-        DocKind::Text => None,
+/// Whether the file at `path` is one to extract: a binary file whose extension names an
+/// extractable format (whatever its bytes turn out to be).
+fn wanted(path: &str, bytes: &[u8]) -> bool {
+    super::classify(path, bytes).0 == DocKind::Binary && extension_format(path).is_some()
+}
+
+/// Extracts a file whose extension names an extractable format; bytes of another kind (random
+/// bytes named `.xlsx`, a renamed file) are [`ExtractError::Damaged`].
+fn extract_file(
+    extractor: &Extractor,
+    path: &str,
+    bytes: &[u8],
+) -> Result<Extracted, ExtractError> {
+    match extract::format_of(path, bytes) {
+        Some(format) => extractor.extract(format, bytes),
+        None => Err(ExtractError::Damaged(format!(
+            "it is not a {} file inside",
+            extension_format(path).map_or("known", |f| f.extension())
+        ))),
     }
 }
 
@@ -126,12 +140,12 @@ pub(super) fn extract_batch(
     let mut todo = Vec::new();
     let mut seen = HashSet::new();
     for new in batch {
-        let Some(format) = wanted(new.path, new.bytes) else {
+        if !wanted(new.path, new.bytes) {
             continue;
-        };
+        }
         let hash = blake3::hash(new.bytes).to_hex().to_string();
         if seen.insert(hash.clone()) {
-            todo.push((hash, format, new.bytes));
+            todo.push((hash, new.path, new.bytes));
         }
     }
     if todo.is_empty() {
@@ -149,9 +163,9 @@ pub(super) fn extract_batch(
         .map(|(t, _)| t)
         .collect();
     // One child per file, two at a time: the machine's other core keeps storing.
-    let run = |part: Vec<&(String, extract::Format, &[u8])>| {
+    let run = |part: Vec<&(String, &str, &[u8])>| {
         part.into_iter()
-            .map(|(hash, format, bytes)| (hash.clone(), extractor.extract(*format, bytes)))
+            .map(|(hash, path, bytes)| (hash.clone(), extract_file(extractor, path, bytes)))
             .collect::<Vec<_>>()
     };
     let even: Vec<_> = todo.iter().step_by(2).collect();
@@ -167,24 +181,43 @@ pub(super) fn extract_batch(
         }
         out
     });
-    for (_, r) in &results {
+    for (hash, r) in &results {
         match r {
             Ok(_) => counts.extracted += 1,
-            Err(_) => counts.failed += 1,
+            Err(e) => {
+                counts.failed += 1;
+                let path = todo.iter().find(|(h, _, _)| h == hash).map(|(_, p, _)| *p);
+                counts.failures.push(super::ExtractionFailure {
+                    path: path.unwrap_or_default().to_owned(),
+                    reason: e.to_string(),
+                });
+            }
         }
     }
     Ok(results)
 }
 
+/// Which earlier outcomes [`extract_document`] tries again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Again {
+    /// None: only content never tried.
+    Never,
+    /// Failures that may pass ([`ExtractError::may_pass`]: a time limit hit on a busy machine,
+    /// a worker that could not start) — once per server start.
+    IfPassing,
+    /// Every failure (`kennis reindex`).
+    Failed,
+}
+
 /// Extracts the document `(org_id, path)` if it is a binary file whose content was not tried
-/// yet (or, with `again`, whose extraction failed), records the outcome and logs a change so
+/// yet (or whose extraction failed, as `again` says), records the outcome and logs a change so
 /// the index takes the text in. Returns the outcome when it extracted.
 pub fn extract_document(
     store: &Store,
     extractor: &Extractor,
     org_id: u64,
     path: &str,
-    again: bool,
+    again: Again,
     now: Timestamp,
 ) -> Result<Option<Result<(), ExtractError>>, KbError> {
     let found = store.read(|tx| {
@@ -195,9 +228,11 @@ pub fn extract_document(
             return Ok(None);
         }
         let tried = outcome(tx, &doc.hash)?;
-        let redo = match &tried {
-            None => true,
-            Some(o) => again && o.error.is_some(),
+        let redo = match (&tried, again) {
+            (None, _) => true,
+            (Some(_), Again::Never) => false,
+            (Some(o), Again::IfPassing) => o.error.as_ref().is_some_and(ExtractError::may_pass),
+            (Some(o), Again::Failed) => o.error.is_some(),
         };
         if !redo {
             return Ok(None);
@@ -207,13 +242,7 @@ pub fn extract_document(
     let Some((doc, bytes)) = found else {
         return Ok(None);
     };
-    let result = match extract::format_of(&doc.path, &bytes) {
-        Some(format) => extractor.extract(format, &bytes),
-        None => Err(ExtractError::Damaged(format!(
-            "it is not a {} file inside",
-            extension_format(&doc.path).map_or("known", |f| f.extension())
-        ))),
-    };
+    let result = extract_file(extractor, &doc.path, &bytes);
     store.write(|tx| {
         record(tx, &doc.hash, &result, now)?;
         // The document may have changed meanwhile; the index reads whatever is current.
@@ -245,13 +274,6 @@ fn extractable_documents(
         .collect())
 }
 
-/// What `kennis reindex` extracted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct ExtractSummary {
-    pub extracted: usize,
-    pub failed: usize,
-}
-
 /// Extracts every binary document (of one organisation, or all) not extracted yet, retrying
 /// the ones that failed before; reports progress as (done, total).
 pub fn extract_all(
@@ -260,14 +282,20 @@ pub fn extract_all(
     org: Option<u64>,
     now: Timestamp,
     progress: &mut dyn FnMut(u64, u64),
-) -> Result<ExtractSummary, KbError> {
+) -> Result<super::ExtractCounts, KbError> {
     let docs = store.read(|tx| extractable_documents(tx, org))?;
     let total = docs.len() as u64;
-    let mut summary = ExtractSummary::default();
+    let mut summary = super::ExtractCounts::default();
     for (i, (org_id, path)) in docs.iter().enumerate() {
-        match extract_document(store, extractor, *org_id, path, true, now)? {
+        match extract_document(store, extractor, *org_id, path, Again::Failed, now)? {
             Some(Ok(())) => summary.extracted += 1,
-            Some(Err(_)) => summary.failed += 1,
+            Some(Err(e)) => {
+                summary.failed += 1;
+                summary.failures.push(super::ExtractionFailure {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                });
+            }
             None => {}
         }
         progress(i as u64 + 1, total);
@@ -280,6 +308,8 @@ pub fn extract_all(
 pub struct Backlog {
     queue: VecDeque<(u64, String)>,
     queued: HashSet<(u64, String)>,
+    /// The documents there were at start: their passing failures are tried once more.
+    at_start: HashSet<(u64, String)>,
     /// The next change-log entry to read.
     next_change: u64,
 }
@@ -295,9 +325,11 @@ impl Backlog {
             let mut backlog = Backlog {
                 queue: VecDeque::new(),
                 queued: HashSet::new(),
+                at_start: HashSet::new(),
                 next_change: last + 1,
             };
             for item in extractable_documents(tx, None)? {
+                backlog.at_start.insert(item.clone());
                 backlog.push(item);
             }
             if !backlog.queue.is_empty() {
@@ -342,8 +374,13 @@ impl Backlog {
             return Ok(false);
         };
         self.queued.remove(&item);
+        let again = if self.at_start.remove(&item) {
+            Again::IfPassing
+        } else {
+            Again::Never
+        };
         let (org_id, path) = item;
-        if let Some(result) = extract_document(store, extractor, org_id, &path, false, now)? {
+        if let Some(result) = extract_document(store, extractor, org_id, &path, again, now)? {
             if let Err(e) = result {
                 tracing::info!(org = org_id, path = %path, reason = %e, "no text could be extracted; the file stays a binary document");
             }

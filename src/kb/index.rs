@@ -77,6 +77,7 @@ pub struct Candidate {
     pub path: String,
     pub version: u64,
     pub hash: String,
+    /// Bytes of its searchable text (for an extracted file, of the text taken from it).
     pub size: u64,
     /// Its text was extracted from a binary file.
     pub extracted: bool,
@@ -462,7 +463,8 @@ impl SearchIndex {
             f.path => doc.path.clone(),
             f.version => doc.version,
             f.hash => blake3::Hash::from_hex(&doc.hash).map(|h| h.as_bytes().to_vec()).unwrap_or_default(),
-            f.size => doc.size,
+            // What verifying it reads: its text (for an extracted file, not the file's size).
+            f.size => text.text.len() as u64,
             f.extracted => u64::from(text.extracted),
         );
         let title = title_of(&doc.path, &folded);

@@ -468,13 +468,22 @@ pub struct Writer<'a> {
     extracted: ExtractCounts,
 }
 
-/// What a [`Writer`] extracted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+/// What an import ([`Writer`]) or `kennis reindex` extracted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ExtractCounts {
     /// Files whose text was extracted.
     pub extracted: usize,
     /// Files whose text could not be extracted (they stay binary documents).
     pub failed: usize,
+    /// Which, and why (one file of each content).
+    pub failures: Vec<ExtractionFailure>,
+}
+
+/// A file whose text could not be extracted, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExtractionFailure {
+    pub path: String,
+    pub reason: String,
 }
 
 impl<'a> Writer<'a> {
@@ -542,7 +551,7 @@ impl<'a> Writer<'a> {
 
     /// What was extracted so far.
     pub fn extract_counts(&self) -> ExtractCounts {
-        self.extracted
+        self.extracted.clone()
     }
 
     /// Brings the search index up to date; returns how many changes it applied.

@@ -76,6 +76,7 @@ const BINARY_EXTENSIONS: &[(&str, &str)] = &[
     ("ods", "application/vnd.oasis.opendocument.spreadsheet"),
     ("odp", "application/vnd.oasis.opendocument.presentation"),
     ("rtf", "application/rtf"),
+    ("epub", "application/epub+zip"),
     ("png", "image/png"),
     ("jpg", "image/jpeg"),
     ("jpeg", "image/jpeg"),

@@ -214,8 +214,38 @@ pub fn write(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolErro
     })
 }
 
-/// Tool definitions: name, description, input schema, output schema.
-pub fn definitions() -> Vec<(&'static str, &'static str, Value, Value)> {
+/// How `kennisbank_read` and `kennisbank_search` describe documents: with the text of PDF and
+/// Office files (`[kb] extract_text`), or without it (the specification's rule 8).
+macro_rules! read_start {
+    () => {
+        "Read one document. For a text document (Markdown, plain text) you get an excerpt of at most `maxChars` characters (default 8000, max 20000) plus a download link valid 15 minutes. "
+    };
+}
+macro_rules! search_rest {
+    () => {
+        "The material is mostly Dutch: search with Dutch words as they appear in the documents (e.g. `kozijn`, not `window frame`). Case and accents are ignored; each word also matches inside longer words (`kozijn` finds `kozijnen`); put a phrase in double quotes to search it as one term. All terms must occur within 3 consecutive lines. 2 to 200 characters, at most 10 terms. Use `path` to search one folder."
+    };
+}
+const READ_EXTRACTED: &str = concat!(
+    read_start!(),
+    "For a PDF, Word, Excel, PowerPoint or OpenDocument file whose text could be taken you get an excerpt of that text (`extracted: true`) and the link; for other binary documents (images, CAD) only their details and the link."
+);
+const READ_TEXT_ONLY: &str = concat!(
+    read_start!(),
+    "For a binary document (PDF, Office files, images, CAD) you get only its details and the link."
+);
+const SEARCH_EXTRACTED: &str = concat!(
+    "Keyword search in the latest version of the documents: text documents, and the text taken from PDF and Office files (a result from such a file carries `extracted: true`, its line counted in that text). ",
+    search_rest!()
+);
+const SEARCH_TEXT_ONLY: &str = concat!(
+    "Keyword search in the latest version of the text documents (binary files such as PDF and Office documents are not searched). ",
+    search_rest!()
+);
+
+/// Tool definitions: name, description, input schema, output schema. `with_extracted`: the
+/// server searches and reads the text of PDF and Office files (`[kb] extract_text`).
+pub fn definitions(with_extracted: bool) -> Vec<(&'static str, &'static str, Value, Value)> {
     let entry = json!({"type": "object", "properties": {
         "name": {"type": "string"}, "path": {"type": "string"},
         "kind": {"type": "string", "enum": ["folder", "document"]},
@@ -231,7 +261,11 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value, Value)> {
         ),
         (
             "kennisbank_read",
-            "Read one document. For a text document (Markdown, plain text) you get an excerpt of at most `maxChars` characters (default 8000, max 20000) plus a download link valid 15 minutes. For a PDF, Word, Excel, PowerPoint or OpenDocument file whose text could be taken you get an excerpt of that text (`extracted: true`) and the link; for other binary documents (images, CAD) only their details and the link.",
+            if with_extracted {
+                READ_EXTRACTED
+            } else {
+                READ_TEXT_ONLY
+            },
             json!({"type": "object", "properties": {
                 "path": {"type": "string", "description": "Document path, e.g. `handleidingen/onderhoud.md`."},
                 "maxChars": {"type": "integer", "minimum": 1, "maximum": 20000, "default": 8000}},
@@ -246,7 +280,11 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value, Value)> {
         ),
         (
             "kennisbank_search",
-            "Keyword search in the latest version of the documents: text documents, and the text taken from PDF and Office files (a result from such a file carries `extracted: true`, its line counted in that text). The material is mostly Dutch: search with Dutch words as they appear in the documents (e.g. `kozijn`, not `window frame`). Case and accents are ignored; each word also matches inside longer words (`kozijn` finds `kozijnen`); put a phrase in double quotes to search it as one term. All terms must occur within 3 consecutive lines. 2 to 200 characters, at most 10 terms. Use `path` to search one folder.",
+            if with_extracted {
+                SEARCH_EXTRACTED
+            } else {
+                SEARCH_TEXT_ONLY
+            },
             json!({"type": "object", "properties": {
                 "query": {"type": "string", "minLength": 2, "maxLength": 200, "description": "Search terms in the language of the documents (mostly Dutch)."},
                 "path": {"type": "string", "description": "Only search this folder (or this one document)."},

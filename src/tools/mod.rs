@@ -243,9 +243,9 @@ pub const TOOLS: &[ToolSpec] = &[
 ];
 
 /// Every tool's definition (name, description, input schema, output schema), in [`TOOLS`]
-/// order.
-pub fn definitions() -> Vec<(&'static str, &'static str, Value, Value)> {
-    let mut all = kb::definitions();
+/// order; `with_extracted` as in [`kb::definitions`].
+pub fn definitions(with_extracted: bool) -> Vec<(&'static str, &'static str, Value, Value)> {
+    let mut all = kb::definitions(with_extracted);
     all.extend(requests::definitions());
     all
 }

@@ -226,6 +226,18 @@ fn malformed_config_names_the_field() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("`log_format`"), "{}", stderr(&out));
+    // A switch is on or off, nothing else.
+    let out = crate::fixture::kennis(dir.path())
+        .env("KENNIS_EXTRACT_TEXT", "flase")
+        .args(["org", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("KENNIS_EXTRACT_TEXT"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

@@ -175,6 +175,14 @@ async fn uploaded_pdf_and_office_files_are_searched_and_read() {
     assert_eq!(read["extracted"], true);
     assert_eq!(read["content_type"], "application/pdf");
     assert!(read["download_url"].as_str().unwrap().contains("/files/"));
+    let epub = mcp
+        .ok("kennisbank_read", json!({"path": "offertes/text.epub"}))
+        .await;
+    assert_eq!(
+        (&epub["content_type"], &epub["extracted"]),
+        (&json!("application/epub+zip"), &json!(true)),
+        "{epub}"
+    );
     let total = read["total_chars"].as_u64().unwrap();
     assert!(total > 30, "{read}");
     assert_eq!(read["truncated"], false);
@@ -372,6 +380,26 @@ async fn extract_text_false_is_rule_8() {
         read.get("excerpt").is_none() && read.get("extracted").is_none(),
         "{read}"
     );
+    // The tools describe what the server does: no text of PDF or Office files.
+    let (_, list) = mcp.rpc("tools/list", json!({})).await;
+    let description = |name: &str| -> String {
+        list["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap()["description"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    for tool in ["kennisbank_read", "kennisbank_search"] {
+        assert!(!description(tool).contains("extracted"), "{list}");
+    }
+    assert!(
+        description("kennisbank_search").contains("PDF and Office documents are not searched"),
+        "{list}"
+    );
     let nothing: Option<kennis::kb::extracted::Extraction> = t
         .app()
         .store
@@ -463,6 +491,173 @@ fn import_extracts_and_reindex_extracts_what_was_stored_before() {
     assert!(err.contains("importing files: 6 of 6"), "{err}");
     let found = search_offline(d, org_id, "bouwteam");
     assert_eq!(found, vec![("offertes/tweede.pdf".to_owned(), true)]);
+
+    // Hostile files never break an import: each is stored as a binary document, counted, and
+    // named with its reason.
+    let pdf = fixture("text.pdf");
+    let vreemd = src.path().join("vreemd");
+    std::fs::create_dir_all(&vreemd).unwrap();
+    let noise: Vec<u8> = (0..20_000).map(|_| rand::random::<u8>()).collect();
+    std::fs::write(vreemd.join("half.pdf"), &pdf[..pdf.len() / 2]).unwrap();
+    std::fs::write(vreemd.join("bom.docx"), zip_bomb_docx()).unwrap();
+    std::fs::write(vreemd.join("ruis.xlsx"), noise).unwrap();
+    let out = run(d, &["kb", "import", "bouw-bv", dir, "--json"], None);
+    assert!(out.status.success(), "{}", crate::fixture::stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["created"].as_u64(), v["extraction_failed"].as_u64()),
+        (Some(3), Some(3)),
+        "{v}"
+    );
+    let failures: Vec<(String, String)> = v["extraction_failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_owned(),
+                f["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let reason = |path: &str| -> String {
+        failures
+            .iter()
+            .find(|(p, _)| p == path)
+            .unwrap_or_else(|| panic!("{path} not in {failures:?}"))
+            .1
+            .clone()
+    };
+    assert!(
+        reason("vreemd/ruis.xlsx").contains("not a xlsx file"),
+        "{failures:?}"
+    );
+    assert!(
+        reason("vreemd/bom.docx").contains("zip bomb"),
+        "{failures:?}"
+    );
+    assert!(!reason("vreemd/half.pdf").is_empty());
+    // The scan failed before, in `reindex`, which names it too.
+    let v = run_json(d, &["reindex", "--json"], None);
+    let named: Vec<&str> = v["extraction_failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert!(named.contains(&"offertes/scan.pdf"), "{v}");
+    // People read the same, a line each.
+    let out = run(d, &["reindex"], None);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("no text: vreemd/ruis.xlsx: "), "{said}");
+    // Each is an ordinary binary document; the rest is still found.
+    let found = search_offline(d, org_id, "bouwteam");
+    assert_eq!(found, vec![("offertes/tweede.pdf".to_owned(), true)]);
+}
+
+/// `text.docx` with a photo of `mb` megabytes of its own (random bytes, stored as they are):
+/// a large file with little text, as scanned appendices or pictures make them.
+fn docx_with_a_photo(mb: usize) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut from = zip::ZipArchive::new(std::io::Cursor::new(fixture("text.docx"))).unwrap();
+    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    for i in 0..from.len() {
+        let mut entry = from.by_index(i).unwrap();
+        let mut bytes = Vec::new();
+        entry.read_to_end(&mut bytes).unwrap();
+        w.start_file(entry.name(), zip::write::SimpleFileOptions::default())
+            .unwrap();
+        w.write_all(&bytes).unwrap();
+    }
+    let stored =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    w.start_file("word/media/foto.bin", stored).unwrap();
+    let photo: Vec<u8> = (0..mb << 20).map(|_| rand::random::<u8>()).collect();
+    w.write_all(&photo).unwrap();
+    w.finish().unwrap().into_inner()
+}
+
+/// A search pays for the text it verifies: large files with little text do not use up its
+/// 8 MB budget (they used to count at their file size, up to 1 MB each).
+#[test]
+fn large_files_with_little_text_are_all_searched() {
+    let data = tempfile::tempdir().unwrap();
+    let d = data.path();
+    let org = run_json(d, &["org", "create", "Bouw BV", "--json"], None);
+    let org_id = org["id"].as_u64().unwrap();
+    let src = tempfile::tempdir().unwrap();
+    for i in 0..12 {
+        std::fs::write(
+            src.path().join(format!("bijlage-{i:02}.docx")),
+            docx_with_a_photo(2),
+        )
+        .unwrap();
+    }
+    let v = run_json(
+        d,
+        &[
+            "kb",
+            "import",
+            "bouw-bv",
+            src.path().to_str().unwrap(),
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(v["extracted"], 12, "{v}");
+    let store = Store::open(d).unwrap();
+    let index = SearchIndex::open(&d.join("index"), true).unwrap();
+    index.catch_up(&store).unwrap();
+    let out = kennis::kb::search::search_text(&store, &index, org_id, "Meranti", None, 50).unwrap();
+    assert_eq!(out.results.len(), 12, "{out:?}");
+    assert!(out.not_searched.is_none(), "{out:?}");
+}
+
+/// A failure that says more about the moment than the file (a time limit on a busy machine)
+/// is tried once more when the server starts; one that is the file's own (no text) is not.
+#[test]
+fn passing_failures_are_tried_again_at_the_next_start() {
+    use kennis::kb::extract::{ExtractError, Extractor, Limits};
+    use kennis::kb::extracted::{self, Backlog};
+    let data = tempfile::tempdir().unwrap();
+    let store = Store::open(data.path()).unwrap();
+    let index = SearchIndex::open(&data.path().join("index"), true).unwrap();
+    let now = jiff::Timestamp::now();
+    let failed = [
+        ("a/traag.docx", "text.docx", ExtractError::TimeLimit(20)),
+        ("a/leeg.odt", "text.odt", ExtractError::NoText),
+    ];
+    for (path, file, error) in &failed {
+        let bytes = fixture(file);
+        kennis::kb::store_document(&store, 1, path, &bytes, None, now).unwrap();
+        let hash = blake3::hash(&bytes).to_hex().to_string();
+        store
+            .write(|tx| extracted::record(tx, &hash, &Err(error.clone()), now))
+            .unwrap();
+    }
+    let outcome = |path: &str| {
+        store
+            .read(|tx| {
+                let doc = kennis::kb::get_document(tx, 1, path)?.unwrap();
+                extracted::outcome(tx, &doc.hash)
+            })
+            .unwrap()
+            .unwrap()
+    };
+    let x = Extractor::new(PathBuf::from(env!("CARGO_BIN_EXE_kennis")), Limits::DEFAULT);
+    let mut backlog = Backlog::start(&store).unwrap();
+    while backlog.step(&store, &index, &x, now).unwrap() {}
+    assert!(outcome("a/traag.docx").chars.is_some_and(|n| n > 0));
+    assert_eq!(outcome("a/leeg.odt").error, Some(ExtractError::NoText));
+    index.catch_up(&store).unwrap();
+    let found: Vec<String> =
+        kennis::kb::search::search_text(&store, &index, 1, "Meranti", None, 50)
+            .unwrap()
+            .results
+            .into_iter()
+            .map(|h| h.path)
+            .collect();
+    assert_eq!(found, vec!["a/traag.docx".to_owned()]);
 }
 
 #[test]

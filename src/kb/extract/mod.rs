@@ -187,6 +187,14 @@ pub enum ExtractError {
     Crashed(String),
 }
 
+impl ExtractError {
+    /// A failure that says more about the moment than about the file (a busy machine, a worker
+    /// that could not start): worth one more try later.
+    pub fn may_pass(&self) -> bool {
+        matches!(self, ExtractError::TimeLimit(_) | ExtractError::Crashed(_))
+    }
+}
+
 /// Extracts the text of `bytes` as `format` in this process. Pure: no I/O, no global state;
 /// bounded by `limits` except for time and memory, which only [`Extractor`] enforces.
 pub fn extract_in_process(
