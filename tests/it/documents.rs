@@ -414,10 +414,15 @@ async fn extract_text_false_is_rule_8() {
 fn search_offline(data_dir: &Path, org_id: u64, query: &str) -> Vec<(String, bool)> {
     let store = Store::open(data_dir).unwrap();
     let index = SearchIndex::open(&data_dir.join("index"), true).unwrap();
-    index.catch_up(&store).unwrap();
-    kennis::kb::search::search_text(&store, &index, org_id, query, None, 50)
-        .unwrap()
-        .results
+    found(&store, &index, org_id, query)
+}
+
+/// (path, extracted) of what a search finds, after the index has caught up with the store.
+fn found(store: &Store, index: &SearchIndex, org_id: u64, query: &str) -> Vec<(String, bool)> {
+    index.catch_up(store).unwrap();
+    let out = kennis::kb::search::search_text(store, index, org_id, query, None, 50).unwrap();
+    assert!(out.not_searched.is_none(), "{out:?}");
+    out.results
         .into_iter()
         .map(|h| (h.path, h.extracted))
         .collect()
@@ -605,12 +610,8 @@ fn large_files_with_little_text_are_all_searched() {
         None,
     );
     assert_eq!(v["extracted"], 12, "{v}");
-    let store = Store::open(d).unwrap();
-    let index = SearchIndex::open(&d.join("index"), true).unwrap();
-    index.catch_up(&store).unwrap();
-    let out = kennis::kb::search::search_text(&store, &index, org_id, "Meranti", None, 50).unwrap();
-    assert_eq!(out.results.len(), 12, "{out:?}");
-    assert!(out.not_searched.is_none(), "{out:?}");
+    // Every one found, none left unsearched.
+    assert_eq!(search_offline(d, org_id, "Meranti").len(), 12);
 }
 
 /// A failure that says more about the moment than the file (a time limit on a busy machine)
@@ -649,15 +650,10 @@ fn passing_failures_are_tried_again_at_the_next_start() {
     while backlog.step(&store, &index, &x, now).unwrap() {}
     assert!(outcome("a/traag.docx").chars.is_some_and(|n| n > 0));
     assert_eq!(outcome("a/leeg.odt").error, Some(ExtractError::NoText));
-    index.catch_up(&store).unwrap();
-    let found: Vec<String> =
-        kennis::kb::search::search_text(&store, &index, 1, "Meranti", None, 50)
-            .unwrap()
-            .results
-            .into_iter()
-            .map(|h| h.path)
-            .collect();
-    assert_eq!(found, vec!["a/traag.docx".to_owned()]);
+    assert_eq!(
+        found(&store, &index, 1, "Meranti"),
+        vec![("a/traag.docx".to_owned(), true)]
+    );
 }
 
 #[test]
