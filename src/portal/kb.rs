@@ -58,6 +58,9 @@ pub(super) struct DocQuery {
     /// the page.
     from: Option<String>,
     to: Option<String>,
+    /// Show a Markdown document's text line by line (where search results point) instead of
+    /// rendered.
+    lines: Option<String>,
 }
 
 /// A refused operation (or a failure), as `http::error` maps it.
@@ -123,6 +126,15 @@ fn search_form(slug: &str, q: &str, folder: &str, scoped: bool) -> Markup {
                 label.check { input type="checkbox" name="path" value=(folder) checked[scoped]; (ta("search-in-folder", &[("folder", folder.to_owned())])) }
             }
             button type="submit" { (t("action-search")) }
+        }
+    }
+}
+
+/// Text line by line, each line a target (`#L1`, `#L2`, …) that search results link to.
+fn numbered(text: &str) -> Markup {
+    html! {
+        @for (i, line) in text.lines().enumerate() {
+            span.line id={ "L" (i + 1) } { (line) "\n" }
         }
     }
 }
@@ -244,7 +256,7 @@ async fn search_page(
             ol #kb-results .results {
                 @for hit in &out.results {
                     li {
-                        a href={ (doc_url(slug, &hit.path)) "#L" (hit.line) } { (hit.path) }
+                        a href={ (doc_url(slug, &hit.path)) @if hit.path.ends_with(".md") || hit.path.ends_with(".markdown") { "?lines=1" } "#L" (hit.line) } { (hit.path) }
                         " " span.muted { (ta("search-line", &[("line", number(hit.line as u64))])) }
                         @if hit.extracted { " " span.badge.extracted { (t("search-extracted")) } }
                         pre.snippet { (hit.snippet) }
@@ -452,6 +464,7 @@ async fn show_document(app: &Arc<App>, m: &OrgMember, raw_path: String, q: &DocQ
     let slug = &m.org.slug;
     let folder = doc.path.rsplit_once('/').map(|(f, _)| f).unwrap_or("");
     let is_markdown = doc.content_type.starts_with("text/markdown");
+    let by_line = q.lines.is_some();
     let body = html! {
         (search_form(slug, "", folder, false))
         (crumbs(slug, folder))
@@ -464,13 +477,15 @@ async fn show_document(app: &Arc<App>, m: &OrgMember, raw_path: String, q: &DocQ
         @match &text {
             Some(kb::DocText { text, extracted: true }) => {
                 p.muted #kb-extracted-note { (t("kb-extracted-note")) }
-                pre #kb-document .pre-wrap .extracted { (text) }
+                pre #kb-document .pre-wrap .extracted { (numbered(text)) }
             }
-            Some(kb::DocText { text, .. }) if is_markdown => {
+            Some(kb::DocText { text, .. }) if is_markdown && !by_line => {
+                p.muted { a href={ (doc_url(slug, &doc.path)) "?lines=1" } { (t("kb-show-lines")) } }
                 article #kb-document .doc { (PreEscaped(markdown(text))) }
             }
             Some(kb::DocText { text, .. }) => {
-                pre #kb-document .pre-wrap { (text) }
+                @if is_markdown { p.muted { a href=(doc_url(slug, &doc.path)) { (t("kb-show-formatted")) } } }
+                pre #kb-document .pre-wrap { (numbered(text)) }
             }
             None => {
                 p.muted { (t("kb-binary")) }

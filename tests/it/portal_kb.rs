@@ -191,7 +191,28 @@ async fn search_read_markdown_safely_compare_versions_and_upload_several_files()
     assert_eq!(p.status, 200);
     assert!(p.body.contains("id=\"kb-search-form\""));
     assert!(p.body.contains("handboek/notities.txt"), "{}", p.body);
-    assert!(p.body.contains("#L2"), "line of the hit: {}", p.body);
+    assert!(
+        p.body.contains("/kb/handboek/notities.txt#L2\""),
+        "line of the hit: {}",
+        p.body
+    );
+    // A hit in Markdown leads to its text line by line, where the line is.
+    let p = b.get(&format!("/portal/o/{slug}/kb?q=hout")).await;
+    assert!(
+        p.body.contains("/kb/handboek/kozijn.md?lines=1#L3\""),
+        "{}",
+        p.body
+    );
+    let p = b
+        .get(&format!("/portal/o/{slug}/kb/handboek/kozijn.md?lines=1"))
+        .await;
+    assert!(
+        p.body
+            .contains("<span class=\"line\" id=\"L3\">Het **kozijn** is van hout."),
+        "{}",
+        p.body
+    );
+    assert!(!p.body.contains("<script") && p.body.contains("&lt;script&gt;"));
     // Only in a folder, when asked: a folder's page offers it, unticked.
     t.put_doc(&s, "elders/maten.txt", "kozijnmaat 90 cm\n");
     let p = b.get(&format!("/portal/o/{slug}/kb?path=handboek")).await;
@@ -237,6 +258,7 @@ async fn search_read_markdown_safely_compare_versions_and_upload_several_files()
         .get(&format!("/portal/o/{slug}/kb/handboek/notities.txt"))
         .await;
     assert!(p.body.contains("&lt;b&gt;cm&lt;/b&gt;"), "{}", p.body);
+    assert!(p.body.contains("id=\"L2\">kozijnmaat"), "{}", p.body);
     // The old address still leads there.
     let p = b
         .get(&format!(
