@@ -144,6 +144,18 @@ async fn uploaded_pdf_and_office_files_are_searched_and_read() {
         results.iter().any(|r| r["path"] == "offertes/text.docx"),
         "{out}"
     );
+    // Letters beyond Latin-1 in a PDF, found with case and accents folded as in any text.
+    for query in ["ZAZOLC gesla", "καλημερα κοσμε", "zluťoučký"] {
+        let out = mcp.ok("kennisbank_search", json!({"query": query})).await;
+        assert!(
+            out["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["path"] == "offertes/text.pdf" && r["extracted"] == true),
+            "{query}: {out}"
+        );
+    }
     // The line is counted in the extracted text: the snippet starts at that line.
     let out = mcp
         .ok(
