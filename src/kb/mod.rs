@@ -536,9 +536,18 @@ impl<'a> Writer<'a> {
             let mut out = Vec::with_capacity(batch.len());
             for (new, path) in batch.iter().zip(paths) {
                 let r = path.and_then(|path| {
-                    put_document(
+                    let outcome = put_document(
                         tx, new.org_id, &path, new.bytes, new.expect, new.by, new.now,
-                    )
+                    )?;
+                    // Unchanged content that only now has its text (stored before, not yet
+                    // extracted): the index must hear of the document all the same.
+                    if !outcome.changed && !texts.is_empty() {
+                        let hash = blake3::hash(new.bytes).to_hex().to_string();
+                        if texts.iter().any(|(h, r)| *h == hash && r.is_ok()) {
+                            log_change(tx, new.org_id, &outcome.path)?;
+                        }
+                    }
+                    Ok(outcome)
                 });
                 match r {
                     Err(KbError::Store(e)) => return Err(KbError::Store(e)),

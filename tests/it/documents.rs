@@ -668,6 +668,39 @@ fn passing_failures_are_tried_again_at_the_next_start() {
     );
 }
 
+/// A file stored before its text was taken (a portal upload the background task has not
+/// reached) and then imported unchanged: the import extracts it, and the index hears of it.
+#[test]
+fn an_unchanged_import_that_extracts_reaches_the_index() {
+    use kennis::kb::extract::{Extractor, Limits};
+    use kennis::kb::{Expect, NewVersion, Writer};
+    let data = tempfile::tempdir().unwrap();
+    let store = Store::open(data.path()).unwrap();
+    let index = SearchIndex::open(&data.path().join("index"), true).unwrap();
+    let now = jiff::Timestamp::now();
+    let bytes = fixture("text.docx");
+    kennis::kb::store_document(&store, 1, "a/offerte.docx", &bytes, None, now).unwrap();
+    assert!(found(&store, &index, 1, "Meranti").is_empty());
+    let x = Extractor::new(PathBuf::from(env!("CARGO_BIN_EXE_kennis")), Limits::DEFAULT);
+    let mut writer = Writer::new(&store, &index).extracting(&x);
+    let out = writer
+        .put(NewVersion {
+            org_id: 1,
+            path: "a/offerte.docx",
+            bytes: &bytes,
+            expect: Expect::Any,
+            by: None,
+            now,
+        })
+        .unwrap();
+    assert!(!out.changed, "the same content");
+    writer.finish().unwrap();
+    assert_eq!(
+        found(&store, &index, 1, "Meranti"),
+        vec![("a/offerte.docx".to_owned(), true)]
+    );
+}
+
 #[test]
 fn compact_gives_space_back_and_keeps_everything() {
     let data = tempfile::tempdir().unwrap();
