@@ -18,8 +18,8 @@ use maud::{Markup, html};
 
 use super::i18n::{date_time, t, ta};
 use super::{
-    SESSION_COOKIE, SESSION_LIFETIME_SECS, UncheckedForm, csrf_field, csrf_token_for, layout, page,
-    problem_text, see_other, set_cookie,
+    SESSION_COOKIE, SESSION_LIFETIME_SECS, UncheckedForm, csrf_field, csrf_token_for, layout,
+    limited_page, page, problem_text, see_other, set_cookie,
 };
 use crate::app::App;
 use crate::http::client_ip::CallerIp;
@@ -149,6 +149,9 @@ fn link_csrf(app: &App, token: &str) -> String {
 
 /// A refused link or form: used and expired links get their own words (410).
 fn refused(link: Link, e: &IdentityError) -> Response {
+    if let Some(limited) = limited_page(&link.title(), None, e) {
+        return limited;
+    }
     let p = e.problem();
     let body = if p.is_internal() {
         html! { p.notice.error { (t("internal-error")) } }

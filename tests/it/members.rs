@@ -408,6 +408,7 @@ async fn an_invitation_for_an_existing_account_guesses_no_password() {
         .post(&path, &[("csrf_token", &csrf), ("password", &eva.password)])
         .await;
     assert_eq!(p.status, 429, "{}", p.body);
+    assert!(p.headers.contains_key("retry-after"), "{:?}", p.headers);
     assert!(
         t.app()
             .store
