@@ -395,3 +395,96 @@ fn fresh_libreoffice_files_extract() {
     let got = x.extract(Format::Pdf, &restricted).unwrap();
     assert!(got.text.contains("Offerte kozijnen Zeestraat"), "{got:?}");
 }
+
+/// Files from writers other than LibreOffice extract too: Chromium's PDF printer (CID fonts,
+/// two columns), reportlab (a standard font and an embedded TrueType one), python-docx,
+/// openpyxl and python-pptx. Needs `chromium` and python3 with those packages (`.ci/run`
+/// installs them).
+#[test]
+#[ignore = "needs chromium and python3 with reportlab, python-docx, openpyxl, python-pptx; run by .ci/run"]
+fn files_from_other_writers_extract() {
+    let dir = tempfile::tempdir().unwrap();
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/extract/other/make.py");
+    let status = std::process::Command::new("python3")
+        .arg(&script)
+        .arg(dir.path())
+        .status()
+        .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+    assert!(
+        status.success(),
+        "make.py failed (are its packages installed?)"
+    );
+    let html = dir.path().join("brief.html");
+    std::fs::write(
+        &html,
+        "<!doctype html><html lang=\"nl\"><meta charset=\"utf-8\"><body>\
+         <h1>Brief over de dakkapel</h1>\
+         <p>De dakkapel aan de Kerkweg krijgt nieuwe boeidelen, ook in Łódź en Θεσσαλονίκη.</p>\
+         <div style=\"column-count:2\"><p>De linkerkolom gaat over de steigers op het plein.</p>\
+         <p>De rechterkolom gaat over het afval en de container.</p></div></body></html>",
+    )
+    .unwrap();
+    let pdf = dir.path().join("chromium.pdf");
+    let status = std::process::Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-pdf-header-footer",
+        ])
+        .arg(format!("--print-to-pdf={}", pdf.display()))
+        .arg(format!("file://{}", html.display()))
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("chromium");
+    assert!(status.success() && pdf.exists(), "chromium printed no PDF");
+    let x = extractor(Limits::DEFAULT);
+    let expected: &[(&str, &[&str])] = &[
+        (
+            "chromium.pdf",
+            &[
+                "Brief over de dakkapel",
+                "ook in Łódź en Θεσσαλονίκη",
+                "De linkerkolom gaat over de steigers op het plein.",
+            ],
+        ),
+        (
+            "reportlab.pdf",
+            &[
+                "Werkbon schilderwerk Dorpsstraat: twee lagen grondverf.",
+                "Łódź, Brno en Θεσσαλονίκη leveren € 7,25 per meter.",
+            ],
+        ),
+        (
+            "python-docx.docx",
+            &["Werkbon schilderwerk", "Kozijnen schuren\t6"],
+        ),
+        (
+            "openpyxl.xlsx",
+            &["Uren", "Kozijnen schuren\t6", "Grondverf\tŁódź-groen"],
+        ),
+        (
+            "python-pptx.pptx",
+            &["Planning schilderwerk", "Grondverf in week negen"],
+        ),
+    ];
+    for (name, lines) in expected {
+        let bytes = std::fs::read(dir.path().join(name)).unwrap();
+        let format = format_of(name, &bytes).unwrap_or_else(|| panic!("{name}: no format"));
+        let got = x
+            .extract(format, &bytes)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        // Line breaks inside a paragraph depend on the page layout; compare words.
+        let flat = got.text.split_whitespace().collect::<Vec<_>>().join(" ");
+        for line in *lines {
+            let want = line.split_whitespace().collect::<Vec<_>>().join(" ");
+            let tabbed = line.contains('\t') && got.text.lines().any(|l| l == *line);
+            assert!(
+                tabbed || (!line.contains('\t') && flat.contains(&want)),
+                "{name}: no {line:?} in {:?}",
+                got.text
+            );
+        }
+    }
+}
