@@ -2,8 +2,13 @@
 //! protocol"). [`dispatch`] is the one entry point; trigger runs use it through the worker
 //! pool, and feature requests (issue 6) call it with their own job and event sink.
 
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -38,7 +43,12 @@ impl JobContext {
 
     /// The transcript so far, taken out of the context.
     pub fn take_transcript(&self) -> Transcript {
-        std::mem::take(&mut *self.transcript.lock().expect("transcript lock"))
+        std::mem::take(
+            &mut *self
+                .transcript
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
     }
 }
 
@@ -51,13 +61,17 @@ struct Noting<'a> {
 
 impl EventSink for Noting<'_> {
     fn event(&mut self, event: AgentEvent) {
-        self.ctx.transcript.lock().expect("transcript lock").push(
-            self.ctx.app.clock.now(),
-            self.started.elapsed().as_millis() as u64,
-            Step::Event {
-                event: event.clone(),
-            },
-        );
+        self.ctx
+            .transcript
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(
+                self.ctx.app.clock.now(),
+                self.started.elapsed().as_millis() as u64,
+                Step::Event {
+                    event: event.clone(),
+                },
+            );
         self.inner.event(event);
     }
 }
@@ -209,10 +223,15 @@ async fn run_command(
         Ok(c) => c,
         Err(e) => return Outcome::Failed(format!("could not start {program}: {e}")),
     };
-    let input = serde_json::to_vec(job).expect("jobs serialise");
-    let mut stdin = child.stdin.take().expect("piped stdin");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut stderr = child.stderr.take().expect("piped stderr");
+    let input = match serde_json::to_vec(job) {
+        Ok(input) => input,
+        Err(e) => return Outcome::Failed(format!("the job could not be written: {e}")),
+    };
+    let (Some(mut stdin), Some(stdout), Some(mut stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Outcome::Failed(format!("{program} was started without its pipes"));
+    };
     let work = async {
         // A program that does not read its stdin must not block us: write in the background.
         let writer = tokio::spawn(async move {
