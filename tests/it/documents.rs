@@ -668,6 +668,69 @@ fn passing_failures_are_tried_again_at_the_next_start() {
     );
 }
 
+/// `[kb] extract_text` switched off and on again on a data directory a server uses: off is rule
+/// 8 at once (the index is rebuilt without the text); on again gives the same text back without
+/// extracting anew (what was extracted is kept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extract_text_switched_off_and_on_again() {
+    let extract = |on: bool| Settings {
+        kb: Some(KbSettings {
+            extract_text: Some(on),
+        }),
+        ..Settings::default()
+    };
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let slug = s.org.slug.clone();
+    let mut b = Browser::new(&t);
+    b.login(&s, &format!("/portal/o/{slug}/kb")).await;
+    upload(
+        &mut b,
+        &slug,
+        "offertes",
+        &[("text.pdf", fixture("text.pdf"))],
+    )
+    .await;
+    let (org, paths) = paths_of(&s, "offertes", &["text.pdf"]);
+    wait_extracted(&t, org, &paths).await;
+    let hits = |out: &Value| out["results"].as_array().unwrap().len();
+    let search = json!({"query": "Zeestraat"});
+    let read = json!({"path": "offertes/text.pdf"});
+    let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
+    assert_eq!(hits(&mcp.ok("kennisbank_search", search.clone()).await), 1);
+    let extracted_at = |t: &TestServer| {
+        t.app()
+            .store
+            .read(|tx| {
+                let doc = kennis::kb::get_document(tx, org, "offertes/text.pdf")?.unwrap();
+                kennis::kb::extracted::outcome(tx, &doc.hash)
+            })
+            .unwrap()
+            .unwrap()
+            .at
+    };
+    let first = extracted_at(&t);
+
+    // (A restart listens on a new port: tokens are bound to the connector's address.)
+    t.restart_with(extract(false)).await;
+    let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
+    assert_eq!(hits(&mcp.ok("kennisbank_search", search.clone()).await), 0);
+    let r = mcp.ok("kennisbank_read", read.clone()).await;
+    assert!(
+        r.get("excerpt").is_none() && r.get("extracted").is_none(),
+        "{r}"
+    );
+
+    t.clock.advance(jiff::SignedDuration::from_hours(2));
+    t.restart_with(extract(true)).await;
+    let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
+    assert_eq!(hits(&mcp.ok("kennisbank_search", search).await), 1);
+    let r = mcp.ok("kennisbank_read", read).await;
+    assert_eq!(r["extracted"], true, "{r}");
+    assert_eq!(extracted_at(&t), first, "not extracted anew");
+    t.stop().await;
+}
+
 /// A file stored before its text was taken (a portal upload the background task has not
 /// reached) and then imported unchanged: the import extracts it, and the index hears of it.
 #[test]

@@ -83,8 +83,13 @@ impl TestServer {
 
     /// Starts a new server on the same data directory and clock (after [`Self::stop`]).
     pub async fn restart(&mut self) {
+        self.restart_with(Settings::default()).await;
+    }
+
+    /// [`Self::restart`] with other settings layered over the test defaults.
+    pub async fn restart_with(&mut self, settings: Settings) {
         self.stop().await;
-        let config = test_config(self.data_dir(), Settings::default());
+        let config = test_config(self.data_dir(), settings);
         let server = kennis::server::start(config, self.clock.clone())
             .await
             .expect("server restarts");
