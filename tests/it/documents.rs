@@ -84,6 +84,22 @@ async fn wait_extracted(t: &TestServer, org_id: u64, paths: &[String]) {
     }
 }
 
+/// A ready person of a fresh organisation who uploaded `offertes/text.pdf` in the portal.
+async fn upload_offer(t: &TestServer) -> Seeded {
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let slug = s.org.slug.clone();
+    let mut b = Browser::new(t);
+    b.login(&s, &format!("/portal/o/{slug}/kb")).await;
+    upload(
+        &mut b,
+        &slug,
+        "offertes",
+        &[("text.pdf", fixture("text.pdf"))],
+    )
+    .await;
+    s
+}
+
 fn paths_of(s: &Seeded, folder: &str, names: &[&str]) -> (u64, Vec<String>) {
     (
         s.org.id,
@@ -368,17 +384,7 @@ async fn extract_text_false_is_rule_8() {
         ..Settings::default()
     })
     .await;
-    let s = t.seed("Bouw BV", "annie@example.org");
-    let slug = s.org.slug.clone();
-    let mut b = Browser::new(&t);
-    b.login(&s, &format!("/portal/o/{slug}/kb")).await;
-    upload(
-        &mut b,
-        &slug,
-        "offertes",
-        &[("text.pdf", fixture("text.pdf"))],
-    )
-    .await;
+    let s = upload_offer(&t).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
     let out = mcp
@@ -680,17 +686,7 @@ async fn extract_text_switched_off_and_on_again() {
         ..Settings::default()
     };
     let mut t = TestServer::start().await;
-    let s = t.seed("Bouw BV", "annie@example.org");
-    let slug = s.org.slug.clone();
-    let mut b = Browser::new(&t);
-    b.login(&s, &format!("/portal/o/{slug}/kb")).await;
-    upload(
-        &mut b,
-        &slug,
-        "offertes",
-        &[("text.pdf", fixture("text.pdf"))],
-    )
-    .await;
+    let s = upload_offer(&t).await;
     let (org, paths) = paths_of(&s, "offertes", &["text.pdf"]);
     wait_extracted(&t, org, &paths).await;
     let hits = |out: &Value| out["results"].as_array().unwrap().len();
