@@ -222,7 +222,6 @@ fn store_batches(
     Ok(())
 }
 
-/// Merges the search index and compacts the database file (`kennis compact`, `reindex`).
 /// What is said when the compaction after an import or a reindex could not run.
 fn not_compacted(e: &impl std::fmt::Display) -> Progress {
     Progress::note(format!(
@@ -241,6 +240,7 @@ pub fn compact_after(ctx: &AdminContext, progress: Report<'_>) -> Option<Compact
     }
 }
 
+/// Merges the search index and compacts the database file (`kennis compact`, `reindex`).
 pub fn compact(ctx: &AdminContext, progress: Report<'_>) -> Result<Compaction, AdminError> {
     progress(Progress::note(
         "compacting the search index and the database",

@@ -169,30 +169,16 @@ impl LoginGuard {
         password: &str,
         ip: IpAddr,
     ) -> Result<(String, Person), IdentityError> {
-        self.password_posts.check(&ip).map_err(too_many)?;
-        let reserved = (account_key(email), ip);
-        self.password_failures.check(&reserved).map_err(too_many)?;
         let (s, e, p) = (store.clone(), email.to_owned(), password.to_owned());
-        let judged = self
-            .hash(move || super::verify_login(&s, &e, &p))
-            .await
-            .and_then(|r| r);
-        match judged {
-            Err(IdentityError::BadCredentials) => Err(IdentityError::BadCredentials),
-            Err(e) => {
-                self.password_failures.refund(&reserved);
-                Err(e)
-            }
-            Ok(person) => {
-                self.password_failures.refund(&reserved);
-                let token = sessions::create(store, person.id, self.clock.now())?;
-                Ok((token, person))
-            }
-        }
+        let person = self
+            .password_step(email, ip, move || super::verify_login(&s, &e, &p))
+            .await?;
+        let token = sessions::create(store, person.id, self.clock.now())?;
+        Ok((token, person))
     }
 
-    /// Runs `f`, a step that checks or sets `email`'s password (a one-time link's form), on
-    /// the hashing threads under the login limits: posts per address, and wrong passwords per
+    /// Runs `f`, a step that checks or sets `email`'s password (a login, a one-time link's
+    /// form), on the hashing threads under the login limits: posts per address, and wrong passwords per
     /// account and address — a wrong one ([`IdentityError::BadCredentials`]) counts as a
     /// failed login, anything else does not.
     pub async fn password_step<T: Send + 'static>(

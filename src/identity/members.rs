@@ -61,7 +61,7 @@ fn after(t: Timestamp, secs: i64) -> Timestamp {
         .unwrap_or(t)
 }
 
-pub(super) fn admins(tx: &impl Read, org_id: u64) -> Result<usize, StoreError> {
+fn admins(tx: &impl Read, org_id: u64) -> Result<usize, StoreError> {
     Ok(tx
         .scan::<Membership>(MEMBERSHIPS, &key::id(org_id))?
         .iter()
@@ -84,9 +84,7 @@ pub fn set_member(
 ) -> Result<Membership, IdentityError> {
     store.write(|tx| {
         let mut m = membership_of(tx, org_id, person_id)?;
-        if m.role == Role::Admin && change.role == Some(Role::Member) && admins(tx, org_id)? <= 1 {
-            return Err(IdentityError::LastAdmin);
-        }
+        keep_an_admin(tx, &m, Some(change.role.unwrap_or(m.role)))?;
         if let Some(r) = change.role {
             m.role = r;
         }
@@ -98,13 +96,24 @@ pub fn set_member(
     })
 }
 
-/// Refuses ([`IdentityError::LastAdmin`]) what removing this member would refuse, so a page
-/// can say so before it asks for confirmation.
-pub fn check_removable(tx: &impl Read, m: &Membership) -> Result<(), IdentityError> {
-    if m.role == Role::Admin && admins(tx, m.org_id)? <= 1 {
+/// The one rule of an organisation's admins: a change that leaves membership `m` with role
+/// `to` (`None`: removed) is refused with [`IdentityError::LastAdmin`] when `m` is the last
+/// admin and would not stay one.
+pub(super) fn keep_an_admin(
+    tx: &impl Read,
+    m: &Membership,
+    to: Option<Role>,
+) -> Result<(), IdentityError> {
+    if m.role == Role::Admin && to != Some(Role::Admin) && admins(tx, m.org_id)? <= 1 {
         return Err(IdentityError::LastAdmin);
     }
     Ok(())
+}
+
+/// Refuses ([`IdentityError::LastAdmin`]) what removing this member would refuse, so a page
+/// can say so before it asks for confirmation.
+pub fn check_removable(tx: &impl Read, m: &Membership) -> Result<(), IdentityError> {
+    keep_an_admin(tx, m, None)
 }
 
 /// Removes a member from an organisation in the caller's transaction (which also revokes their

@@ -520,11 +520,8 @@ pub fn add_member(
             .ok_or_else(|| IdentityError::UnknownPerson(email.to_owned()))?;
         let k = key::pair(org_id, person_id);
         let existing: Option<Membership> = tx.get(MEMBERSHIPS, &k)?;
-        if existing.as_ref().is_some_and(|e| e.role == Role::Admin)
-            && role == Role::Member
-            && members::admins(tx, org_id)? <= 1
-        {
-            return Err(IdentityError::LastAdmin);
+        if let Some(e) = &existing {
+            members::keep_an_admin(tx, e, Some(role))?;
         }
         let created = existing.is_none();
         let m = Membership {

@@ -131,10 +131,10 @@ fn extract_file(
 
 /// Extracts, before a batch is stored, the text of every binary file in it whose content was
 /// not tried yet (each content once). Returns (hash, outcome) to [`record`] with the batch.
-pub(super) fn extract_batch(
+pub(super) fn extract_batch<'b>(
     store: &Store,
     extractor: &Extractor,
-    batch: &[NewVersion<'_>],
+    batch: &[NewVersion<'b>],
     counts: &mut super::ExtractCounts,
 ) -> Result<Vec<Outcome>, KbError> {
     let mut todo = Vec::new();
@@ -163,38 +163,34 @@ pub(super) fn extract_batch(
         .map(|(t, _)| t)
         .collect();
     // One child per file, two at a time: the machine's other core keeps storing.
-    let run = |part: Vec<&(String, &str, &[u8])>| {
+    let run = |part: Vec<&(String, &'b str, &[u8])>| {
         part.into_iter()
-            .map(|(hash, path, bytes)| (hash.clone(), extract_file(extractor, path, bytes)))
+            .map(|(hash, path, bytes)| (hash.clone(), *path, extract_file(extractor, path, bytes)))
             .collect::<Vec<_>>()
     };
     let even: Vec<_> = todo.iter().step_by(2).collect();
     let odd: Vec<_> = todo.iter().skip(1).step_by(2).collect();
-    let results: Vec<Outcome> = std::thread::scope(|scope| {
-        let other = scope.spawn(|| run(odd));
-        let mut out = run(even);
-        match other.join() {
-            Ok(more) => out.extend(more),
-            Err(_) => {
-                tracing::error!("an extraction thread panicked; its files stay binary documents")
+    let results: Vec<(String, &'b str, Result<Extracted, ExtractError>)> =
+        std::thread::scope(|scope| {
+            let other = scope.spawn(|| run(odd));
+            let mut out = run(even);
+            match other.join() {
+                Ok(more) => out.extend(more),
+                Err(_) => {
+                    tracing::error!(
+                        "an extraction thread panicked; its files stay binary documents"
+                    )
+                }
             }
-        }
-        out
-    });
-    for (hash, r) in &results {
-        match r {
-            Ok(_) => counts.extracted += 1,
-            Err(e) => {
-                counts.failed += 1;
-                let path = todo.iter().find(|(h, _, _)| h == hash).map(|(_, p, _)| *p);
-                counts.failures.push(super::ExtractionFailure {
-                    path: path.unwrap_or_default().to_owned(),
-                    reason: e.to_string(),
-                });
-            }
-        }
-    }
-    Ok(results)
+            out
+        });
+    Ok(results
+        .into_iter()
+        .map(|(hash, path, result)| {
+            counts.add(path, &result);
+            (hash, result)
+        })
+        .collect())
 }
 
 /// Which earlier outcomes [`extract_document`] tries again.
@@ -287,16 +283,9 @@ pub fn extract_all(
     let total = docs.len() as u64;
     let mut summary = super::ExtractCounts::default();
     for (i, (org_id, path)) in docs.iter().enumerate() {
-        match extract_document(store, extractor, *org_id, path, Again::Failed, now)? {
-            Some(Ok(())) => summary.extracted += 1,
-            Some(Err(e)) => {
-                summary.failed += 1;
-                summary.failures.push(super::ExtractionFailure {
-                    path: path.clone(),
-                    reason: e.to_string(),
-                });
-            }
-            None => {}
+        if let Some(result) = extract_document(store, extractor, *org_id, path, Again::Failed, now)?
+        {
+            summary.add(path, &result);
         }
         progress(i as u64 + 1, total);
     }

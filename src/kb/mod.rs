@@ -479,6 +479,22 @@ pub struct ExtractCounts {
     pub failures: Vec<ExtractionFailure>,
 }
 
+impl ExtractCounts {
+    /// Counts one file's outcome.
+    pub(crate) fn add<T>(&mut self, path: &str, result: &Result<T, extract::ExtractError>) {
+        match result {
+            Ok(_) => self.extracted += 1,
+            Err(e) => {
+                self.failed += 1;
+                self.failures.push(ExtractionFailure {
+                    path: path.to_owned(),
+                    reason: e.to_string(),
+                });
+            }
+        }
+    }
+}
+
 /// A file whose text could not be extracted, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ExtractionFailure {

@@ -130,6 +130,11 @@ fn search_form(slug: &str, q: &str, folder: &str, scoped: bool) -> Markup {
     }
 }
 
+/// Markdown is rendered; its lines are shown on request (`?lines=1`).
+fn renders_as_markdown(content_type: &str) -> bool {
+    content_type.starts_with("text/markdown")
+}
+
 /// Text line by line, each line a target (`#L1`, `#L2`, …) that search results link to.
 fn numbered(text: &str) -> Markup {
     html! {
@@ -256,7 +261,7 @@ async fn search_page(
             ol #kb-results .results {
                 @for hit in &out.results {
                     li {
-                        a href={ (doc_url(slug, &hit.path)) @if hit.path.ends_with(".md") || hit.path.ends_with(".markdown") { "?lines=1" } "#L" (hit.line) } { (hit.path) }
+                        a href={ (doc_url(slug, &hit.path)) @if renders_as_markdown(path::text_type(&hit.path)) { "?lines=1" } "#L" (hit.line) } { (hit.path) }
                         " " span.muted { (ta("search-line", &[("line", number(hit.line as u64))])) }
                         @if hit.extracted { " " span.badge.extracted { (t("search-extracted")) } }
                         pre.snippet { (hit.snippet) }
@@ -463,7 +468,7 @@ async fn show_document(app: &Arc<App>, m: &OrgMember, raw_path: String, q: &DocQ
     };
     let slug = &m.org.slug;
     let folder = doc.path.rsplit_once('/').map(|(f, _)| f).unwrap_or("");
-    let is_markdown = doc.content_type.starts_with("text/markdown");
+    let is_markdown = renders_as_markdown(&doc.content_type);
     let by_line = q.lines.is_some();
     let body = html! {
         (search_form(slug, "", folder, false))

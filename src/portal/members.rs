@@ -233,7 +233,7 @@ async fn change(
     let found = app
         .blocking(move |app| app.store.read(|tx| identity::member(tx, org_id, person_id)))
         .await;
-    let (_, person) = match found {
+    let (membership, person) = match found {
         Ok(Some(found)) => found,
         Ok(None) => return refused(&m, &IdentityError::NotMember(format!("#{person_id}"))),
         Err(e) => return refused(&m, &e),
@@ -255,10 +255,7 @@ async fn change(
             let checked = app
                 .blocking(move |app| {
                     app.store
-                        .read(|tx| match identity::member(tx, org_id, person_id)? {
-                            Some((membership, _)) => identity::check_removable(tx, &membership),
-                            None => Err(IdentityError::NotMember(format!("#{person_id}"))),
-                        })
+                        .read(|tx| identity::check_removable(tx, &membership))
                 })
                 .await;
             match checked {

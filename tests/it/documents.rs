@@ -311,15 +311,7 @@ async fn hostile_files_stay_binary_and_admins_see_why() {
     dutch.login(&s, &format!("/portal/o/{slug}/kb")).await;
     for (name, kind, dutch_reason) in expected {
         let path = format!("vreemd/{name}");
-        let outcome = t
-            .app()
-            .store
-            .read(|tx| {
-                let doc = kennis::kb::get_document(tx, org, &path)?.unwrap();
-                kennis::kb::extracted::outcome(tx, &doc.hash)
-            })
-            .unwrap()
-            .unwrap();
+        let outcome = outcome_of(&t.app().store, org, &path).unwrap();
         let error = serde_json::to_value(outcome.error.as_ref().expect("failed")).unwrap();
         assert_eq!(error["kind"], kind, "{name}: {error}");
         // An ordinary binary document: details and a link, no excerpt.
@@ -377,13 +369,7 @@ async fn hostile_files_stay_binary_and_admins_see_why() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extract_text_false_is_rule_8() {
-    let t = TestServer::start_with(Settings {
-        kb: Some(KbSettings {
-            extract_text: Some(false),
-        }),
-        ..Settings::default()
-    })
-    .await;
+    let t = TestServer::start_with(extracting(false)).await;
     let s = upload_offer(&t).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
@@ -418,15 +404,47 @@ async fn extract_text_false_is_rule_8() {
         description("kennisbank_search").contains("PDF and Office documents are not searched"),
         "{list}"
     );
-    let nothing: Option<kennis::kb::extracted::Extraction> = t
-        .app()
-        .store
+    assert_eq!(
+        outcome_of(&t.app().store, s.org.id, "offertes/text.pdf"),
+        None,
+        "nothing was extracted"
+    );
+}
+
+/// Settings with `[kb] extract_text` on or off.
+fn extracting(on: bool) -> Settings {
+    Settings {
+        kb: Some(KbSettings {
+            extract_text: Some(on),
+        }),
+        ..Settings::default()
+    }
+}
+
+/// What extracting `path`'s content gave, if it was tried.
+fn outcome_of(store: &Store, org: u64, path: &str) -> Option<kennis::kb::extracted::Extraction> {
+    store
         .read(|tx| {
-            let doc = kennis::kb::get_document(tx, s.org.id, "offertes/text.pdf")?.unwrap();
+            let doc = kennis::kb::get_document(tx, org, path)?.unwrap();
             kennis::kb::extracted::outcome(tx, &doc.hash)
         })
-        .unwrap();
-    assert_eq!(nothing, None, "nothing was extracted");
+        .unwrap()
+}
+
+/// A store and search index in a fresh directory, without a server.
+fn offline() -> (tempfile::TempDir, Store, SearchIndex) {
+    let data = tempfile::tempdir().unwrap();
+    let store = Store::open(data.path()).unwrap();
+    let index = SearchIndex::open(&data.path().join("index"), true).unwrap();
+    (data, store, index)
+}
+
+/// The extractor the server uses: `kennis extract-worker` children with the default limits.
+fn worker() -> kennis::kb::extract::Extractor {
+    kennis::kb::extract::Extractor::new(
+        PathBuf::from(env!("CARGO_BIN_EXE_kennis")),
+        kennis::kb::extract::Limits::DEFAULT,
+    )
 }
 
 fn search_offline(data_dir: &Path, org_id: u64, query: &str) -> Vec<(String, bool)> {
@@ -636,11 +654,9 @@ fn large_files_with_little_text_are_all_searched() {
 /// is tried once more when the server starts; one that is the file's own (no text) is not.
 #[test]
 fn passing_failures_are_tried_again_at_the_next_start() {
-    use kennis::kb::extract::{ExtractError, Extractor, Limits};
+    use kennis::kb::extract::ExtractError;
     use kennis::kb::extracted::{self, Backlog};
-    let data = tempfile::tempdir().unwrap();
-    let store = Store::open(data.path()).unwrap();
-    let index = SearchIndex::open(&data.path().join("index"), true).unwrap();
+    let (_data, store, index) = offline();
     let now = jiff::Timestamp::now();
     let failed = [
         ("a/traag.docx", "text.docx", ExtractError::TimeLimit(20)),
@@ -654,16 +670,8 @@ fn passing_failures_are_tried_again_at_the_next_start() {
             .write(|tx| extracted::record(tx, &hash, &Err(error.clone()), now))
             .unwrap();
     }
-    let outcome = |path: &str| {
-        store
-            .read(|tx| {
-                let doc = kennis::kb::get_document(tx, 1, path)?.unwrap();
-                extracted::outcome(tx, &doc.hash)
-            })
-            .unwrap()
-            .unwrap()
-    };
-    let x = Extractor::new(PathBuf::from(env!("CARGO_BIN_EXE_kennis")), Limits::DEFAULT);
+    let outcome = |path: &str| outcome_of(&store, 1, path).unwrap();
+    let x = worker();
     let mut backlog = Backlog::start(&store).unwrap();
     while backlog.step(&store, &index, &x, now).unwrap() {}
     assert!(outcome("a/traag.docx").chars.is_some_and(|n| n > 0));
@@ -679,12 +687,6 @@ fn passing_failures_are_tried_again_at_the_next_start() {
 /// extracting anew (what was extracted is kept).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extract_text_switched_off_and_on_again() {
-    let extract = |on: bool| Settings {
-        kb: Some(KbSettings {
-            extract_text: Some(on),
-        }),
-        ..Settings::default()
-    };
     let mut t = TestServer::start().await;
     let s = upload_offer(&t).await;
     let (org, paths) = paths_of(&s, "offertes", &["text.pdf"]);
@@ -695,20 +697,14 @@ async fn extract_text_switched_off_and_on_again() {
     let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
     assert_eq!(hits(&mcp.ok("kennisbank_search", search.clone()).await), 1);
     let extracted_at = |t: &TestServer| {
-        t.app()
-            .store
-            .read(|tx| {
-                let doc = kennis::kb::get_document(tx, org, "offertes/text.pdf")?.unwrap();
-                kennis::kb::extracted::outcome(tx, &doc.hash)
-            })
-            .unwrap()
+        outcome_of(&t.app().store, org, "offertes/text.pdf")
             .unwrap()
             .at
     };
     let first = extracted_at(&t);
 
     // (A restart listens on a new port: tokens are bound to the connector's address.)
-    t.restart_with(extract(false)).await;
+    t.restart_with(extracting(false)).await;
     let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
     assert_eq!(hits(&mcp.ok("kennisbank_search", search.clone()).await), 0);
     let r = mcp.ok("kennisbank_read", read.clone()).await;
@@ -718,7 +714,7 @@ async fn extract_text_switched_off_and_on_again() {
     );
 
     t.clock.advance(jiff::SignedDuration::from_hours(2));
-    t.restart_with(extract(true)).await;
+    t.restart_with(extracting(true)).await;
     let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
     assert_eq!(hits(&mcp.ok("kennisbank_search", search).await), 1);
     let r = mcp.ok("kennisbank_read", read).await;
@@ -731,16 +727,13 @@ async fn extract_text_switched_off_and_on_again() {
 /// reached) and then imported unchanged: the import extracts it, and the index hears of it.
 #[test]
 fn an_unchanged_import_that_extracts_reaches_the_index() {
-    use kennis::kb::extract::{Extractor, Limits};
     use kennis::kb::{Expect, NewVersion, Writer};
-    let data = tempfile::tempdir().unwrap();
-    let store = Store::open(data.path()).unwrap();
-    let index = SearchIndex::open(&data.path().join("index"), true).unwrap();
+    let (_data, store, index) = offline();
     let now = jiff::Timestamp::now();
     let bytes = fixture("text.docx");
     kennis::kb::store_document(&store, 1, "a/offerte.docx", &bytes, None, now).unwrap();
     assert!(found(&store, &index, 1, "Meranti").is_empty());
-    let x = Extractor::new(PathBuf::from(env!("CARGO_BIN_EXE_kennis")), Limits::DEFAULT);
+    let x = worker();
     let mut writer = Writer::new(&store, &index).extracting(&x);
     let out = writer
         .put(NewVersion {

@@ -355,22 +355,28 @@ fn the_worker_command_is_hidden_from_help() {
     assert!(!help.contains("extract-worker"), "{help}");
 }
 
+/// A temporary folder with the files `program` makes by running the script
+/// `tests/fixtures/extract/<script>` on it; `hint` says what to check when it fails.
+fn made_by(program: &str, script: &str, hint: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/extract")
+        .join(script);
+    let status = std::process::Command::new(program)
+        .arg(&script)
+        .arg(dir.path())
+        .status()
+        .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+    assert!(status.success(), "{} failed ({hint})", script.display());
+    dir
+}
+
 /// Files made now by the installed LibreOffice (`make.sh` into a temporary folder) extract
 /// like the committed ones. Needs `soffice` (`.ci/run` installs it).
 #[test]
 #[ignore = "needs LibreOffice (soffice); .ci/run installs it"]
 fn fresh_libreoffice_files_extract() {
-    let dir = tempfile::tempdir().unwrap();
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/extract/make.sh");
-    let status = std::process::Command::new("bash")
-        .arg(&script)
-        .arg(dir.path())
-        .status()
-        .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
-    assert!(
-        status.success(),
-        "make.sh failed (is LibreOffice installed?)"
-    );
+    let dir = made_by("bash", "make.sh", "is LibreOffice installed?");
     let x = extractor(Limits::DEFAULT);
     for (name, line) in EXPECTED {
         let bytes = std::fs::read(dir.path().join(name)).unwrap();
@@ -403,18 +409,7 @@ fn fresh_libreoffice_files_extract() {
 #[test]
 #[ignore = "needs chromium and python3 with reportlab, python-docx, openpyxl, python-pptx; run by .ci/run"]
 fn files_from_other_writers_extract() {
-    let dir = tempfile::tempdir().unwrap();
-    let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/extract/other/make.py");
-    let status = std::process::Command::new("python3")
-        .arg(&script)
-        .arg(dir.path())
-        .status()
-        .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
-    assert!(
-        status.success(),
-        "make.py failed (are its packages installed?)"
-    );
+    let dir = made_by("python3", "other/make.py", "are its packages installed?");
     let html = dir.path().join("brief.html");
     std::fs::write(
         &html,
