@@ -56,7 +56,9 @@ pub enum Command {
     /// Copy the data directory's contents into a new directory PATH, consistently, even while
     /// the server runs.
     Backup {
+        /// A new directory (or an empty one) to write the backup into.
         path: PathBuf,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
@@ -74,7 +76,9 @@ pub enum Command {
     Trigger(TriggerCommand),
     /// Restore a backup made by `kennis backup` into an empty data directory.
     Restore {
+        /// A directory written by `kennis backup`.
         path: PathBuf,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
@@ -84,14 +88,17 @@ pub enum Command {
     /// Extract the text of PDF and Office documents not extracted yet (retrying failures),
     /// then rebuild the search index from the store (all organisations, or one).
     Reindex {
-        #[arg(long)]
+        /// Only this organisation (its slug); default all.
+        #[arg(long, value_name = "ORG")]
         org: Option<String>,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
     /// Give the database file's unused space back and merge the search index (also done after
     /// large imports and reindexing).
     Compact {
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
@@ -111,14 +118,18 @@ pub enum RunCommand {
     /// A run (or feature request's agent jobs) with its transcript: model messages, tool
     /// calls with arguments and shortened results, tokens and timings.
     Show {
+        /// The run's id (as the hook answer and `trigger list` show it).
         id: u64,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
     /// Cancel a queued or running run: it becomes `cancelled`, its executor is stopped and
     /// its trigger slot is free again.
     Cancel {
+        /// The run's id.
         id: u64,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
@@ -128,10 +139,14 @@ pub enum RunCommand {
 pub enum KbCommand {
     /// Load a folder tree as documents (re-import stores new versions only where changed).
     Import {
+        /// The organisation's slug.
         org: String,
+        /// The folder whose tree of files becomes documents.
         dir: PathBuf,
-        #[arg(long)]
+        /// Folder inside the knowledge base to put the documents under (default: the top).
+        #[arg(long, value_name = "P")]
         prefix: Option<String>,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
@@ -141,6 +156,7 @@ pub enum KbCommand {
 pub enum AuditCommand {
     /// Write an organisation's audit records as JSON lines.
     Export {
+        /// The organisation's slug.
         org: String,
         /// Only records from this time (RFC 3339) or date on.
         #[arg(long)]
@@ -156,8 +172,10 @@ pub struct ServeArgs {
     /// Public base URL (issuer, links); default http(s)://<listen address>.
     #[arg(long, value_name = "URL")]
     pub public_url: Option<String>,
+    /// PEM certificate chain to serve TLS with (needs --tls-key).
     #[arg(long, value_name = "F", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
     #[arg(long, value_name = "F", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     /// Get a certificate for this domain from an ACME CA (repeatable; TLS-ALPN-01 on the
@@ -177,22 +195,32 @@ pub struct ServeArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum OrgCommand {
+    /// Create an organisation; prints its slug, which other commands take as ORG.
     Create {
+        /// The organisation's name, e.g. "Bouwbedrijf De Vries".
         name: String,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
+    /// Every organisation with its slug.
     List {
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
     /// Change an organisation's connector policy (ORG is its slug).
     Set {
+        /// The organisation's slug.
         org: String,
+        /// Who may connect an assistant: all_members, selected_members (those with
+        /// may_connect) or nobody.
         #[arg(long, value_name = "all_members|selected_members|nobody")]
         connector_access: Option<ConnectorAccess>,
+        /// Whether members need a second factor to sign in and connect.
         #[arg(long, value_name = "true|false")]
         require_second_factor: Option<bool>,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
@@ -202,45 +230,62 @@ pub enum OrgCommand {
 pub enum UserCommand {
     /// Add a person; the password is read from a prompt or, with --password-stdin, stdin.
     Add {
+        /// The person's email address (their login name).
         email: String,
-        #[arg(long)]
+        /// The name shown in the portal.
+        #[arg(long, value_name = "N")]
         name: Option<String>,
+        /// Read the password as one line from stdin instead of asking twice.
         #[arg(long)]
         password_stdin: bool,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
+    /// Every person with their organisations.
     List {
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
     /// Start a new second-factor enrolment; prints the otpauth URI and secret.
     Totp {
+        /// The person's email address.
         email: String,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
     /// Set a new password.
     Passwd {
+        /// The person's email address.
         email: String,
+        /// Read the password as one line from stdin instead of asking twice.
         #[arg(long)]
         password_stdin: bool,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
     /// Invite someone to organisation ORG: prints a one-time link (valid 7 days) to pass on.
     Invite {
+        /// The organisation's slug.
         org: String,
+        /// The invited person's email address.
         email: String,
-        #[arg(long, default_value = "member")]
+        /// The role the person gets: admin or member.
+        #[arg(long, default_value = "member", value_name = "admin|member")]
         role: Role,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
     /// A one-time password-reset link (valid 24 hours); ends the person's sessions now, and
     /// using it requires a new second factor.
     Reset {
+        /// The person's email address.
         email: String,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
@@ -248,38 +293,55 @@ pub enum UserCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum MemberCommand {
-    /// Add a person to an organisation (or change their role and right to connect).
+    /// Add a person to an organisation (an existing member stays as they are: see `member set`).
     Add {
+        /// The organisation's slug.
         org: String,
+        /// The person's email address (`kennis user add` first).
         email: String,
-        #[arg(long, default_value = "member")]
-        role: Role,
-        #[arg(long)]
-        may_connect: bool,
+        /// The role: admin or member (default member).
+        #[arg(long, value_name = "admin|member")]
+        role: Option<Role>,
+        /// Allowed to connect an assistant (when the organisation lets selected members):
+        /// `--may-connect` alone means true (default false).
+        #[arg(long, value_name = "true|false", num_args = 0..=1, default_missing_value = "true",
+              action = clap::ArgAction::Set)]
+        may_connect: Option<bool>,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
     /// The members of an organisation.
     List {
+        /// The organisation's slug.
         org: String,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
     /// Change a member's role or right to connect (an organisation keeps one admin).
     Set {
+        /// The organisation's slug.
         org: String,
+        /// The member's email address.
         email: String,
-        #[arg(long)]
+        /// The new role: admin or member.
+        #[arg(long, value_name = "admin|member")]
         role: Option<Role>,
+        /// Whether the member may connect an assistant.
         #[arg(long, value_name = "true|false", action = clap::ArgAction::Set)]
         may_connect: Option<bool>,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
     /// Remove a person from an organisation; their connections there are revoked at once.
     Remove {
+        /// The organisation's slug.
         org: String,
+        /// The member's email address.
         email: String,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
@@ -289,10 +351,15 @@ pub enum MemberCommand {
 pub enum AgentCommand {
     /// Add an agent to organisation ORG (its slug); prints its id.
     Add {
+        /// The organisation's slug.
         org: String,
+        /// The agent's name.
         name: String,
-        #[arg(long)]
+        /// generic (runs triggers) or feature (works on feature requests).
+        #[arg(long, value_name = "generic|feature")]
         kind: crate::agents::AgentKind,
+        /// How the agent runs: echo (answers with its input), command (a program), http (a
+        /// URL that is POSTed the job) or llm (a chat-completions model with the tools).
         #[arg(long = "exec", value_parser = ["echo", "command", "http", "llm"])]
         exec: String,
         /// Program of a `command` agent (absolute path; started without a shell).
@@ -302,7 +369,7 @@ pub enum AgentCommand {
         #[arg(long = "arg", value_name = "A", allow_hyphen_values = true)]
         args: Vec<String>,
         /// URL of an `http` agent; for `llm`, the API's base URL (POST {BASE}/chat/completions).
-        #[arg(long)]
+        #[arg(long, value_name = "URL")]
         url: Option<String>,
         /// Seconds before the agent is stopped (default 60, for `llm` 600; at most 3600).
         #[arg(long, value_name = "SECONDS")]
@@ -326,6 +393,15 @@ pub enum AgentCommand {
         /// File with the system prompt of an `llm` agent (read now and stored with the agent).
         #[arg(long, value_name = "F")]
         system_prompt_file: Option<PathBuf>,
+        /// Print one JSON object on stdout instead of text for people.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The agents of organisation ORG with their ids (what `trigger add --agent` takes).
+    List {
+        /// The organisation's slug.
+        org: String,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
@@ -335,16 +411,22 @@ pub enum AgentCommand {
 pub enum AppCommand {
     /// Add an app to organisation ORG; only `live` apps accept new feature requests.
     Add {
+        /// The organisation's slug.
         org: String,
+        /// The app's name.
         name: String,
+        /// live (accepts new requests), draft or archived.
         #[arg(long, value_enum, default_value = "live")]
         status: crate::requests::apps::AppStatus,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
     /// The apps of organisation ORG.
     List {
+        /// The organisation's slug.
         org: String,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
@@ -354,10 +436,22 @@ pub enum AppCommand {
 pub enum ProjectCommand {
     /// Add a project to organisation ORG; `--ready` marks it fully rolled out.
     Add {
+        /// The organisation's slug.
         org: String,
+        /// The project's name.
         name: String,
+        /// The project is fully rolled out (only ready projects can have triggers).
         #[arg(long)]
         ready: bool,
+        /// Print one JSON object on stdout instead of text for people.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The projects of organisation ORG with their ids (what `trigger add --project` takes).
+    List {
+        /// The organisation's slug.
+        org: String,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
@@ -367,48 +461,63 @@ pub enum ProjectCommand {
 pub enum TriggerCommand {
     /// Add a trigger; prints its URL and secret (shown only now).
     Add {
+        /// The organisation's slug.
         org: String,
+        /// The trigger's name.
         name: String,
         /// Agent id (from `agent add`); must be a generic agent.
-        #[arg(long)]
+        #[arg(long, value_name = "ID")]
         agent: u64,
         /// Project id (from `project add`); must be ready.
-        #[arg(long)]
+        #[arg(long, value_name = "ID")]
         project: u64,
-        #[arg(long)]
+        /// What the agent is asked to do with each event.
+        #[arg(long, value_name = "TEXT")]
         instructions: String,
         /// Seconds after a run starts during which further events are skipped (default 300).
         #[arg(long, value_name = "S")]
         cooldown: Option<u64>,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
     /// The organisation's triggers.
     List {
+        /// The organisation's slug.
         org: String,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
     /// Pause: events get 200 `skipped: inactive`.
     Pause {
+        /// The trigger's id (UUID, from `trigger add` or `trigger list`).
         id: String,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
+    /// Resume a paused trigger: events start runs again.
     Resume {
+        /// The trigger's id (UUID).
         id: String,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
     /// A new secret; the old one stops working at once, the URL stays.
     RenewSecret {
+        /// The trigger's id (UUID).
         id: String,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
     /// The URL stops working; existing runs remain.
     Delete {
+        /// The trigger's id (UUID).
         id: String,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
@@ -495,6 +604,18 @@ pub fn run_admin(config: &Config, req: AdminRequest) -> Result<Value, CliError> 
     let mut progress = |p: Progress| view.show(p);
     if let Some(v) = admin::try_send(&config.data_dir, &req, &mut progress)? {
         return Ok(v);
+    }
+    // Only the commands that start an installation may create its data directory: any other
+    // one on a directory without kennis data is a mistyped --data-dir, not a new installation.
+    let starts = matches!(
+        req,
+        AdminRequest::OrgCreate { .. } | AdminRequest::UserAdd { .. }
+    );
+    if !starts && !config.data_dir.join(store::DB_FILE).exists() {
+        return Err(CliError::Failed(format!(
+            "no kennis data in {} (pass --data-dir, or start with `kennis org create`)",
+            config.data_dir.display()
+        )));
     }
     let store = Store::open(&config.data_dir).map_err(|e| match e {
         store::StoreError::Locked { .. } => CliError::Failed(format!(
@@ -839,6 +960,7 @@ pub fn serve(config: Config, demo: bool) -> Result<(), CliError> {
         .map_err(|e| CliError::Failed(format!("starting the runtime: {e}")))?;
     runtime.block_on(async move {
         crate::server::install_panic_hook();
+        let serves_tls = config.tls.is_some() || config.acme.is_some();
         let server = crate::server::start(config, clock::system())
             .await
             .map_err(|e| CliError::Failed(e.to_string()))?;
@@ -854,7 +976,14 @@ pub fn serve(config: Config, demo: bool) -> Result<(), CliError> {
             );
         }
         let signal = crate::server::shutdown_signal();
-        println!("kennis listening on {}", app.public_url);
+        // The address it listens on (what a local client or proxy connects to), then the public
+        // URL when that is another (behind a proxy, or with ACME).
+        let scheme = if serves_tls { "https" } else { "http" };
+        let listening = format!("{scheme}://{}", server.local_addr);
+        if app.public_url != listening {
+            println!("public URL: {}", app.public_url);
+        }
+        println!("kennis listening on {listening}");
         let _ = std::io::stdout().flush();
         let mut server = server;
         tokio::select! {
@@ -864,4 +993,44 @@ pub fn serve(config: Config, demo: bool) -> Result<(), CliError> {
         server.shutdown().await;
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every command and every option a person can type has a help line (`kennis … --help`).
+    #[test]
+    fn every_command_and_option_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            if cmd.is_hide_set() {
+                return;
+            }
+            if path != "kennis" && cmd.get_about().is_none() {
+                missing.push(format!("command `{path}`"));
+            }
+            for arg in cmd.get_arguments() {
+                if arg.is_hide_set() || arg.get_id() == "help" || arg.get_id() == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() {
+                    missing.push(format!("`{path}` argument `{}`", arg.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_name() != "help" {
+                    walk(sub, &format!("{path} {}", sub.get_name()), missing);
+                }
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "kennis", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:#?}");
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
 }

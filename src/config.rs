@@ -41,6 +41,27 @@ fn env_switch(
     }
 }
 
+/// A setting written either as a TOML string or as a number (`agent_workers = 4`,
+/// `terms_version = 1`), kept as its text: the environment gives text, so both read the same.
+fn text_or_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum TextOrNumber {
+        Text(String),
+        Integer(i64),
+        Float(f64),
+    }
+    Ok(Some(
+        match TextOrNumber::deserialize(d)
+            .map_err(|_| serde::de::Error::custom("expected a string or a number"))?
+        {
+            TextOrNumber::Text(s) => s,
+            TextOrNumber::Integer(n) => n.to_string(),
+            TextOrNumber::Float(f) => f.to_string(),
+        },
+    ))
+}
+
 fn invalid(field: &'static str, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         field,
@@ -186,7 +207,9 @@ pub struct Settings {
     pub data_dir: Option<PathBuf>,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
+    #[serde(default, deserialize_with = "text_or_number")]
     pub terms_version: Option<String>,
+    #[serde(default, deserialize_with = "text_or_number")]
     pub agent_workers: Option<String>,
     pub trusted_proxies: Option<Vec<String>>,
     pub log_format: Option<String>,
@@ -530,6 +553,26 @@ fn validate_redirect(r: &RedirectAllowList) -> Result<(), ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The README's table shows `agent_workers` 4 and `terms_version` 1: written as TOML
+    /// numbers they work like the strings the environment gives.
+    #[test]
+    fn numbers_and_strings_both_work_for_counted_settings() {
+        let cfg = toml::from_str::<Settings>("agent_workers = 4\nterms_version = 1")
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!(cfg.agent_workers, 4);
+        assert_eq!(cfg.terms_version, "1");
+        let cfg = toml::from_str::<Settings>("agent_workers = \"6\"\nterms_version = \"2026-01\"")
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!(cfg.agent_workers, 6);
+        assert_eq!(cfg.terms_version, "2026-01");
+        let err = toml::from_str::<Settings>("agent_workers = [1]").unwrap_err();
+        assert!(err.to_string().contains("a string or a number"), "{err}");
+    }
 
     #[test]
     fn later_sources_win_and_defaults_fill_in() {

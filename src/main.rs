@@ -231,15 +231,20 @@ fn run(cli: Cli) -> Result<(), CliError> {
             )?;
             cli::output(json, &v, |v| {
                 format!(
-                    "{} person {} in organisation {} as {}",
+                    "{} person {} in organisation {} as {}; may connect an assistant: {}",
                     if v["created"] == true {
                         "added"
                     } else {
-                        "updated"
+                        "already a member, unchanged:"
                     },
                     v["person_id"],
                     v["org_id"],
-                    v["role"].as_str().unwrap_or("")
+                    v["role"].as_str().unwrap_or(""),
+                    if v["may_connect"] == true {
+                        "yes"
+                    } else {
+                        "no"
+                    }
                 )
             });
         }
@@ -376,6 +381,16 @@ fn run(cli: Cli) -> Result<(), CliError> {
                     v["status"].as_str().unwrap_or("")
                 )
             });
+        }
+        Command::Agent(AgentCommand::List { org, json }) => {
+            let v = cli::run_admin(&config, AdminRequest::AgentList { org })?;
+            cli::output(json, &v, |v| {
+                cli::human_list(v, &["id", "name", "kind", "exec"])
+            });
+        }
+        Command::Project(ProjectCommand::List { org, json }) => {
+            let v = cli::run_admin(&config, AdminRequest::ProjectList { org })?;
+            cli::output(json, &v, |v| cli::human_list(v, &["id", "name", "rollout"]));
         }
         Command::App(AppCommand::List { org, json }) => {
             let v = cli::run_admin(&config, AdminRequest::AppList { org })?;

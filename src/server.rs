@@ -42,6 +42,7 @@ pub enum ServerError {
 pub fn router(app: Arc<App>) -> Router {
     let clock = app.clock.clone();
     Router::new()
+        .route("/", get(front_door))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/files/{token}", get(files::download))
@@ -57,6 +58,12 @@ pub fn router(app: Arc<App>) -> Router {
             observe::observe,
         ))
         .with_state(app)
+}
+
+/// `GET /`: people who type the server's address land in the portal (which asks for a
+/// login first).
+async fn front_door() -> axum::response::Redirect {
+    axum::response::Redirect::to("/portal")
 }
 
 /// What a request whose handler panicked gets: a plain 500, like any internal error. The

@@ -78,11 +78,12 @@ pub fn import_dir(
     // keeps one core busy, indexing the other.
     let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
     let stored = std::thread::scope(|scope| {
-        let indexer = scope.spawn(move || -> Result<(), kb::KbError> {
+        let indexer = scope.spawn(move || -> Result<usize, kb::KbError> {
+            let mut indexed = 0;
             while woken.recv().is_ok() {
-                ctx.kb_index.follow(&ctx.store, false)?;
+                indexed += ctx.kb_index.follow(&ctx.store, false)?;
             }
-            Ok(())
+            Ok(indexed)
         });
         let stored = store_batches(
             &files,
@@ -102,7 +103,7 @@ pub fn import_dir(
             .unwrap_or_else(|_| Err(kb::KbError::Index("the indexing thread panicked".into())));
         stored.and(indexed.map_err(AdminError::from))
     });
-    stored?;
+    let indexed_meanwhile = stored?;
     let counts = writer.extract_counts();
     summary.extracted = counts.extracted;
     summary.extraction_failed = counts.failed;
@@ -110,7 +111,7 @@ pub fn import_dir(
     // What is left is read into the index; then the index writes its segments while the
     // database file is repacked and compacted (neither waits for the other).
     let started = Instant::now();
-    let indexed = ctx.kb_index.follow(&ctx.store, false)?;
+    let indexed = indexed_meanwhile + ctx.kb_index.follow(&ctx.store, false)?;
     if imported_bytes >= COMPACT_AFTER_BYTES {
         progress(Progress::note(
             "compacting the database and the search index",

@@ -51,11 +51,12 @@ pub enum AdminRequest {
         email: String,
         password: String,
     },
+    /// Adds a member; for an existing member it changes nothing (see `identity::join`).
     MemberAdd {
         org: String,
         email: String,
-        role: Role,
-        may_connect: bool,
+        role: Option<Role>,
+        may_connect: Option<bool>,
     },
     MemberList {
         org: String,
@@ -130,6 +131,14 @@ pub enum AdminRequest {
         status: AppStatus,
     },
     AppList {
+        org: String,
+    },
+    /// An organisation's agents, oldest first.
+    AgentList {
+        org: String,
+    },
+    /// An organisation's projects, oldest first.
+    ProjectList {
         org: String,
     },
     TriggerAdd {
@@ -351,7 +360,7 @@ pub fn execute(
             role,
             may_connect,
         } => {
-            let (m, created) = identity::add_member(store, &org, &email, role, may_connect, now)?;
+            let (m, created) = identity::join(store, &org, &email, role, may_connect, now)?;
             json!({
                 "org_id": m.org_id, "person_id": m.person_id, "role": m.role,
                 "may_connect": m.may_connect, "created": created,
@@ -500,6 +509,25 @@ pub fn execute(
                     json!({"app_id": a.app_id, "name": a.name, "status": a.status,
                            "accepts_requests": a.accepts_requests()})
                 })
+                .collect();
+            json!({ "items": items })
+        }
+        AdminRequest::AgentList { org } => {
+            let org = identity::find_org(store, &org)?;
+            let items: Vec<Value> = agents::list_agents(store, org.id)?
+                .iter()
+                .map(|a| {
+                    json!({"id": a.id, "name": a.name, "kind": a.kind,
+                           "exec": a.executor.name(), "timeout_secs": a.timeout_secs})
+                })
+                .collect();
+            json!({ "items": items })
+        }
+        AdminRequest::ProjectList { org } => {
+            let org = identity::find_org(store, &org)?;
+            let items: Vec<Value> = agents::list_projects(store, org.id)?
+                .iter()
+                .map(|p| json!({"id": p.id, "name": p.name, "rollout": p.rollout}))
                 .collect();
             json!({ "items": items })
         }

@@ -329,6 +329,15 @@ pub fn add_agent_with(
     }
     let org_id = store.read(|tx| org_id(tx, org))?;
     store.write(|tx| {
+        let taken = tx
+            .scan::<Agent>(AGENTS, b"")?
+            .into_iter()
+            .any(|(_, a)| a.org_id == org_id && a.name.to_lowercase() == name.to_lowercase());
+        if taken {
+            return Err(AgentError::InvalidInput(format!(
+                "this organisation has an agent named `{name}` already (`kennis agent list {org}`)"
+            )));
+        }
         let agent = Agent {
             id: tx.next_id("agent")?,
             org_id,
@@ -354,6 +363,15 @@ pub fn add_project(
     let name = check_name("project", name)?;
     let org_id = store.read(|tx| org_id(tx, org))?;
     store.write(|tx| {
+        let taken = tx
+            .scan::<Project>(PROJECTS, b"")?
+            .into_iter()
+            .any(|(_, p)| p.org_id == org_id && p.name.to_lowercase() == name.to_lowercase());
+        if taken {
+            return Err(AgentError::InvalidInput(format!(
+                "this organisation has a project named `{name}` already (`kennis project list {org}`)"
+            )));
+        }
         let project = Project {
             id: tx.next_id("project")?,
             org_id,

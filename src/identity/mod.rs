@@ -537,6 +537,53 @@ pub fn add_member(
     })
 }
 
+/// `kennis member add`: makes the person a member with `role` (default member) and
+/// `may_connect` (default false). For someone who is a member already it changes nothing: a
+/// repeat with the same (or no) role and right to connect answers the membership as it is,
+/// and one asking for something else is refused with a pointer to `member set`, so that a
+/// repeated command never demotes an admin or takes the right to connect away by default.
+pub fn join(
+    store: &Store,
+    org_slug: &str,
+    email: &str,
+    role: Option<Role>,
+    may_connect: Option<bool>,
+    now: Timestamp,
+) -> Result<(Membership, bool), IdentityError> {
+    let current = store.read(|tx| {
+        let Some(org_id) = tx.get::<u64>(ORG_SLUGS, org_slug.as_bytes())? else {
+            return Ok(None);
+        };
+        let Ok(email_key) = normalize_email(email) else {
+            return Ok(None);
+        };
+        let Some(person_id) = tx.get::<u64>(PEOPLE_BY_EMAIL, email_key.as_bytes())? else {
+            return Ok(None);
+        };
+        tx.get::<Membership>(MEMBERSHIPS, &key::pair(org_id, person_id))
+    })?;
+    match current {
+        Some(m)
+            if role.is_none_or(|r| r == m.role)
+                && may_connect.is_none_or(|c| c == m.may_connect) =>
+        {
+            Ok((m, false))
+        }
+        Some(_) => Err(IdentityError::InvalidInput(format!(
+            "`{email}` is a member of `{org_slug}` already; change their role or right to \
+             connect with `kennis member set {org_slug} {email} --role R --may-connect true|false`"
+        ))),
+        None => add_member(
+            store,
+            org_slug,
+            email,
+            role.unwrap_or_default(),
+            may_connect.unwrap_or(false),
+            now,
+        ),
+    }
+}
+
 /// A person's organisations with their memberships.
 pub fn organisations_of(tx: &ReadTx, person_id: u64) -> Result<Vec<(Org, Membership)>, StoreError> {
     let mut out = Vec::new();

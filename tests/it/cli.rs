@@ -303,3 +303,98 @@ fn demo_prints_credentials_once_and_they_work() {
         .unwrap();
     assert!(hits.0.len() >= 3 && hits.1 == hits.0.len(), "{hits:?}");
 }
+
+/// What a newcomer meets first: a read-only command on a mistyped data directory creates
+/// nothing; agents and projects can be listed with the ids other commands take; a second agent
+/// or project of the same name is refused; `GET /` leads to the portal.
+#[test]
+fn a_newcomer_finds_ids_and_makes_no_accidental_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("not-here");
+    for args in [
+        &["org", "list"][..],
+        &["user", "list"],
+        &["member", "list", "acme"],
+    ] {
+        let out = run(&missing, args, None);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(stderr(&out).contains("no kennis data"), "{}", stderr(&out));
+        assert!(!missing.exists(), "{args:?} created the data directory");
+    }
+
+    let d = dir.path();
+    run_json(d, &["org", "create", "Acme", "--json"], None);
+    let agent = run_json(
+        d,
+        &[
+            "agent", "add", "acme", "Echo", "--kind", "generic", "--exec", "echo", "--json",
+        ],
+        None,
+    );
+    let project = run_json(
+        d,
+        &["project", "add", "acme", "Website", "--ready", "--json"],
+        None,
+    );
+    let agents = run_json(d, &["agent", "list", "acme", "--json"], None);
+    assert_eq!(agents["items"][0]["id"], agent["id"]);
+    assert_eq!(agents["items"][0]["name"], "Echo");
+    assert_eq!(agents["items"][0]["exec"], "echo");
+    let projects = run_json(d, &["project", "list", "acme", "--json"], None);
+    assert_eq!(projects["items"][0]["id"], project["id"]);
+    assert_eq!(projects["items"][0]["rollout"], "ready");
+
+    for args in [
+        &[
+            "agent", "add", "acme", "echo", "--kind", "generic", "--exec", "echo",
+        ][..],
+        &["project", "add", "acme", "WEBSITE"],
+    ] {
+        let out = run(d, args, None);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(stderr(&out).contains("already"), "{}", stderr(&out));
+    }
+    assert_eq!(
+        run_json(d, &["agent", "list", "acme", "--json"], None)["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "the refused duplicate was not stored"
+    );
+}
+
+#[test]
+fn the_front_door_leads_to_the_portal_and_the_banner_names_the_listen_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = ServeProcess::spawn(
+        dir.path(),
+        &["--public-url", "https://kennis.example.org"],
+        None,
+    );
+    assert!(
+        serve.base.starts_with("http://127.0.0.1:"),
+        "the banner names the address it listens on: {}",
+        serve.base
+    );
+    assert!(
+        serve
+            .banner
+            .contains("public URL: https://kennis.example.org")
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (status, location) = rt.block_on(async {
+        let resp = crate::fixture::http_client()
+            .get(format!("{}/", serve.base))
+            .send()
+            .await
+            .unwrap();
+        (resp.status().as_u16(), resp.headers()["location"].clone())
+    });
+    assert_eq!(status, 303);
+    assert_eq!(location, "/portal");
+    serve.terminate();
+}

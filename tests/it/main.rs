@@ -10,6 +10,7 @@ mod cli;
 mod conformance;
 mod connector;
 mod crash;
+mod docs;
 mod documents;
 mod domain;
 mod extract;

@@ -59,9 +59,7 @@ fn member_commands_list_change_and_remove_but_keep_the_last_admin() {
     assert_eq!(annie["name"], "annie");
     assert_eq!(annie["may_connect"], false);
 
-    // The last admin can be neither demoted nor removed; nothing changes. `member add` of
-    // someone already in the organisation updates the membership, and is held to the same rule
-    // (its --role defaults to member).
+    // The last admin can be neither demoted nor removed; nothing changes.
     let demote = [
         "member",
         "set",
@@ -71,8 +69,7 @@ fn member_commands_list_change_and_remove_but_keep_the_last_admin() {
         "member",
     ];
     let remove = ["member", "remove", "kozijn-bv", "annie@example.org"];
-    let add_again = ["member", "add", "kozijn-bv", "annie@example.org"];
-    for args in [&demote[..], &remove, &add_again] {
+    for args in [&demote[..], &remove] {
         let out = run(d, args, None);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
         assert!(
@@ -82,6 +79,45 @@ fn member_commands_list_change_and_remove_but_keep_the_last_admin() {
         );
     }
     assert_eq!(members(d), list, "refusals change nothing");
+
+    // `member add` of someone already in the organisation changes nothing: repeated as it was
+    // (no --role, no --may-connect) it answers the membership as it is; asking for another
+    // role or right to connect is refused with a pointer to `member set`.
+    let out = run(
+        d,
+        &["member", "add", "kozijn-bv", "annie@example.org", "--json"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let again: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(again["created"], false);
+    assert_eq!(again["role"], "admin");
+    for args in [
+        &[
+            "member",
+            "add",
+            "kozijn-bv",
+            "annie@example.org",
+            "--role",
+            "member",
+        ][..],
+        &[
+            "member",
+            "add",
+            "kozijn-bv",
+            "annie@example.org",
+            "--may-connect",
+        ],
+    ] {
+        let out = run(d, args, None);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("member set"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(members(d), list, "a repeated member add changes nothing");
 
     // Bad usage is exit 2.
     let out = run(
