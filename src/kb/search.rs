@@ -101,6 +101,46 @@ pub fn parse_query(raw: &str) -> Result<Query, KbError> {
     Ok(Query { terms })
 }
 
+/// Where the query's terms stand in a piece of text (a search result's snippet): byte ranges
+/// of `text`, in order and not overlapping, found by folding `text` as the search folds
+/// documents, so that `Naïef` is marked for the query `naief`. For people reading results.
+pub fn marks(text: &str, terms: &[String]) -> Vec<std::ops::Range<usize>> {
+    let mut folded = String::with_capacity(text.len());
+    // For each byte of `folded`, the original character it came from.
+    let mut origin: Vec<std::ops::Range<usize>> = Vec::with_capacity(text.len());
+    let mut buf = [0u8; 4];
+    for (at, c) in text.char_indices() {
+        let f = fold_line(c.encode_utf8(&mut buf));
+        let f = if f.is_empty() && c.is_whitespace() {
+            " ".to_owned()
+        } else {
+            f
+        };
+        origin.extend(std::iter::repeat_n(at..at + c.len_utf8(), f.len()));
+        folded.push_str(&f);
+    }
+    let mut found: Vec<std::ops::Range<usize>> = Vec::new();
+    for term in terms.iter().filter(|t| !t.is_empty()) {
+        let mut from = 0;
+        while let Some(p) = folded.get(from..).and_then(|rest| rest.find(term.as_str())) {
+            let (start, end) = (from + p, from + p + term.len());
+            if let (Some(first), Some(last)) = (origin.get(start), origin.get(end - 1)) {
+                found.push(first.start..last.end);
+            }
+            from = end;
+        }
+    }
+    found.sort_by_key(|r| (r.start, r.end));
+    let mut merged: Vec<std::ops::Range<usize>> = Vec::with_capacity(found.len());
+    for r in found {
+        match merged.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => merged.push(r),
+        }
+    }
+    merged
+}
+
 /// Finds the first window: the smallest 0-based line `L` such that line `L` contains a term
 /// and lines `L..L+3` together contain every term.
 pub fn first_match(folded: &str, finders: &[Finder<'_>]) -> Option<usize> {
@@ -421,6 +461,21 @@ fn cap_output(results: Vec<Hit>, cap: usize) -> (Vec<Hit>, bool) {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn marks_find_the_terms_as_the_search_folds_them() {
+        let terms = |q: &str| parse_query(q).unwrap().terms;
+        let text = "Een naïef plan: NAIEF en Kozijnmaat <b>";
+        let r = marks(text, &terms("naief kozijn"));
+        let shown: Vec<&str> = r.iter().map(|r| &text[r.clone()]).collect();
+        assert_eq!(shown, ["naïef", "NAIEF", "Kozijn"]);
+        assert_eq!(marks(text, &terms("\"plan: naief\"")).len(), 1);
+        assert!(marks(text, &terms("dakgoot")).is_empty());
+        // Overlapping terms make one mark.
+        let r = marks("kozijnmaat", &terms("kozijn zijnm"));
+        assert_eq!(r, vec![0..7]);
+    }
+
     use super::*;
 
     fn terms(q: &str) -> Vec<String> {

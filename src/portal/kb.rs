@@ -254,6 +254,9 @@ async fn search_page(
         })
         .await;
     let slug = &m.org.slug;
+    let terms = search::parse_query(query)
+        .map(|q| q.terms)
+        .unwrap_or_default();
     let body = match out {
         Ok(out) => html! {
             (search_form(slug, query, here, scoped))
@@ -264,7 +267,7 @@ async fn search_page(
                         a href={ (doc_url(slug, &hit.path)) @if renders_as_markdown(path::text_type(&hit.path)) { "?lines=1" } "#L" (hit.line) } { (hit.path) }
                         " " span.muted { (ta("search-line", &[("line", number(hit.line as u64))])) }
                         @if hit.extracted { " " span.badge.extracted { (t("search-extracted")) } }
-                        pre.snippet { (hit.snippet) }
+                        pre.snippet { (marked(&hit.snippet, &terms)) }
                     }
                 }
             }
@@ -288,6 +291,25 @@ async fn search_page(
         StatusCode::OK,
         layout(&t("search-title"), Some(&m.user), Some(&m.org), body),
     )
+}
+
+/// A snippet with the query's words marked (`<mark>`), the rest as text.
+fn marked(snippet: &str, terms: &[String]) -> Markup {
+    let mut pieces = Vec::new();
+    let mut at = 0;
+    for r in search::marks(snippet, terms) {
+        pieces.push((
+            snippet.get(at..r.start).unwrap_or(""),
+            snippet.get(r.clone()).unwrap_or(""),
+        ));
+        at = r.end;
+    }
+    html! {
+        @for (plain, found) in pieces {
+            (plain) mark { (found) }
+        }
+        (snippet.get(at..).unwrap_or(""))
+    }
 }
 
 /// Why no text could be taken from a file, for the organisation's admins.

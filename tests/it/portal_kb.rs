@@ -196,6 +196,13 @@ async fn search_read_markdown_safely_compare_versions_and_upload_several_files()
         "line of the hit: {}",
         p.body
     );
+    // The matched words are marked in the snippet, the rest stays escaped text.
+    assert!(
+        p.body
+            .contains("<mark>kozijnmaat</mark> 120 &lt;b&gt;cm&lt;/b&gt;"),
+        "marked snippet: {}",
+        p.body
+    );
     // A hit in Markdown leads to its text line by line, where the line is.
     let p = b.get(&format!("/portal/o/{slug}/kb?q=hout")).await;
     assert!(
