@@ -227,24 +227,30 @@ fn echo_hook(t: &TestServer, s: &Seeded, cooldown: u64) -> (uuid::Uuid, String) 
     hook(t, s, echo(), cooldown)
 }
 
-/// 3. One captured GitHub-signed delivery, replayed with other event keys and delivery ids,
-/// starts one run.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replayed_github_delivery_under_other_keys_starts_one_run() {
+/// The lower-case hex of the GitHub-style signature (`X-Hub-Signature-256: sha256=<hex>`) of
+/// `body` for trigger `id`: the HMAC-SHA256 keyed with the whole `whsec_…` signing secret.
+fn github_hex(t: &TestServer, s: &Seeded, id: uuid::Uuid, body: &str) -> String {
     use hmac::{Hmac, Mac};
-    let t = TestServer::start().await;
-    let s = t.seed("Acme", "annie@example.org");
-    let (id, _) = echo_hook(&t, &s, 0);
     let trigger = t
         .app()
         .store
         .read(|tx| triggers::get(tx, s.org.id, id))
         .unwrap();
     let signing = triggers::signing_secret(&t.app().server_key, &trigger);
-    let body = r#"{"action":"completed","run":812}"#;
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(signing.as_bytes()).unwrap();
     mac.update(body.as_bytes());
-    let sig = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// 3. One captured GitHub-signed delivery, replayed with other event keys and delivery ids,
+/// starts one run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replayed_github_delivery_under_other_keys_starts_one_run() {
+    let t = TestServer::start().await;
+    let s = t.seed("Acme", "annie@example.org");
+    let (id, _) = echo_hook(&t, &s, 0);
+    let body = r#"{"action":"completed","run":812}"#;
+    let sig = format!("sha256={}", github_hex(&t, &s, id, body));
     let url = t.url(&format!("/api/hooks/events/{id}"));
     let send = |query: &'static str, delivery: &'static str, header_key: Option<&'static str>| {
         let mut r = t
@@ -287,20 +293,11 @@ async fn replayed_github_delivery_under_other_keys_starts_one_run() {
 /// judged on its own (and refused when wrong).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn github_delivery_replayed_with_upper_case_hex_is_a_duplicate() {
-    use hmac::{Hmac, Mac};
     let t = TestServer::start().await;
     let s = t.seed("Acme", "annie@example.org");
     let (id, _) = echo_hook(&t, &s, 0);
-    let trigger = t
-        .app()
-        .store
-        .read(|tx| triggers::get(tx, s.org.id, id))
-        .unwrap();
-    let signing = triggers::signing_secret(&t.app().server_key, &trigger);
     let body = r#"{"action":"completed","run":913}"#;
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(signing.as_bytes()).unwrap();
-    mac.update(body.as_bytes());
-    let hex = hex::encode(mac.finalize().into_bytes());
+    let hex = github_hex(&t, &s, id, body);
     let url = t.url(&format!("/api/hooks/events/{id}"));
     let send = |sig: String, body: &'static str| {
         t.client

@@ -218,6 +218,25 @@ async fn forged_headers_meet_the_limits(
     assert_eq!(meta["resource"], format!("{}/mcp/kennisbank", way.public));
 }
 
+/// [`forged_headers_meet_the_limits`] through a proxy at `public`, for a fresh organisation
+/// and person of `t`.
+async fn attack_through(
+    t: &TestServer,
+    public: &str,
+    make: &MakeClient<'_>,
+    attacker: &str,
+    other: &str,
+) {
+    let way = Way {
+        base: public.to_owned(),
+        public: public.to_owned(),
+        make,
+    };
+    let s = t.seed("Hout BV", "bert@example.org");
+    let token = t.grant(&s, &["kennisbank"]);
+    forged_headers_meet_the_limits(&way, &s, &token, attacker, other).await;
+}
+
 /// The attack against the real server directly, the test client playing a trusted proxy
 /// (127.0.0.1) that appends or overwrites its own family and passes the other through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -361,12 +380,26 @@ fn certificate(work: &Path) -> String {
     ck.cert.pem()
 }
 
-/// Starts the README's nginx in front of a fresh server (the README's TOML, `header` as
-/// given): the server, nginx (killed on drop), its work directory, the public base URL and
-/// the root to trust.
-async fn behind_nginx(
-    forwarded: bool,
-) -> (TestServer, KillOnDrop, tempfile::TempDir, String, String) {
+/// A running nginx (killed on drop) with its work directory, public base URL, address and
+/// the root its certificate is trusted by.
+struct Nginx {
+    _child: KillOnDrop,
+    _work: tempfile::TempDir,
+    public: String,
+    addr: SocketAddr,
+    root: String,
+}
+
+impl Nginx {
+    /// A client of this nginx, connecting from `from`, sending `headers`.
+    fn client(&self, from: &str, headers: &[(&str, String)]) -> reqwest::Client {
+        client(from, headers, Some(self.addr), Some(&self.root))
+    }
+}
+
+/// Starts the README's nginx in front of a fresh server (the README's TOML; `header =
+/// "forwarded"` and nginx's `Forwarded` line when `forwarded`).
+async fn behind_nginx(forwarded: bool) -> (TestServer, Nginx) {
     let work = tempfile::tempdir().unwrap();
     let port = free_port();
     let public = format!("https://{HOST}:{port}");
@@ -386,29 +419,25 @@ async fn behind_nginx(
         .stderr(Stdio::null())
         .spawn()
         .expect("nginx must be installed (.ci/run installs it)");
-    let nginx = KillOnDrop(child);
-    let proxy: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    wait_up(
-        &client("127.0.0.2", &[], Some(proxy), Some(&root)),
-        &public,
-        "nginx",
-    )
-    .await;
-    (t, nginx, work, public, root)
+    let nginx = Nginx {
+        _child: KillOnDrop(child),
+        _work: work,
+        public,
+        addr: format!("127.0.0.1:{port}").parse().unwrap(),
+        root,
+    };
+    wait_up(&nginx.client("127.0.0.2", &[]), &nginx.public, "nginx").await;
+    (t, nginx)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs nginx; run by .ci/run"]
 async fn connector_oauth_and_hooks_work_through_nginx() {
-    let (mut t, _nginx, _work, public, root) = behind_nginx(false).await;
-    let proxy: SocketAddr = public
-        .rsplit(':')
-        .next()
-        .map(|p| format!("127.0.0.1:{p}").parse().unwrap())
-        .unwrap();
+    let (mut t, nginx) = behind_nginx(false).await;
+    let public = nginx.public.clone();
     let upstream = t.server.as_ref().unwrap().local_addr;
     // Every request of the fixture now goes through nginx (from 127.0.0.2, an outside client).
-    t.client = client("127.0.0.2", &[], Some(proxy), Some(&root));
+    t.client = nginx.client("127.0.0.2", &[]);
     t.base = public.clone();
 
     // The OAuth flow through the proxy: register, log in, consent, code, token.
@@ -468,16 +497,8 @@ async fn connector_oauth_and_hooks_work_through_nginx() {
     assert_eq!(run.status(), 200);
 
     // The attack through nginx: forged headers of both families.
-    let make =
-        |from: &str, headers: &[(&str, String)]| client(from, headers, Some(proxy), Some(&root));
-    let way = Way {
-        base: public.clone(),
-        public: public.clone(),
-        make: &make,
-    };
-    let s2 = t.seed("Hout BV", "bert@example.org");
-    let token2 = t.grant(&s2, &["kennisbank"]);
-    forged_headers_meet_the_limits(&way, &s2, &token2, "127.0.0.3", "127.0.0.4").await;
+    let make = |from: &str, headers: &[(&str, String)]| nginx.client(from, headers);
+    attack_through(&t, &public, &make, "127.0.0.3", "127.0.0.4").await;
     t.stop().await;
 }
 
@@ -486,22 +507,9 @@ async fn connector_oauth_and_hooks_work_through_nginx() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs nginx; run by .ci/run"]
 async fn forwarded_written_by_nginx_is_believed_and_nothing_else() {
-    let (mut t, _nginx, _work, public, root) = behind_nginx(true).await;
-    let proxy: SocketAddr = public
-        .rsplit(':')
-        .next()
-        .map(|p| format!("127.0.0.1:{p}").parse().unwrap())
-        .unwrap();
-    let s = t.seed("Bouw BV", "annie@example.org");
-    let token = t.grant(&s, &["kennisbank"]);
-    let make =
-        |from: &str, headers: &[(&str, String)]| client(from, headers, Some(proxy), Some(&root));
-    let way = Way {
-        base: public.clone(),
-        public: public.clone(),
-        make: &make,
-    };
-    forged_headers_meet_the_limits(&way, &s, &token, "127.0.0.2", "127.0.0.3").await;
+    let (mut t, nginx) = behind_nginx(true).await;
+    let make = |from: &str, headers: &[(&str, String)]| nginx.client(from, headers);
+    attack_through(&t, &nginx.public, &make, "127.0.0.2", "127.0.0.3").await;
     t.stop().await;
 }
 
@@ -556,13 +564,45 @@ async fn the_readme_caddyfile_keeps_forged_headers_out() {
     let token = body["access_token"].as_str().unwrap().to_owned();
     assert_eq!(t.mcp(&token).tool_names().await.len(), 4);
 
-    let way = Way {
-        base: public.clone(),
-        public: public.clone(),
-        make: &make,
-    };
-    let s2 = t.seed("Hout BV", "bert@example.org");
-    let token2 = t.grant(&s2, &["kennisbank"]);
-    forged_headers_meet_the_limits(&way, &s2, &token2, "127.0.0.3", "127.0.0.4").await;
+    attack_through(&t, &public, &make, "127.0.0.3", "127.0.0.4").await;
     t.stop().await;
+}
+
+/// `kennis serve` with an unknown `[proxy] header` (file or env) or an unknown key in
+/// `[proxy]` stops before listening, with an error naming the setting; the data directory is
+/// not created.
+#[test]
+fn an_unknown_proxy_setting_stops_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let port = free_port().to_string();
+    let listen = format!("127.0.0.1:{port}");
+    let serve = |config: &str, env: Option<&str>| {
+        let file = dir.path().join("kennis.toml");
+        std::fs::write(&file, config).unwrap();
+        let mut cmd = crate::fixture::kennis(&data);
+        cmd.arg("--config").arg(&file);
+        cmd.args(["serve", "--listen", &listen]);
+        if let Some(v) = env {
+            cmd.env("KENNIS_PROXY_HEADER", v);
+        }
+        let out = cmd.stdin(Stdio::null()).output().expect("kennis runs");
+        (out.status.success(), crate::fixture::stderr(&out))
+    };
+    let (ok, err) = serve("[proxy]\nheader = \"x-real-ip\"\n", None);
+    assert!(!ok);
+    assert!(
+        err.contains("proxy.header") && err.contains("x-real-ip"),
+        "{err}"
+    );
+    let (ok, err) = serve("[proxy]\nheader = \"forwarded\"\n", Some("both"));
+    assert!(!ok);
+    assert!(
+        err.contains("proxy.header") && err.contains("both"),
+        "{err}"
+    );
+    let (ok, err) = serve("[proxy]\nheaders = \"forwarded\"\n", None);
+    assert!(!ok);
+    assert!(err.contains("headers"), "{err}");
+    assert!(!data.exists(), "nothing was written");
 }
