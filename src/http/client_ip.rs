@@ -113,8 +113,8 @@ pub struct RequestOrigin {
 }
 
 /// The host and scheme of a request: `Host`, unless the peer is a trusted proxy that says
-/// otherwise in the named header family (`Forwarded` `host=`/`proto=`, or
-/// `X-Forwarded-Host`/`X-Forwarded-Proto`); the nearest proxy's word (rightmost) counts.
+/// otherwise in the named header family (`Forwarded` `host=`/`proto=` of the last element,
+/// or `X-Forwarded-Host`/`X-Forwarded-Proto`); the nearest proxy's word (rightmost) counts.
 pub fn origin_of(
     peer: IpAddr,
     headers: &HeaderMap,
@@ -134,13 +134,12 @@ pub fn origin_of(
         return origin;
     }
     let (host, proto) = match family {
-        ProxyHeader::Forwarded => {
-            let elements = forwarded_elements(headers);
-            let last = |pick: fn(&ForwardedElement) -> Option<&String>| {
-                elements.iter().rev().find_map(|e| pick(e).cloned())
-            };
-            (last(|e| e.host.as_ref()), last(|e| e.proto.as_ref()))
-        }
+        // Only the nearest proxy's element: one that says no host leaves `Host`, rather than
+        // letting an element further left (which the client may have written) speak.
+        ProxyHeader::Forwarded => match forwarded_elements(headers).pop() {
+            Some(nearest) => (nearest.host, nearest.proto),
+            None => (None, None),
+        },
         ProxyHeader::XForwardedFor => {
             let last = |name| header_list(headers, name).last().map(str::to_owned);
             (last("x-forwarded-host"), last("x-forwarded-proto"))
@@ -355,6 +354,16 @@ mod tests {
         let o = origin_of(proxy, &h, &trusted, FWD);
         assert_eq!(o.host, "kennis.example.org");
         assert_eq!(o.proto.as_deref(), Some("https"));
+        // Only the nearest proxy's element speaks for the host: an element further left
+        // naming one (the client's own) is not believed when the nearest names none.
+        let h2 = headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("forwarded", "for=198.51.100.7;host=evil.example;proto=http"),
+            ("forwarded", "for=203.0.113.8"),
+        ]);
+        let o = origin_of(proxy, &h2, &trusted, FWD);
+        assert_eq!(o.host, "127.0.0.1:8080");
+        assert_eq!(o.proto, None);
         // X-Forwarded-* alone are not believed.
         let h = headers(&[
             ("host", "127.0.0.1:8080"),
