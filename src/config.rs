@@ -123,6 +123,8 @@ pub struct Config {
     pub redirect: RedirectAllowList,
     pub agent_workers: usize,
     pub trusted_proxies: Vec<IpNet>,
+    /// `[proxy] header`: the one forwarding header family believed from `trusted_proxies`.
+    pub proxy_header: ProxyHeader,
     pub log_format: LogFormat,
     /// Certificates from an ACME CA (TLS-ALPN-01 on `listen`); `None` without `[acme]`.
     pub acme: Option<Acme>,
@@ -191,6 +193,23 @@ pub struct KbSettings {
     pub extract_text: Option<bool>,
 }
 
+/// Which forwarding headers a trusted proxy's word is taken from (`[proxy] header`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProxyHeader {
+    /// `X-Forwarded-For`, `X-Forwarded-Host`, `X-Forwarded-Proto` (nginx, Caddy).
+    #[default]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded` (`for=`, `host=`, `proto=`).
+    Forwarded,
+}
+
+/// The `[proxy]` table.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxySettings {
+    pub header: Option<String>,
+}
+
 /// PEM files for TLS.
 #[derive(Debug, Clone)]
 pub struct TlsFiles {
@@ -217,6 +236,7 @@ pub struct Settings {
     pub acme: Option<AcmeSettings>,
     pub oauth: Option<OAuthSettings>,
     pub kb: Option<KbSettings>,
+    pub proxy: Option<ProxySettings>,
 }
 
 impl Settings {
@@ -268,6 +288,7 @@ impl Settings {
             kb: extract_text.map(|on| KbSettings {
                 extract_text: Some(on),
             }),
+            proxy: get("KENNIS_PROXY_HEADER").map(|h| ProxySettings { header: Some(h) }),
         })
     }
 
@@ -293,6 +314,7 @@ impl Settings {
                 .filter(|o| o.cimd_allow_http_loopback.is_some())
                 .or(self.oauth),
             kb: over.kb.filter(|k| k.extract_text.is_some()).or(self.kb),
+            proxy: over.proxy.filter(|p| p.header.is_some()).or(self.proxy),
         }
     }
 
@@ -356,6 +378,21 @@ impl Settings {
             .filter(|s| !s.is_empty())
             .map(|s| parse_net(&s))
             .collect::<Result<Vec<_>, _>>()?;
+        let proxy_header = match self
+            .proxy
+            .and_then(|p| p.header)
+            .map(|h| h.trim().to_ascii_lowercase())
+            .as_deref()
+        {
+            None | Some("x-forwarded-for") => ProxyHeader::XForwardedFor,
+            Some("forwarded") => ProxyHeader::Forwarded,
+            Some(other) => {
+                return Err(invalid(
+                    "proxy.header",
+                    format!("`{other}` is not `x-forwarded-for` or `forwarded`"),
+                ));
+            }
+        };
         let log_format = match self.log_format.as_deref() {
             None | Some("text") => LogFormat::Text,
             Some("json") => LogFormat::Json,
@@ -377,6 +414,7 @@ impl Settings {
             redirect,
             agent_workers,
             trusted_proxies,
+            proxy_header,
             log_format,
             acme,
             cimd_allow_http_loopback: self
@@ -612,6 +650,53 @@ mod tests {
         assert!(toml::from_str::<Settings>("[acme]\ndomain = [\"x\"]").is_err());
         assert!(toml::from_str::<Settings>("[oauth]\ncimd = true").is_err());
         assert!(toml::from_str::<Settings>("[kb]\nextract = false").is_err());
+        assert!(toml::from_str::<Settings>("[proxy]\nheaders = \"forwarded\"").is_err());
+    }
+
+    #[test]
+    fn proxy_header_is_one_of_two_families() {
+        assert_eq!(
+            Settings::default().validate().unwrap().proxy_header,
+            ProxyHeader::XForwardedFor
+        );
+        let file: Settings = toml::from_str("[proxy]\nheader = \"forwarded\"").unwrap();
+        assert_eq!(
+            file.clone().validate().unwrap().proxy_header,
+            ProxyHeader::Forwarded
+        );
+        let env = |v: &'static str| {
+            Settings::from_env(move |k| (k == "KENNIS_PROXY_HEADER").then(|| v.to_owned())).unwrap()
+        };
+        assert_eq!(
+            file.clone()
+                .overlay(env("X-Forwarded-For"))
+                .validate()
+                .unwrap()
+                .proxy_header,
+            ProxyHeader::XForwardedFor
+        );
+        assert_eq!(
+            file.clone()
+                .overlay(Settings::default())
+                .validate()
+                .unwrap()
+                .proxy_header,
+            ProxyHeader::Forwarded
+        );
+        for bad in ["x-real-ip", "both", ""] {
+            let s: Settings = toml::from_str(&format!("[proxy]\nheader = \"{bad}\"")).unwrap();
+            let err = s.validate().unwrap_err().to_string();
+            assert!(err.contains("`proxy.header`"), "{bad}: {err}");
+        }
+        let err = Settings::default()
+            .overlay(env("x-real-ip"))
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`proxy.header`") && err.contains("x-real-ip"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -55,7 +55,7 @@ pub async fn load_client(
         }
         Err(e) => {
             tracing::info!(error = %e, "metadata document refused");
-            Err(AuthorizeProblem::Page(e.to_string()))
+            Err(AuthorizeProblem::Page(e.page_message()))
         }
     }
 }

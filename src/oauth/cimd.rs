@@ -34,7 +34,8 @@ pub const MIN_FRESH: SignedDuration = SignedDuration::from_mins(5);
 /// … and at most this long.
 pub const MAX_FRESH: SignedDuration = SignedDuration::from_hours(24);
 
-/// Why a metadata document was not used. The text is shown to the person on the error page.
+/// Why a metadata document was not used. The text (with resolver answers and addresses) is for
+/// the log; the page shown before login says only [`CimdError::page_message`].
 #[derive(Debug, thiserror::Error)]
 pub enum CimdError {
     #[error("the client_id `{0}` is not a usable metadata document URL: {1}")]
@@ -47,6 +48,29 @@ pub enum CimdError {
     Document { url: String, reason: String },
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// The one sentence the error page (shown before anyone logs in) gives for a document that
+/// could not be fetched: no host, address or resolver answer.
+pub const NOT_FETCHED: &str = "the client's metadata document could not be fetched";
+
+impl CimdError {
+    /// What the error page says: the rule a badly written URL breaks or what is wrong with a
+    /// fetched document (both only repeat what the client itself published), and for
+    /// anything about the fetch one generic sentence, [`NOT_FETCHED`]: which addresses a name
+    /// resolves to, whether they are inside and how a connection failed is the log's business.
+    pub fn page_message(&self) -> String {
+        match self {
+            CimdError::BadUrl(_, why) => {
+                format!("the client_id is not a usable metadata document URL: {why}")
+            }
+            CimdError::Refused { .. } | CimdError::Fetch { .. } => NOT_FETCHED.to_owned(),
+            CimdError::Document { reason, .. } => {
+                format!("the client's metadata document is not valid: {reason}")
+            }
+            CimdError::Store(_) => "internal error".to_owned(),
+        }
+    }
 }
 
 /// Whether a `client_id` names a metadata document (rather than a registered client).
@@ -122,6 +146,17 @@ fn check_url(client_id: &str, allow_http_loopback: bool) -> Result<url::Url, Cim
 }
 
 /// Whether an address may be fetched from: public unicast only.
+///
+/// IPv4: everything but loopback, private, link-local, shared, benchmarking, documentation,
+/// protocol-assignment, 6to4-relay, multicast, broadcast and reserved ranges. IPv6: only
+/// global unicast (`2000::/3`), less the ranges in it that are not one host on the internet
+/// or that lead elsewhere: `2001::/23` (IETF protocol assignments, Teredo `2001::/32` among
+/// them), `2001:db8::/32` and `3fff::/20` (documentation), `2002::/16` (6to4, whose embedded
+/// IPv4 address may be inside). Outside `2000::/3` lie loopback, unspecified, the
+/// IPv4-compatible `::/96`, NAT64 `64:ff9b::/96` and `64:ff9b:1::/48`, discard `100::/64`,
+/// unique local `fc00::/7`, link-local `fe80::/10`, the old site-local `fec0::/10` and
+/// multicast: all refused. An IPv4-mapped address (`::ffff:a.b.c.d`) is judged as its IPv4
+/// address.
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
@@ -136,6 +171,7 @@ pub fn is_public(ip: IpAddr) -> bool {
                 || o[0] == 0
                 || (o[0] == 100 && (o[1] & 0xc0) == 64) // 100.64.0.0/10, shared address space
                 || (o[0] == 192 && o[1] == 0 && o[2] == 0) // 192.0.0.0/24, protocol assignments
+                || (o[0] == 192 && o[1] == 88 && o[2] == 99) // 192.88.99.0/24, 6to4 relays
                 || (o[0] == 198 && (o[1] & 0xfe) == 18) // 198.18.0.0/15, benchmarking
                 || o[0] >= 240)
         }
@@ -144,16 +180,58 @@ pub fn is_public(ip: IpAddr) -> bool {
                 return is_public(IpAddr::V4(v4));
             }
             let s = v6.segments();
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (s[0] & 0xfe00) == 0xfc00 // unique local
-                || (s[0] & 0xffc0) == 0xfe80 // link-local
-                || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
-                || (s[0] == 0x64 && s[1] == 0xff9b) // NAT64 reaches IPv4 inside too
-                || (s[0] == 0 && s[1] == 0 && s[2] == 0 && s[3] == 0 && s[4] == 0 && s[5] == 0)) // IPv4-compatible
+            let global_unicast = (s[0] & 0xe000) == 0x2000;
+            let special = match s[0] {
+                // 2001::/23 (Teredo 2001::/32 in it) and 2001:db8::/32, documentation.
+                0x2001 => s[1] < 0x0200 || s[1] == 0x0db8,
+                // 6to4.
+                0x2002 => true,
+                // 3fff::/20, documentation.
+                first => (first & 0xfff0) == 0x3ff0,
+            };
+            global_unicast && !special
         }
     }
+}
+
+/// At most this many name lookups run at once. The system resolver cannot be interrupted: a
+/// lookup whose fetch timed out is abandoned by the fetch, but its thread runs until the
+/// resolver gives up; the slot stays taken until then, so slow or hostile name servers cannot
+/// pile up blocked threads.
+pub const MAX_LOOKUPS: usize = 8;
+static LOOKUPS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_LOOKUPS);
+
+/// The addresses of `host`, through the system resolver, in one of the [`MAX_LOOKUPS`] slots
+/// (waiting for one while the caller's timeout allows).
+async fn resolve(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+    use std::net::ToSocketAddrs;
+    let host = host.to_owned();
+    bounded_blocking(&LOOKUPS, move || {
+        (host.as_str(), port)
+            .to_socket_addrs()
+            .map(Iterator::collect)
+    })
+    .await
+}
+
+/// Runs blocking `work` on the blocking pool holding one of `slots` for as long as the work
+/// runs, not only as long as the caller waits: dropping this future (a timeout) leaves the
+/// slot taken until `work` returns.
+async fn bounded_blocking<T: Send + 'static>(
+    slots: &'static tokio::sync::Semaphore,
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    let permit = slots
+        .acquire()
+        .await
+        .map_err(|_| std::io::Error::other("the resolver is shut down"))?;
+    tokio::task::spawn_blocking(move || {
+        let result = work();
+        drop(permit);
+        result
+    })
+    .await
+    .map_err(|_| std::io::Error::other("the lookup did not finish"))?
 }
 
 struct Fetched {
@@ -179,10 +257,9 @@ async fn fetch(url: &url::Url, allow_http_loopback: bool) -> Result<Fetched, Cim
         let addrs: Vec<SocketAddr> = match url.host() {
             Some(url::Host::Ipv4(ip)) => vec![SocketAddr::new(ip.into(), port)],
             Some(url::Host::Ipv6(ip)) => vec![SocketAddr::new(ip.into(), port)],
-            _ => tokio::net::lookup_host((host.as_str(), port))
+            _ => resolve(&host, port)
                 .await
-                .map_err(|e| failed(format!("cannot resolve {host}: {e}")))?
-                .collect(),
+                .map_err(|e| failed(format!("cannot resolve {host}: {e}")))?,
         };
         let Some(&pinned) = addrs.first() else {
             return Err(failed(format!("{host} has no address")));
@@ -355,6 +432,7 @@ fn client_from_document(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[test]
     fn urls_must_be_https_with_a_plain_path() {
@@ -389,13 +467,99 @@ mod tests {
             "fe80::1",
             "fd00::1",
             "::ffff:10.0.0.1",
+            "::ffff:127.0.0.1",
             "64:ff9b::a00:1",
+            "64:ff9b::808:808",
+            "64:ff9b:1::a00:1",
+            // Site-local (deprecated, still routed inside some networks).
+            "fec0::1",
+            "feff::1",
+            // 6to4 embedding 10.0.0.1, 127.0.0.1 and even a public address.
+            "2002:a00:1::1",
+            "2002:7f00:1::1",
+            "2002:808:808::1",
+            // Teredo, and the rest of the IETF protocol assignments.
+            "2001::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "2001:2::1",
+            "2001:10::1",
+            "2001:db8::1",
+            "3fff::1",
+            // IPv4-compatible (deprecated) forms of inside and outside addresses.
+            "::10.0.0.1",
+            "::127.0.0.1",
+            "::8.8.8.8",
+            "100::1",
+            "ff02::1",
+            "::",
+            "192.88.99.1",
+            "198.18.0.1",
+            "255.255.255.255",
+            "240.0.0.1",
         ] {
             assert!(!is_public(inside.parse().unwrap()), "{inside}");
         }
-        for outside in ["93.184.215.14", "2606:4700::1111"] {
+        for outside in [
+            "93.184.215.14",
+            "2606:4700::1111",
+            "2a00:1450:4001::1",
+            "2001:4860:4860::8888",
+            "::ffff:8.8.8.8",
+        ] {
             assert!(is_public(outside.parse().unwrap()), "{outside}");
         }
+    }
+
+    /// A lookup abandoned at its timeout keeps its slot until the resolver returns, and when
+    /// every slot is taken a new lookup waits (and so meets its caller's timeout) instead of
+    /// starting another thread.
+    #[tokio::test]
+    async fn abandoned_lookups_keep_their_slot_until_they_end() {
+        static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+        let (release, hold) = std::sync::mpsc::channel::<()>();
+        let hold = std::sync::Arc::new(std::sync::Mutex::new(hold));
+        let started = std::sync::Arc::new(AtomicUsize::new(0));
+        let slow = || {
+            let (hold, started) = (hold.clone(), started.clone());
+            move || {
+                started.fetch_add(1, Ordering::SeqCst);
+                let _ = hold.lock().map(|h| h.recv());
+                Ok(())
+            }
+        };
+        for _ in 0..2 {
+            let r =
+                tokio::time::timeout(Duration::from_millis(50), bounded_blocking(&SLOTS, slow()))
+                    .await;
+            assert!(r.is_err(), "the lookup is abandoned at the timeout");
+        }
+        // Both abandoned lookups still hold their slot: a third does not start.
+        assert_eq!(SLOTS.available_permits(), 0);
+        let third =
+            tokio::time::timeout(Duration::from_millis(100), bounded_blocking(&SLOTS, slow()))
+                .await;
+        assert!(third.is_err());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            started.load(Ordering::SeqCst) <= 2,
+            "no third thread was started"
+        );
+        // When the resolver answers, the slots come back.
+        release.send(()).unwrap();
+        release.send(()).unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while SLOTS.available_permits() < 2 {
+            assert!(std::time::Instant::now() < until, "slots not given back");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(bounded_blocking(&SLOTS, || Ok(7)).await.unwrap(), 7);
+    }
+
+    #[tokio::test]
+    async fn resolve_answers_for_an_address_literal() {
+        let addrs = resolve("127.0.0.1", 443).await.unwrap();
+        assert_eq!(addrs, vec![SocketAddr::from(([127, 0, 0, 1], 443))]);
+        assert_eq!(LOOKUPS.available_permits(), MAX_LOOKUPS);
     }
 
     #[test]

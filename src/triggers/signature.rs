@@ -45,19 +45,43 @@ impl Signature {
     /// more runs: Standard Webhooks sign their `webhook-id`; GitHub signs only the body, so
     /// its delivery is known by its signature (the same body, the same signature) and the
     /// unsigned `X-GitHub-Delivery` header is not used. Repeats answer `duplicate`, whatever
-    /// event key they name.
+    /// event key they name — and whatever the letter case of the hex: the signature is known
+    /// by its decoded bytes (written back as `sha256=<lower-case hex>`, so the id of a
+    /// delivery sent the usual way is what it always was).
     pub fn delivery_id(&self) -> String {
         match self {
             Signature::Standard { id, .. } => id.clone(),
             Signature::GitHub { signature } => {
                 use sha2::Digest;
+                let canonical = match github_bytes(signature) {
+                    Some(bytes) => format!("sha256={}", hex::encode(bytes)),
+                    None => signature.trim().to_owned(),
+                };
                 format!(
                     "github-sig:{}",
-                    hex::encode(Sha256::digest(signature.trim().as_bytes()))
+                    hex::encode(Sha256::digest(canonical.as_bytes()))
                 )
             }
         }
     }
+}
+
+/// The bytes of a GitHub `sha256=<hex>` signature (hex in either case); `None` when it is
+/// not one.
+fn github_bytes(signature: &str) -> Option<Vec<u8>> {
+    hex::decode(signature.trim().strip_prefix("sha256=")?).ok()
+}
+
+/// Whether a Standard Webhooks timestamp (seconds) lies within [`TOLERANCE_SECS`] of `now`.
+/// Checked arithmetic: a timestamp far in the future or past, or beyond what `i64` holds, is
+/// simply outside the window.
+fn within_window(timestamp: &str, now: Timestamp) -> bool {
+    let Ok(ts) = timestamp.trim().parse::<i64>() else {
+        return false;
+    };
+    now.as_second()
+        .checked_sub(ts)
+        .is_some_and(|d| d.unsigned_abs() <= TOLERANCE_SECS.unsigned_abs())
 }
 
 #[allow(clippy::expect_used, reason = "HMAC takes keys of any length")]
@@ -96,11 +120,7 @@ pub fn verify(
             timestamp,
             signatures,
         } => {
-            let ts: i64 = timestamp
-                .trim()
-                .parse()
-                .map_err(|_| TriggerError::InvalidToken)?;
-            if (now.as_second() - ts).abs() > TOLERANCE_SECS {
+            if !within_window(timestamp, now) {
                 return Err(TriggerError::InvalidToken);
             }
             let key = key_bytes(server_key, trigger);
@@ -123,10 +143,7 @@ pub fn verify(
             ok.then_some(()).ok_or(TriggerError::InvalidToken)
         }
         Signature::GitHub { signature } => {
-            let given = signature
-                .strip_prefix("sha256=")
-                .and_then(|h| hex::decode(h).ok())
-                .ok_or(TriggerError::InvalidToken)?;
+            let given = github_bytes(signature).ok_or(TriggerError::InvalidToken)?;
             let mut mac = mac_with(signing_secret(server_key, trigger).as_bytes());
             mac.update(body);
             mac.verify_slice(&given)
@@ -145,5 +162,53 @@ pub fn validate_delivery_id(id: Option<&str>) -> Result<Option<String>, TriggerE
         Some(_) => Err(TriggerError::InvalidKey(
             "the delivery id must be 1 to 200 visible ASCII characters".into(),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_far_away_or_too_big_are_outside_the_window() {
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        assert!(within_window("1800000000", now));
+        assert!(within_window(" 1799999700 ", now));
+        assert!(within_window("1800000300", now));
+        assert!(!within_window("1800000301", now));
+        assert!(!within_window("1799999699", now));
+        for far in [
+            i64::MIN.to_string(),
+            i64::MAX.to_string(),
+            "-1".to_owned(),
+            "-9223372036854775807".to_owned(),
+            "99999999999999999999999".to_owned(),
+            "1e10".to_owned(),
+            "".to_owned(),
+        ] {
+            assert!(!within_window(&far, now), "{far}");
+        }
+        // The earliest and latest instants jiff knows, too.
+        assert!(!within_window("0", Timestamp::MAX));
+        assert!(!within_window(&i64::MIN.to_string(), Timestamp::MIN));
+    }
+
+    #[test]
+    fn a_github_signature_is_known_by_its_bytes() {
+        let lower = Signature::GitHub {
+            signature: format!("sha256={}", "ab".repeat(32)),
+        };
+        let upper = Signature::GitHub {
+            signature: format!("sha256={}", "AB".repeat(32)),
+        };
+        let mixed = Signature::GitHub {
+            signature: format!(" sha256={} ", "aB".repeat(32)),
+        };
+        assert_eq!(lower.delivery_id(), upper.delivery_id());
+        assert_eq!(lower.delivery_id(), mixed.delivery_id());
+        let other = Signature::GitHub {
+            signature: format!("sha256={}", "ac".repeat(32)),
+        };
+        assert_ne!(lower.delivery_id(), other.delivery_id());
     }
 }

@@ -19,7 +19,7 @@ use crate::fixture::{Browser, SEED_PASSWORD, Seeded, ServeProcess, TestServer, h
 
 /// A client whose connections come from `ip` (any 127.0.0.0/8 address works on loopback), so
 /// one test can be several outside addresses.
-fn client_from(ip: &str) -> reqwest::Client {
+pub(crate) fn client_from(ip: &str) -> reqwest::Client {
     crate::fixture::install_crypto();
     reqwest::Client::builder()
         .local_address(ip.parse::<IpAddr>().unwrap())
@@ -33,7 +33,7 @@ async fn login_status(c: &reqwest::Client, t: &TestServer, email: &str, password
     login_at(c, &t.url("/login"), email, password).await
 }
 
-async fn login_at(c: &reqwest::Client, url: &str, email: &str, password: &str) -> u16 {
+pub(crate) async fn login_at(c: &reqwest::Client, url: &str, email: &str, password: &str) -> u16 {
     let r = c.get(url).send().await.unwrap();
     let cookie = r
         .headers()
@@ -227,24 +227,30 @@ fn echo_hook(t: &TestServer, s: &Seeded, cooldown: u64) -> (uuid::Uuid, String) 
     hook(t, s, echo(), cooldown)
 }
 
-/// 3. One captured GitHub-signed delivery, replayed with other event keys and delivery ids,
-/// starts one run.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replayed_github_delivery_under_other_keys_starts_one_run() {
+/// The lower-case hex of the GitHub-style signature (`X-Hub-Signature-256: sha256=<hex>`) of
+/// `body` for trigger `id`: the HMAC-SHA256 keyed with the whole `whsec_…` signing secret.
+fn github_hex(t: &TestServer, s: &Seeded, id: uuid::Uuid, body: &str) -> String {
     use hmac::{Hmac, Mac};
-    let t = TestServer::start().await;
-    let s = t.seed("Acme", "annie@example.org");
-    let (id, _) = echo_hook(&t, &s, 0);
     let trigger = t
         .app()
         .store
         .read(|tx| triggers::get(tx, s.org.id, id))
         .unwrap();
     let signing = triggers::signing_secret(&t.app().server_key, &trigger);
-    let body = r#"{"action":"completed","run":812}"#;
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(signing.as_bytes()).unwrap();
     mac.update(body.as_bytes());
-    let sig = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// 3. One captured GitHub-signed delivery, replayed with other event keys and delivery ids,
+/// starts one run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replayed_github_delivery_under_other_keys_starts_one_run() {
+    let t = TestServer::start().await;
+    let s = t.seed("Acme", "annie@example.org");
+    let (id, _) = echo_hook(&t, &s, 0);
+    let body = r#"{"action":"completed","run":812}"#;
+    let sig = format!("sha256={}", github_hex(&t, &s, id, body));
     let url = t.url(&format!("/api/hooks/events/{id}"));
     let send = |query: &'static str, delivery: &'static str, header_key: Option<&'static str>| {
         let mut r = t
@@ -280,6 +286,62 @@ async fn replayed_github_delivery_under_other_keys_starts_one_run() {
         .read(|tx| triggers::recent_runs(tx, s.org.id, id, 10))
         .unwrap();
     assert_eq!(runs.len(), 1);
+}
+
+/// Issue 22: the same GitHub-signed delivery with its hex in upper (or mixed) case is the same
+/// delivery: `duplicate`, no second run. A signature in other case over another body is still
+/// judged on its own (and refused when wrong).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_delivery_replayed_with_upper_case_hex_is_a_duplicate() {
+    let t = TestServer::start().await;
+    let s = t.seed("Acme", "annie@example.org");
+    let (id, _) = echo_hook(&t, &s, 0);
+    let body = r#"{"action":"completed","run":913}"#;
+    let hex = github_hex(&t, &s, id, body);
+    let url = t.url(&format!("/api/hooks/events/{id}"));
+    let send = |sig: String, body: &'static str| {
+        t.client
+            .post(&url)
+            .header("x-hub-signature-256", sig)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let first = send(format!("sha256={hex}"), body).await.unwrap();
+    assert_eq!(first.status(), 202);
+    let run: Value = first.json().await.unwrap();
+    let mixed: String = hex
+        .chars()
+        .enumerate()
+        .map(|(i, c)| {
+            if i % 2 == 0 {
+                c.to_ascii_uppercase()
+            } else {
+                c
+            }
+        })
+        .collect();
+    for sig in [hex.to_ascii_uppercase(), mixed] {
+        let r = send(format!("sha256={sig}"), body).await.unwrap();
+        assert_eq!(r.status(), 200, "{sig}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["duplicate"], true, "{v}");
+        assert_eq!(v["featureRequestId"], run["featureRequestId"]);
+    }
+    // Upper-case hex that does not sign this body is refused like any wrong signature.
+    let wrong = send(
+        format!("sha256={}", hex.to_ascii_uppercase()),
+        r#"{"run":914}"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(wrong.status(), 401);
+    let runs = t
+        .app()
+        .store
+        .read(|tx| triggers::recent_runs(tx, s.org.id, id, 10))
+        .unwrap();
+    assert_eq!(runs.len(), 1, "one delivery, one run");
 }
 
 /// 4. A form field named `%00` (sent twice) at `/token` is an OAuth error, not a dropped

@@ -135,6 +135,108 @@ fn event_keys_and_delivery_ids_never_panic_and_follow_the_pattern() {
         .unwrap();
 }
 
+/// Standard Webhooks timestamps from anywhere (`i64` extremes, far future and past, numbers
+/// too big for `i64`, junk) against any server time: `verify` never panics and accepts only a
+/// correctly signed delivery whose timestamp is within the window; GitHub signatures are
+/// accepted in any letter case of their hex and name one delivery whatever the case.
+#[test]
+fn signed_delivery_timestamps_and_signatures_never_panic() {
+    use base64::Engine;
+    use hmac::{Hmac, Mac};
+    use kennis::triggers::{Signature, TOLERANCE_SECS, Trigger, signing_secret, verify};
+    let key = [7u8; 32];
+    let now0 = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+    let trigger = Trigger {
+        id: uuid::Uuid::from_u128(1),
+        org_id: 1,
+        name: "t".into(),
+        instructions: "i".into(),
+        agent_id: 1,
+        project_id: 1,
+        cooldown_secs: 0,
+        secret_hash: "00".repeat(32),
+        paused: false,
+        deleted: false,
+        created_at: now0,
+        updated_at: now0,
+    };
+    let secret = signing_secret(&key, &trigger);
+    let sign_key = base64::engine::general_purpose::STANDARD
+        .decode(secret.trim_start_matches("whsec_"))
+        .unwrap();
+    let timestamp = prop_oneof![
+        any::<i64>().prop_map(|n| n.to_string()),
+        (-400i64..400).prop_map(|d| (1_800_000_000 + d).to_string()),
+        prop::sample::select(vec![
+            i64::MIN.to_string(),
+            i64::MAX.to_string(),
+            "-0".into(),
+            "99999999999999999999999999".into(),
+            "+1800000000".into(),
+            "1.8e9".into(),
+        ]),
+        nasty(),
+    ];
+    let now = prop_oneof![
+        Just(now0),
+        Just(jiff::Timestamp::MAX),
+        Just(jiff::Timestamp::MIN),
+        (-377_705_116_800i64..253_402_207_200)
+            .prop_map(|s| jiff::Timestamp::from_second(s).unwrap()),
+    ];
+    runner()
+        .run(
+            &(timestamp, now, nasty(), any::<bool>()),
+            |(ts, now, body, upper)| {
+                let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&sign_key).unwrap();
+                mac.update(b"msg_1.");
+                mac.update(ts.trim().as_bytes());
+                mac.update(b".");
+                mac.update(body.as_bytes());
+                let sig =
+                    base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+                let standard = Signature::Standard {
+                    id: "msg_1".into(),
+                    timestamp: ts.clone(),
+                    signatures: format!("v1,{sig}"),
+                };
+                let ok = verify(&key, &trigger, &standard, body.as_bytes(), now).is_ok();
+                let within = ts
+                    .trim()
+                    .parse::<i64>()
+                    .ok()
+                    .and_then(|t| now.as_second().checked_sub(t))
+                    .is_some_and(|d| d.unsigned_abs() <= TOLERANCE_SECS as u64);
+                prop_assert_eq!(ok, within, "timestamp {:?} at {}", ts, now);
+                // GitHub: the HMAC with the whole whsec_ string over the body, hex in either case.
+                let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+                mac.update(body.as_bytes());
+                let hex = hex::encode(mac.finalize().into_bytes());
+                let shown = if upper {
+                    hex.to_ascii_uppercase()
+                } else {
+                    hex.clone()
+                };
+                let github = Signature::GitHub {
+                    signature: format!("sha256={shown}"),
+                };
+                prop_assert!(verify(&key, &trigger, &github, body.as_bytes(), now).is_ok());
+                let canonical = Signature::GitHub {
+                    signature: format!("sha256={hex}"),
+                };
+                prop_assert_eq!(github.delivery_id(), canonical.delivery_id());
+                // Junk in the GitHub header is refused, never a panic.
+                let junk = Signature::GitHub {
+                    signature: ts.clone(),
+                };
+                prop_assert!(verify(&key, &trigger, &junk, body.as_bytes(), now).is_err());
+                let _ = junk.delivery_id();
+                Ok(())
+            },
+        )
+        .unwrap();
+}
+
 #[test]
 fn form_parser_and_log_redaction_never_panic_or_leak() {
     let body = prop_oneof![

@@ -977,6 +977,20 @@ async fn signed_deliveries_and_duplicate_delivery_ids() {
         .await
         .unwrap();
     assert_eq!(r.status(), 401);
+    // Correctly signed timestamps far away or at the ends of i64 (once an overflow): 401.
+    for far in [
+        i64::MIN,
+        i64::MIN + 1,
+        -1,
+        now + 301,
+        253_402_207_200,
+        i64::MAX,
+    ] {
+        let r = send_std("msg_1", far, std_sig("msg_1", far, body))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401, "{far}");
+    }
     assert!(
         t.app()
             .store
