@@ -483,3 +483,95 @@ fn files_from_other_writers_extract() {
         }
     }
 }
+
+/// The sandbox, for real: a running server's data directory holds `secret.key` and a loopback
+/// TCP and UDP listener wait. The worker, started as the server starts it (empty environment)
+/// with the self-test probe list, first shows that the probes work (it reads the key and
+/// reaches both listeners before it confines itself), then confines itself exactly as for an
+/// extraction and tries again: reading the key, listing the data directory, planting a file,
+/// connecting and sending are all denied; the listeners see the one contact from before and
+/// nothing after; the key's content never appears in the output.
+#[tokio::test]
+async fn the_worker_cannot_read_the_data_directory_or_reach_the_network() {
+    use std::net::{TcpListener, UdpSocket};
+    let t = crate::fixture::TestServer::start().await;
+    let data = t.data_dir().to_owned();
+    let secret = data.join("secret.key");
+    let key = std::fs::read(&secret).expect("the server wrote secret.key");
+    let planted = data.join("planted");
+    let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let probes = serde_json::json!({
+        "read": [secret, data],
+        "write": [planted],
+        "connect": [tcp.local_addr().unwrap().to_string()],
+        "udp": [udp.local_addr().unwrap().to_string()],
+    });
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kennis"))
+        .arg("extract-worker")
+        .env_clear()
+        .env(kennis::kb::extract::SELFTEST_ENV, probes.to_string())
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", crate::fixture::stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sandbox = &report["sandbox"]["Ok"];
+    assert_eq!(sandbox["seccomp"], true, "{report:#}");
+    // This kernel (and CI's) has landlock: its layer is in force too.
+    let landlock = sandbox["landlock"].as_str().unwrap();
+    assert!(landlock.starts_with("enforced"), "{report:#}");
+    let outcomes = |when: &str| -> Vec<(String, String)> {
+        report[when]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                (
+                    o["probe"].as_str().unwrap().to_owned(),
+                    o["outcome"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let (before, after) = (outcomes("before"), outcomes("after"));
+    assert_eq!(before.len(), 4, "{report:#}");
+    for (probe, outcome) in &before {
+        assert_eq!(outcome, "allowed", "before the sandbox: {probe}");
+    }
+    assert_eq!(after.len(), 5, "{report:#}");
+    for (probe, outcome) in &after {
+        assert!(
+            outcome.starts_with("denied"),
+            "inside the sandbox {probe} was {outcome}"
+        );
+    }
+    assert!(!planted.exists());
+    assert!(
+        memchr::memmem::find(&out.stdout, &key).is_none()
+            && memchr::memmem::find(&out.stderr, &key).is_none()
+    );
+    // One connection and one datagram (from before the sandbox), nothing after.
+    tcp.set_nonblocking(true).unwrap();
+    assert!(tcp.accept().is_ok(), "the probe before the sandbox connected");
+    assert_eq!(
+        tcp.accept().unwrap_err().kind(),
+        std::io::ErrorKind::WouldBlock
+    );
+    udp.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 64];
+    assert!(udp.recv_from(&mut buf).is_ok());
+    assert_eq!(
+        udp.recv_from(&mut buf).unwrap_err().kind(),
+        std::io::ErrorKind::WouldBlock
+    );
+    // A bad probe list is refused, not ignored.
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_kennis"))
+        .arg("extract-worker")
+        .env_clear()
+        .env(kennis::kb::extract::SELFTEST_ENV, "{\"exec\": []}")
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(bad.stdout.is_empty());
+}
