@@ -531,6 +531,9 @@ mod tests {
         let restored = Store::open(&target).unwrap();
         let rows: Vec<(Vec<u8>, String)> = restored.read(|tx| tx.scan(ORGS, b"")).unwrap();
         assert_eq!(rows.len(), 100);
-        assert_eq!(std::fs::read(target.join(ACME_DIR).join("cert-abc.pem")).unwrap(), b"cert");
+        assert_eq!(
+            std::fs::read(target.join(ACME_DIR).join("cert-abc.pem")).unwrap(),
+            b"cert"
+        );
     }
 }

@@ -553,7 +553,10 @@ async fn the_worker_cannot_read_the_data_directory_or_reach_the_network() {
     );
     // One connection and one datagram (from before the sandbox), nothing after.
     tcp.set_nonblocking(true).unwrap();
-    assert!(tcp.accept().is_ok(), "the probe before the sandbox connected");
+    assert!(
+        tcp.accept().is_ok(),
+        "the probe before the sandbox connected"
+    );
     assert_eq!(
         tcp.accept().unwrap_err().kind(),
         std::io::ErrorKind::WouldBlock

@@ -14,6 +14,7 @@ mod documents;
 mod domain;
 mod extract;
 mod fuzz;
+mod housekeeping;
 mod kb;
 mod layering;
 mod llm;

@@ -76,8 +76,8 @@ pub fn confine() -> Result<Confined, String> {
 #[cfg(target_os = "linux")]
 fn landlock() -> Result<(String, bool), landlock::RulesetError> {
     use landlock::{
-        ABI, Access, AccessFs, AccessNet, LandlockStatus, Ruleset, RulesetAttr,
-        RulesetStatus, Scope,
+        ABI, Access, AccessFs, AccessNet, LandlockStatus, Ruleset, RulesetAttr, RulesetStatus,
+        Scope,
     };
     // The newest ABI this crate knows; best effort keeps what the running kernel has.
     let abi = ABI::V10;
@@ -190,8 +190,8 @@ fn denied_calls() -> Vec<libc::c_long> {
 #[cfg(target_os = "linux")]
 fn seccomp() -> Result<(), seccompiler::Error> {
     use seccompiler::{
-        BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
-        SeccompFilter, SeccompRule, TargetArch,
+        BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule, TargetArch,
     };
     let arch = TargetArch::try_from(std::env::consts::ARCH)?;
     let mut rules: std::collections::BTreeMap<i64, Vec<SeccompRule>> = denied_calls()

@@ -165,10 +165,7 @@ impl Extractor {
 /// Logs the first sandbox warning a worker wrote (a kernel without landlock, say) once.
 fn warn_once(stderr: &[u8]) {
     let stderr = String::from_utf8_lossy(stderr);
-    let Some(warning) = stderr
-        .lines()
-        .find_map(|l| l.strip_prefix(WARNING_PREFIX))
-    else {
+    let Some(warning) = stderr.lines().find_map(|l| l.strip_prefix(WARNING_PREFIX)) else {
         return;
     };
     if !WARNED.swap(true, Ordering::SeqCst) {
