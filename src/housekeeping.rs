@@ -122,7 +122,7 @@ pub fn start(app: &Arc<App>, mut stop: watch::Receiver<bool>) -> tokio::task::Jo
                 _ = ticks.tick() => {}
                 _ = stop.wait_for(|s| *s) => break,
             }
-            let purged = app.blocking(|app| run_once(app)).await;
+            let purged = app.blocking(run_once).await;
             match purged {
                 Ok(p) if p != Purged::default() => tracing::info!(
                     codes = p.codes,

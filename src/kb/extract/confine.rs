@@ -188,6 +188,10 @@ fn denied_calls() -> Vec<libc::c_long> {
 
 /// Installs the seccomp filter (it also sets no-new-privileges).
 #[cfg(target_os = "linux")]
+#[allow(
+    clippy::useless_conversion,
+    reason = "call numbers are `c_long`, i64 only on 64-bit targets"
+)]
 fn seccomp() -> Result<(), seccompiler::Error> {
     use seccompiler::{
         BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
