@@ -32,11 +32,35 @@ pub struct Confined {
 /// The prefix of the warning lines the worker writes to stderr.
 pub const WARNING_PREFIX: &str = "extract-worker: sandbox: ";
 
-/// Confines the calling process (single-threaded: the worker has no other threads yet). An
-/// error means the required seccomp layer could not be installed.
+/// Which layers to apply: both, always, for an extraction. The worker's self-test may ask for
+/// one alone, to show that each holds by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layers {
+    Both,
+    LandlockOnly,
+    SeccompOnly,
+}
+
+/// Confines the calling process (single-threaded: the worker has no other threads yet) with
+/// `layers` (an extraction: [`Layers::Both`]). An error means the required seccomp layer could
+/// not be installed.
 #[cfg(target_os = "linux")]
-pub fn confine() -> Result<Confined, String> {
+pub fn confine_layers(layers: Layers) -> Result<Confined, String> {
     let mut confined = Confined::default();
+    if layers == Layers::SeccompOnly {
+        confined.landlock = "left out (self-test)".into();
+    } else {
+        apply_landlock(&mut confined);
+    }
+    if layers != Layers::LandlockOnly {
+        seccomp().map_err(|e| format!("the seccomp filter cannot be installed ({e})"))?;
+        confined.seccomp = true;
+    }
+    Ok(confined)
+}
+
+#[cfg(target_os = "linux")]
+fn apply_landlock(confined: &mut Confined) {
     match landlock() {
         Ok((text, full_fs)) => {
             if !full_fs {
@@ -53,14 +77,11 @@ pub fn confine() -> Result<Confined, String> {
             confined.landlock = format!("not in force ({e})");
         }
     }
-    seccomp().map_err(|e| format!("the seccomp filter cannot be installed ({e})"))?;
-    confined.seccomp = true;
-    Ok(confined)
 }
 
 /// Without Linux there is no sandbox beyond the resource limits; the worker says so.
 #[cfg(not(target_os = "linux"))]
-pub fn confine() -> Result<Confined, String> {
+pub fn confine_layers(_layers: Layers) -> Result<Confined, String> {
     Ok(Confined {
         landlock: "not available on this system".into(),
         seccomp: false,

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::confine::{self, Confined, WARNING_PREFIX};
+use super::confine::{self, Confined, Layers, WARNING_PREFIX};
 use super::{ExtractError, Extracted, Format, Limits, extract_in_process};
 
 /// The hidden subcommand that runs [`worker_main`].
@@ -331,7 +331,7 @@ pub fn worker_main() -> ExitCode {
             "the worker cannot limit itself ({e})"
         ))));
     }
-    if let Err(e) = confine_self() {
+    if let Err(e) = confine_self(Layers::Both) {
         return reply(&Reply::Err(ExtractError::Crashed(format!(
             "the worker cannot confine itself: {e}"
         ))));
@@ -350,9 +350,9 @@ pub fn worker_main() -> ExitCode {
     reply(&r)
 }
 
-/// [`confine::confine`], with its warnings on stderr for the parent to log.
-fn confine_self() -> Result<Confined, String> {
-    let confined = confine::confine()?;
+/// [`confine::confine_layers`], with its warnings on stderr for the parent to log.
+fn confine_self(layers: Layers) -> Result<Confined, String> {
+    let confined = confine::confine_layers(layers)?;
     for w in &confined.warnings {
         eprintln!("{WARNING_PREFIX}{w}");
     }
@@ -361,9 +361,11 @@ fn confine_self() -> Result<Confined, String> {
 
 /// What the self-test tries: open and read these paths (a directory is listed), create a file
 /// at these paths, open a TCP connection to these addresses, send a UDP datagram to these.
+/// `only` (`"landlock"` or `"seccomp"`) applies that layer alone, to show each holds by itself.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 struct Probes {
+    only: Option<String>,
     read: Vec<PathBuf>,
     write: Vec<PathBuf>,
     connect: Vec<String>,
@@ -450,10 +452,19 @@ fn selftest(probes: &str) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let layers = match probes.only.as_deref() {
+        None => Layers::Both,
+        Some("landlock") => Layers::LandlockOnly,
+        Some("seccomp") => Layers::SeccompOnly,
+        Some(other) => {
+            eprintln!("extract-worker: unknown layer `{other}` (landlock or seccomp)");
+            return ExitCode::from(2);
+        }
+    };
     let before = run_probes(&probes, false);
     let sandbox = limit_self(&Limits::DEFAULT)
         .map_err(|e| format!("the worker cannot limit itself ({e})"))
-        .and_then(|()| confine_self());
+        .and_then(|()| confine_self(layers));
     let after = run_probes(&probes, true);
     let report = SelftestReport {
         sandbox,
