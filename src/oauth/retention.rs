@@ -8,9 +8,9 @@
 //!   token.
 //!
 //! Neither goes while one of its grants is live (not revoked, with a token that has not
-//! expired): `/token` authenticates the client, so its record must stay for the grant's
-//! refresh to work. Grants themselves are kept (the connections page names a removed client
-//! by its id).
+//! expired) or one of its authorization codes has not expired: `/token` authenticates the
+//! client, so its record must stay for the code's exchange and the grant's refresh to work.
+//! Grants themselves are kept (the connections page names a removed client by its id).
 
 use std::collections::{HashMap, HashSet};
 
@@ -19,7 +19,7 @@ use serde::Deserialize;
 
 use super::Client;
 use super::grants::Grant;
-use crate::store::{OAUTH_CLIENTS, OAUTH_GRANTS, OAUTH_TOKENS, Store, StoreError};
+use crate::store::{OAUTH_CLIENTS, OAUTH_CODES, OAUTH_GRANTS, OAUTH_TOKENS, Store, StoreError};
 
 /// A DCR client with no grant activity for this long is removed.
 pub const CLIENT_IDLE: SignedDuration = SignedDuration::from_hours(90 * 24);
@@ -28,6 +28,13 @@ pub const CLIENT_IDLE: SignedDuration = SignedDuration::from_hours(90 * 24);
 #[derive(Deserialize)]
 struct TokenTimes {
     grant_id: u64,
+    expires_at: Timestamp,
+}
+
+/// The two fields of an authorization code purging needs.
+#[derive(Deserialize)]
+struct CodeTimes {
+    client_id: String,
     expires_at: Timestamp,
 }
 
@@ -54,6 +61,12 @@ pub fn purge_clients(
         }
         let mut live: HashSet<String> = HashSet::new();
         let mut last_active: HashMap<String, Timestamp> = HashMap::new();
+        // A client in the middle of an authorization (its code not yet expired) stays too.
+        for (_, c) in tx.scan::<CodeTimes>(OAUTH_CODES, b"")? {
+            if c.expires_at > now {
+                live.insert(c.client_id);
+            }
+        }
         for (_, g) in tx.scan::<Grant>(OAUTH_GRANTS, b"")? {
             let tokens = token_until.get(&g.id).copied();
             if g.revoked_at.is_none() && tokens.is_some_and(|t| t > now) {

@@ -128,9 +128,46 @@ async fn registered_clients_go_after_90_days_without_a_grant_but_not_with_a_live
     // Day 90: nothing is 90 days idle yet.
     assert!(known(&unused) && known(&live) && known(&revoked));
     t.clock.advance(DAY + SECOND);
+    // A client just as idle, but in the middle of an authorization: its code keeps it.
+    let midway = register_public(&t).await;
+    let fresh = app
+        .store
+        .read(|tx| tx.count(kennis::store::OAUTH_CLIENTS))
+        .unwrap();
+    app.store
+        .write(|tx| {
+            let mut c: oauth::Client = tx
+                .get(kennis::store::OAUTH_CLIENTS, midway.as_bytes())?
+                .unwrap();
+            c.created_at = app.clock.now() - DAY * 91;
+            tx.put(kennis::store::OAUTH_CLIENTS, midway.as_bytes(), &c)
+        })
+        .unwrap();
+    let (verifier, challenge) = crate::fixture::pkce();
+    let code = oauth::create_code(
+        &app,
+        oauth::NewCode {
+            client_id: midway.clone(),
+            redirect_uri: crate::fixture::REDIRECT.into(),
+            code_challenge: challenge,
+            org_id: s.org.id,
+            person_id: s.person.id,
+            scopes: vec!["kennisbank".into()],
+            resource: app.connector_url(),
+        },
+    )
+    .unwrap();
     assert_eq!(purge().dcr_clients, 1);
     assert!(!known(&unused), "registered 90 days ago and never granted");
-    assert!(known(&live) && known(&revoked));
+    assert!(known(&live) && known(&revoked) && known(&midway));
+    assert_eq!(
+        app.store
+            .read(|tx| tx.count(kennis::store::OAUTH_CLIENTS))
+            .unwrap(),
+        fresh - 1
+    );
+    let (code, _) = crate::fixture::exchange(&t, &midway, &verifier, &code).await;
+    assert_eq!(code, 200, "the code of a client kept midway is exchanged");
     // The removed client is unknown to /token too.
     let (code, body) = crate::fixture::token(
         &t,
