@@ -4,9 +4,10 @@
 //! and reads the result from stdout, at most a bounded amount. A watchdog kills the child at
 //! the wall-clock limit. The child ([`worker_main`]) first limits itself — address space
 //! (`RLIMIT_AS`), CPU seconds (`RLIMIT_CPU`), no core files, no file writes, few descriptors —
-//! then confines itself (no files, no network: [`super::confine`]), then reads and extracts. How a child ends is turned into an [`ExtractError`]: killed at the
-//! deadline or by SIGXCPU → `TimeLimit`, an allocation refused → `MemoryLimit`, anything else
-//! → `Crashed` with the reason.
+//! then confines itself (no files, no network: [`super::confine`]), then reads and extracts.
+//! How a child ends is turned into an [`ExtractError`]: killed at the deadline or by SIGXCPU →
+//! `TimeLimit`, an allocation refused → `MemoryLimit`, anything else → `Crashed` with the
+//! reason.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -33,8 +34,8 @@ const STDERR_KEPT: usize = 8 * 1024;
 
 /// Read only by `kennis extract-worker`: when set (to a JSON [`Probes`]), the worker confines
 /// itself as for an extraction, tries the probes before and after, prints what was allowed
-/// and denied, and exits. It reads no file and extracts nothing. The server never passes it:
-/// its children start with an empty environment.
+/// and denied, and exits. It reads nothing from stdin, extracts nothing and prints no file's
+/// content. The server never passes it: its children start with an empty environment.
 pub const SELFTEST_ENV: &str = "KENNIS_EXTRACT_WORKER_SELFTEST";
 
 /// Whether the server has logged the worker's sandbox warning yet (once per process).
