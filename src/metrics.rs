@@ -1,6 +1,6 @@
 //! Prometheus metrics: requests by route and status, latencies by route, webhook deliveries by
-//! outcome, runs by status, the run queue and run durations, the TLS certificate's expiry and
-//! ACME failures.
+//! outcome, runs by status, the run queue and run durations, the TLS certificate's expiry,
+//! ACME failures and the records housekeeping removed.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -30,6 +30,11 @@ pub struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StatusLabels {
     pub status: &'static str,
 }
@@ -51,6 +56,8 @@ pub struct Metrics {
     pub tls_cert_expiry: Gauge,
     /// ACME orders and cache operations that failed.
     pub acme_failures: Counter,
+    /// Records housekeeping removed, by kind (`kennis_records_purged_total{kind}`).
+    pub records_purged: Family<KindLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -112,8 +119,15 @@ impl Metrics {
             "ACME orders and certificate cache operations that failed",
             acme_failures.clone(),
         );
+        let records_purged = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "records_purged",
+            "Records removed by housekeeping, by kind",
+            records_purged.clone(),
+        );
         Metrics {
             registry,
+            records_purged,
             tls_cert_expiry,
             acme_failures,
             requests,
@@ -122,6 +136,14 @@ impl Metrics {
             runs,
             run_queue,
             run_duration,
+        }
+    }
+
+    /// Counts `n` records of `kind` removed by housekeeping.
+    pub fn purged(&self, kind: &'static str, n: usize) {
+        let counter = self.records_purged.get_or_create(&KindLabels { kind });
+        if n > 0 {
+            counter.inc_by(n as u64);
         }
     }
 

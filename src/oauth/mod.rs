@@ -22,6 +22,7 @@ pub mod cimd;
 mod clients;
 mod grants;
 pub mod redirect;
+mod retention;
 pub mod routes;
 
 use crate::config::CONNECTOR_PATH;
@@ -36,6 +37,7 @@ pub use grants::{
     connections_visible_to, create_code, exchange_code, grant_last_used, grants_of_org,
     issue_grant, refresh, remove_member, revoke_connection, revoke_grant, revoke_token,
 };
+pub use retention::{CLIENT_IDLE, PurgedClients, purge_clients};
 
 /// Every scope the connector knows, in the order shown on the consent page.
 pub const SCOPES: [&str; 2] = ["kennisbank", "feature_requests"];

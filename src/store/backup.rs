@@ -189,7 +189,9 @@ pub fn backup_to_dir(
 }
 
 /// Verifies the backup in `src` against its manifest, then copies it into the new or empty
-/// data directory `data_dir`. Nothing is written to `data_dir` unless every sum matches.
+/// data directory `data_dir` under temporary names, verifies every copy against the manifest
+/// again, and only then renames the copies into place. A backup that differs from its manifest
+/// — before or while it is copied — is refused and leaves `data_dir` as it was.
 pub fn restore_from_dir(
     src: &Path,
     data_dir: &Path,
@@ -240,24 +242,21 @@ pub fn restore_from_dir(
         }
         bytes += size;
     }
+    let existed = data_dir.exists();
     require_empty_target(data_dir)?;
-    for f in &manifest.files {
-        progress(Progress::note(format!("restoring {}", f.name)));
-        let to = data_dir.join(&f.name);
-        let (dir, file) = match f.name.split_once('/') {
-            Some((dir, file)) => {
-                create_private_dir(&data_dir.join(dir))?;
-                (data_dir.join(dir), file)
+    let staged = match stage(src, data_dir, &manifest.files, progress) {
+        Ok(staged) => staged,
+        Err(e) => {
+            // Nothing of the backup stays: the data directory is as it was (empty, or gone
+            // again if this restore made it).
+            if !existed {
+                let _ = std::fs::remove_dir(data_dir);
             }
-            None => (data_dir.to_owned(), f.name.as_str()),
-        };
-        let tmp = dir.join(format!(".{file}.restoring"));
-        std::fs::copy(src.join(&f.name), &tmp).map_err(io_err(&tmp))?;
-        set_private(&tmp)?;
-        std::fs::File::open(&tmp)
-            .and_then(|f| f.sync_all())
-            .map_err(io_err(&tmp))?;
-        std::fs::rename(&tmp, &to).map_err(io_err(&to))?;
+            return Err(e);
+        }
+    };
+    for (tmp, to) in &staged {
+        std::fs::rename(tmp, to).map_err(io_err(to))?;
     }
     // Opening it once runs the migrations and proves the file is a usable database.
     let store = Store::open(data_dir)?;
@@ -271,6 +270,66 @@ pub fn restore_from_dir(
         records,
         bytes,
     })
+}
+
+/// Copies every file of the backup into the data directory under a temporary name, then checks
+/// each copy — what was actually written, not the backup it came from — against the manifest's
+/// size and sum. Returns the `(temporary, final)` names to rename, or, when a copy differs
+/// (the backup changed while it was read, or the copy was damaged), an error after removing
+/// every temporary file and directory it made.
+fn stage(
+    src: &Path,
+    data_dir: &Path,
+    files: &[ManifestFile],
+    progress: Report<'_>,
+) -> Result<Vec<(PathBuf, PathBuf)>, StoreError> {
+    let mut staged: Vec<(PathBuf, PathBuf)> = Vec::new();
+    let mut made_dirs: Vec<PathBuf> = Vec::new();
+    let mut copy_one = |f: &ManifestFile,
+                        staged: &mut Vec<(PathBuf, PathBuf)>,
+                        made_dirs: &mut Vec<PathBuf>|
+     -> Result<(), StoreError> {
+        progress(Progress::note(format!("restoring {}", f.name)));
+        let (dir, file) = match f.name.split_once('/') {
+            Some((dir, file)) => {
+                let dir = data_dir.join(dir);
+                if !dir.exists() {
+                    create_private_dir(&dir)?;
+                    made_dirs.push(dir.clone());
+                }
+                (dir, file)
+            }
+            None => (data_dir.to_owned(), f.name.as_str()),
+        };
+        let tmp = dir.join(format!(".{file}.restoring"));
+        staged.push((tmp.clone(), data_dir.join(&f.name)));
+        std::fs::copy(src.join(&f.name), &tmp).map_err(io_err(&tmp))?;
+        set_private(&tmp)?;
+        std::fs::File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(io_err(&tmp))?;
+        let (size, sum) = hash_file(&tmp)?;
+        if size != f.size || sum != f.blake3 {
+            return Err(StoreError::Backup(format!(
+                "the copy of {} does not match its manifest ({size} bytes copied, {} expected): \
+                 the backup changed or was damaged while it was restored; nothing was restored",
+                f.name, f.size
+            )));
+        }
+        Ok(())
+    };
+    for f in files {
+        if let Err(e) = copy_one(f, &mut staged, &mut made_dirs) {
+            for (tmp, _) in &staged {
+                let _ = std::fs::remove_file(tmp);
+            }
+            for dir in made_dirs.iter().rev() {
+                let _ = std::fs::remove_dir(dir);
+            }
+            return Err(e);
+        }
+    }
+    Ok(staged)
 }
 
 fn hash_file(path: &Path) -> Result<(u64, String), StoreError> {
@@ -406,5 +465,75 @@ mod tests {
             .to_string();
         assert!(err.contains("does not match"), "{err}");
         assert!(!target.join(DB_FILE).exists());
+    }
+
+    /// The backup is sound when it is verified, then its database is cut short while the
+    /// restore copies it (a backup disk going bad, another process writing): the copy is
+    /// checked against the manifest and refused, nothing is left in the data directory — an
+    /// existing empty one stays empty, one the restore made is gone — and the same backup,
+    /// made whole again, restores.
+    #[test]
+    fn a_backup_that_changes_while_it_is_copied_is_refused() {
+        let data = tempfile::tempdir().unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let store = filled_store(data.path());
+        let acme = data.path().join(ACME_DIR);
+        std::fs::create_dir(&acme).unwrap();
+        std::fs::write(acme.join("cert-abc.pem"), b"cert").unwrap();
+        std::fs::write(data.path().join("secret.key"), b"key").unwrap();
+        let dest = out.path().join("b");
+        backup_to_dir(&store, data.path(), &dest, "now", &mut |_| {}).unwrap();
+        let db = dest.join(DB_FILE);
+        let whole = std::fs::read(&db).unwrap();
+        let manifest: BackupManifest =
+            serde_json::from_slice(&std::fs::read(dest.join(MANIFEST)).unwrap()).unwrap();
+        // The database is not the last file copied, so other files are staged before and after.
+        assert_eq!(manifest.files[0].name, DB_FILE);
+        assert!(manifest.files.len() >= 3);
+
+        for target in [out.path().join("empty"), out.path().join("new")] {
+            if target.ends_with("empty") {
+                std::fs::create_dir(&target).unwrap();
+            }
+            let mut cut = |p: Progress| {
+                if p == Progress::note(format!("restoring {DB_FILE}")) {
+                    std::fs::write(&db, &whole[..whole.len() / 2]).unwrap();
+                }
+            };
+            let err = restore_from_dir(&dest, &target, &mut cut)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("copy of kennis.redb does not match"), "{err}");
+            assert!(err.contains("nothing was restored"), "{err}");
+            if target.ends_with("empty") {
+                assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
+            } else {
+                assert!(!target.exists());
+            }
+            std::fs::write(&db, &whole).unwrap();
+        }
+
+        // A file other than the first changed while copying: the staged database goes too.
+        let cert = dest.join(ACME_DIR).join("cert-abc.pem");
+        let target = out.path().join("later");
+        let mut swap = |p: Progress| {
+            if p == Progress::note("restoring acme/cert-abc.pem") {
+                std::fs::write(&cert, b"CERT").unwrap();
+            }
+        };
+        let err = restore_from_dir(&dest, &target, &mut swap).unwrap_err();
+        assert!(err.to_string().contains("acme/cert-abc.pem"), "{err}");
+        assert!(!target.exists());
+        std::fs::write(&cert, b"cert").unwrap();
+
+        let target = out.path().join("good");
+        restore_from_dir(&dest, &target, &mut |_| {}).unwrap();
+        let restored = Store::open(&target).unwrap();
+        let rows: Vec<(Vec<u8>, String)> = restored.read(|tx| tx.scan(ORGS, b"")).unwrap();
+        assert_eq!(rows.len(), 100);
+        assert_eq!(
+            std::fs::read(target.join(ACME_DIR).join("cert-abc.pem")).unwrap(),
+            b"cert"
+        );
     }
 }

@@ -13,6 +13,7 @@
 )]
 
 mod deliver;
+mod retention;
 mod signature;
 
 use jiff::{SignedDuration, Timestamp};
@@ -31,6 +32,7 @@ use crate::store::{
 };
 
 pub use deliver::{Delivered, Delivery, RawKey, deliver, run_again};
+pub use retention::{DELIVERY_KEEP, purge_deliveries};
 pub use signature::{Signature, TOLERANCE_SECS, signing_secret, validate_delivery_id, verify};
 
 /// Cooldown when none is given: 300 seconds (spec "Limits").

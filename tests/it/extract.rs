@@ -483,3 +483,133 @@ fn files_from_other_writers_extract() {
         }
     }
 }
+
+/// Runs `kennis extract-worker` as the server starts it (empty environment, `/`) with the
+/// self-test probe list `probes`; its JSON report.
+fn worker_selftest(probes: &serde_json::Value) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kennis"))
+        .arg("extract-worker")
+        .env_clear()
+        .env(kennis::kb::extract::SELFTEST_ENV, probes.to_string())
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", crate::fixture::stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `(probe, outcome)` of the report's `before` or `after` list.
+fn outcomes(report: &serde_json::Value, when: &str) -> Vec<(String, String)> {
+    report[when]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                o["probe"].as_str().unwrap().to_owned(),
+                o["outcome"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The sandbox, for real: a running server's data directory holds `secret.key` and a loopback
+/// TCP and UDP listener wait. The worker, started as the server starts it with the self-test
+/// probe list, first shows that the probes work (it reads the key and reaches both listeners
+/// before it confines itself), then confines itself exactly as for an extraction and tries
+/// again: reading the key, listing the data directory, planting a file, connecting and sending
+/// are all denied; the listeners see the one contact from before and nothing after; the key's
+/// content never appears in the output. Then each layer alone: landlock denies the files and
+/// the TCP connection by itself (`EACCES`), the seccomp filter all of it (`EPERM`).
+#[tokio::test]
+async fn the_worker_cannot_read_the_data_directory_or_reach_the_network() {
+    use std::net::{TcpListener, UdpSocket};
+    let t = crate::fixture::TestServer::start().await;
+    let data = t.data_dir().to_owned();
+    let secret = data.join("secret.key");
+    let key = std::fs::read(&secret).expect("the server wrote secret.key");
+    let planted = data.join("planted");
+    let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let probes = serde_json::json!({
+        "read": [secret, data],
+        "write": [planted],
+        "connect": [tcp.local_addr().unwrap().to_string()],
+        "udp": [udp.local_addr().unwrap().to_string()],
+    });
+    let report = worker_selftest(&probes);
+    let text = report.to_string();
+    let sandbox = &report["sandbox"]["Ok"];
+    assert_eq!(sandbox["seccomp"], true, "{report:#}");
+    // This kernel (and CI's) has landlock: its layer is in force too.
+    let landlock = sandbox["landlock"].as_str().unwrap();
+    assert!(landlock.starts_with("enforced"), "{report:#}");
+    let (before, after) = (outcomes(&report, "before"), outcomes(&report, "after"));
+    assert_eq!(before.len(), 4, "{report:#}");
+    for (probe, outcome) in &before {
+        assert_eq!(outcome, "allowed", "before the sandbox: {probe}");
+    }
+    assert_eq!(after.len(), 5, "{report:#}");
+    for (probe, outcome) in &after {
+        assert!(
+            outcome.starts_with("denied"),
+            "inside the sandbox {probe} was {outcome}"
+        );
+    }
+    assert!(!planted.exists());
+    assert!(memchr::memmem::find(text.as_bytes(), &key).is_none());
+    // One connection and one datagram (from before the sandbox), nothing after.
+    tcp.set_nonblocking(true).unwrap();
+    assert!(
+        tcp.accept().is_ok(),
+        "the probe before the sandbox connected"
+    );
+    assert_eq!(
+        tcp.accept().unwrap_err().kind(),
+        std::io::ErrorKind::WouldBlock
+    );
+    udp.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 64];
+    assert!(udp.recv_from(&mut buf).is_ok());
+    assert_eq!(
+        udp.recv_from(&mut buf).unwrap_err().kind(),
+        std::io::ErrorKind::WouldBlock
+    );
+
+    // Each layer by itself (UDP is left out: landlock handles it only from ABI 10).
+    for (only, errno) in [("landlock", "os error 13)"), ("seccomp", "os error 1)")] {
+        let probes = serde_json::json!({
+            "only": only,
+            "read": [data.join("secret.key"), data],
+            "write": [data.join("planted")],
+            "connect": [tcp.local_addr().unwrap().to_string()],
+        });
+        let report = worker_selftest(&probes);
+        let after = outcomes(&report, "after");
+        assert_eq!(after.len(), 4, "{report:#}");
+        for (probe, outcome) in &after {
+            assert!(
+                outcome.starts_with("denied") && outcome.ends_with(&format!("({errno}")),
+                "{only} alone: {probe} was {outcome}"
+            );
+        }
+        assert!(!data.join("planted").exists());
+        assert!(tcp.accept().is_ok(), "only the probe before the sandbox");
+        assert_eq!(
+            tcp.accept().unwrap_err().kind(),
+            std::io::ErrorKind::WouldBlock
+        );
+    }
+
+    // A bad probe list is refused, not ignored.
+    for bad in [r#"{"exec": []}"#, r#"{"only": "nothing"}"#] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kennis"))
+            .arg("extract-worker")
+            .env_clear()
+            .env(kennis::kb::extract::SELFTEST_ENV, bad)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        assert!(out.stdout.is_empty());
+    }
+}

@@ -15,6 +15,7 @@ mod documents;
 mod domain;
 mod extract;
 mod fuzz;
+mod housekeeping;
 mod kb;
 mod layering;
 mod llm;

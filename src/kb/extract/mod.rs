@@ -21,6 +21,7 @@
 )]
 
 mod archive;
+mod confine;
 mod epub;
 mod office;
 mod opendocument;
@@ -34,7 +35,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use sandbox::{Extractor, worker_main};
+pub use sandbox::{Extractor, SELFTEST_ENV, worker_main};
 
 /// A format whose text kennis can extract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

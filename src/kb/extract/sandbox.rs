@@ -4,9 +4,10 @@
 //! and reads the result from stdout, at most a bounded amount. A watchdog kills the child at
 //! the wall-clock limit. The child ([`worker_main`]) first limits itself — address space
 //! (`RLIMIT_AS`), CPU seconds (`RLIMIT_CPU`), no core files, no file writes, few descriptors —
-//! then reads and extracts. How a child ends is turned into an [`ExtractError`]: killed at the
-//! deadline or by SIGXCPU → `TimeLimit`, an allocation refused → `MemoryLimit`, anything else
-//! → `Crashed` with the reason.
+//! then confines itself (no files, no network: [`super::confine`]), then reads and extracts.
+//! How a child ends is turned into an [`ExtractError`]: killed at the deadline or by SIGXCPU →
+//! `TimeLimit`, an allocation refused → `MemoryLimit`, anything else → `Crashed` with the
+//! reason.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::confine::{self, Confined, Layers, WARNING_PREFIX};
 use super::{ExtractError, Extracted, Format, Limits, extract_in_process};
 
 /// The hidden subcommand that runs [`worker_main`].
@@ -29,6 +31,15 @@ const MARKER: &[u8] = b"\n\0kennis-extract-result\0\n";
 
 /// Kept of the child's stderr (for crash reasons).
 const STDERR_KEPT: usize = 8 * 1024;
+
+/// Read only by `kennis extract-worker`: when set (to a JSON [`Probes`]), the worker confines
+/// itself as for an extraction, tries the probes before and after, prints what was allowed
+/// and denied, and exits. It reads nothing from stdin, extracts nothing and prints no file's
+/// content. The server never passes it: its children start with an empty environment.
+pub const SELFTEST_ENV: &str = "KENNIS_EXTRACT_WORKER_SELFTEST";
+
+/// Whether the server has logged the worker's sandbox warning yet (once per process).
+static WARNED: AtomicBool = AtomicBool::new(false);
 
 #[derive(Serialize, Deserialize)]
 struct Request {
@@ -133,6 +144,7 @@ impl Extractor {
             format = format.extension(),
             "extraction child done"
         );
+        warn_once(&stderr);
         if timed_out.load(Ordering::SeqCst) {
             return Err(ExtractError::TimeLimit(whole_seconds(limits.time)));
         }
@@ -148,6 +160,20 @@ impl Extractor {
             };
         }
         Err(judge(status, &stderr, limits))
+    }
+}
+
+/// Logs the first sandbox warning a worker wrote (a kernel without landlock, say) once.
+fn warn_once(stderr: &[u8]) {
+    let stderr = String::from_utf8_lossy(stderr);
+    let Some(warning) = stderr.lines().find_map(|l| l.strip_prefix(WARNING_PREFIX)) else {
+        return;
+    };
+    if !WARNED.swap(true, Ordering::SeqCst) {
+        tracing::warn!(
+            warning,
+            "the extraction worker is less confined than it could be (logged once)"
+        );
     }
 }
 
@@ -280,9 +306,13 @@ fn reply(r: &Reply) -> ExitCode {
     }
 }
 
-/// The child side (`kennis extract-worker`): limits itself, reads the request and the file
-/// from stdin, extracts, and writes the result to stdout.
+/// The child side (`kennis extract-worker`): limits itself, confines itself (no files, no
+/// network), reads the request and the file from stdin, extracts, and writes the result to
+/// stdout. With [`SELFTEST_ENV`] set it runs [`selftest`] instead.
 pub fn worker_main() -> ExitCode {
+    if let Some(probes) = std::env::var_os(SELFTEST_ENV) {
+        return selftest(&probes.to_string_lossy());
+    }
     let mut stdin = BufReader::new(std::io::stdin().lock());
     let mut header = Vec::new();
     if (&mut stdin)
@@ -302,6 +332,11 @@ pub fn worker_main() -> ExitCode {
             "the worker cannot limit itself ({e})"
         ))));
     }
+    if let Err(e) = confine_self(Layers::Both) {
+        return reply(&Reply::Err(ExtractError::Crashed(format!(
+            "the worker cannot confine itself: {e}"
+        ))));
+    }
     let mut bytes = Vec::new();
     let most = limits.input_bytes as u64;
     if let Err(e) = stdin.take(most + 1).read_to_end(&mut bytes) {
@@ -314,4 +349,130 @@ pub fn worker_main() -> ExitCode {
         Err(e) => Reply::Err(e),
     };
     reply(&r)
+}
+
+/// [`confine::confine_layers`], with its warnings on stderr for the parent to log.
+fn confine_self(layers: Layers) -> Result<Confined, String> {
+    let confined = confine::confine_layers(layers)?;
+    for w in &confined.warnings {
+        eprintln!("{WARNING_PREFIX}{w}");
+    }
+    Ok(confined)
+}
+
+/// What the self-test tries: open and read these paths (a directory is listed), create a file
+/// at these paths, open a TCP connection to these addresses, send a UDP datagram to these.
+/// `only` (`"landlock"` or `"seccomp"`) applies that layer alone, to show each holds by itself.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct Probes {
+    only: Option<String>,
+    read: Vec<PathBuf>,
+    write: Vec<PathBuf>,
+    connect: Vec<String>,
+    udp: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Outcome {
+    probe: String,
+    /// `"allowed"`, or `"denied: "` and the error.
+    outcome: String,
+}
+
+#[derive(Serialize)]
+struct SelftestReport {
+    /// The sandbox's state, or why it could not be set up.
+    sandbox: Result<Confined, String>,
+    /// The read, connect and udp probes before the sandbox (writes are only tried after).
+    before: Vec<Outcome>,
+    after: Vec<Outcome>,
+}
+
+fn outcome(probe: String, result: std::io::Result<()>) -> Outcome {
+    Outcome {
+        probe,
+        outcome: match result {
+            Ok(()) => "allowed".into(),
+            Err(e) => format!("denied: {e}"),
+        },
+    }
+}
+
+fn run_probes(probes: &Probes, writes: bool) -> Vec<Outcome> {
+    use std::net::{TcpStream, ToSocketAddrs, UdpSocket};
+    let addr = |a: &str| {
+        a.to_socket_addrs()?
+            .next()
+            .ok_or_else(|| std::io::Error::other("no address"))
+    };
+    let mut out = Vec::new();
+    for path in &probes.read {
+        let result = if path.is_dir() {
+            std::fs::read_dir(path).map(drop)
+        } else {
+            std::fs::File::open(path).and_then(|mut f| f.read(&mut [0u8; 1]).map(drop))
+        };
+        out.push(outcome(format!("read {}", path.display()), result));
+    }
+    if writes {
+        for path in &probes.write {
+            let result = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .map(drop);
+            out.push(outcome(format!("write {}", path.display()), result));
+        }
+    }
+    for a in &probes.connect {
+        let result = addr(a)
+            .and_then(|to| TcpStream::connect_timeout(&to, Duration::from_secs(2)))
+            .map(drop);
+        out.push(outcome(format!("connect {a}"), result));
+    }
+    for a in &probes.udp {
+        let result = addr(a).and_then(|to| {
+            UdpSocket::bind("127.0.0.1:0")
+                .and_then(|s| s.send_to(b"kennis extract-worker selftest", to))
+                .map(drop)
+        });
+        out.push(outcome(format!("udp {a}"), result));
+    }
+    out
+}
+
+/// The worker's self-check ([`SELFTEST_ENV`]): tries the probes, limits and confines itself
+/// exactly as for an extraction, tries them again and prints a JSON [`SelftestReport`]. It
+/// reports only allowed or denied, never what a file holds.
+fn selftest(probes: &str) -> ExitCode {
+    let probes: Probes = match serde_json::from_str(probes) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("extract-worker: {SELFTEST_ENV} is not a valid probe list ({e})");
+            return ExitCode::from(2);
+        }
+    };
+    let layers = match probes.only.as_deref() {
+        None => Layers::Both,
+        Some("landlock") => Layers::LandlockOnly,
+        Some("seccomp") => Layers::SeccompOnly,
+        Some(other) => {
+            eprintln!("extract-worker: unknown layer `{other}` (landlock or seccomp)");
+            return ExitCode::from(2);
+        }
+    };
+    let before = run_probes(&probes, false);
+    let sandbox = limit_self(&Limits::DEFAULT)
+        .map_err(|e| format!("the worker cannot limit itself ({e})"))
+        .and_then(|()| confine_self(layers));
+    let after = run_probes(&probes, true);
+    let report = SelftestReport {
+        sandbox,
+        before,
+        after,
+    };
+    let body = serde_json::to_string(&report).unwrap_or_default();
+    println!("{body}");
+    ExitCode::SUCCESS
 }
