@@ -892,6 +892,18 @@ mod tests {
             assert!(err.contains("`llm."), "{text}: {err}");
         }
         assert!(toml::from_str::<Settings>("[llm]\nmax_reply = 1").is_err());
+        // The README's example is valid as it stands.
+        let readme = include_str!("../README.md");
+        let example = readme
+            .split("**Model endpoints are the operator's.**")
+            .nth(1)
+            .and_then(|rest| rest.split("```toml\n").nth(1))
+            .and_then(|block| block.split("```").next())
+            .unwrap();
+        let s: Settings = toml::from_str(example).unwrap();
+        let cfg = s.validate().unwrap().llm;
+        assert_eq!(cfg.endpoints.len(), 2);
+        assert_eq!(cfg.max_conversation_bytes, DEFAULT_MAX_CONVERSATION_BYTES);
         assert!(toml::from_str::<Settings>(&endpoint.replace("orgs", "key = 1\norgs")).is_err());
     }
 
