@@ -504,6 +504,11 @@ mod tests {
                 .problem(),
         );
         out.push("boss".parse::<identity::Role>().unwrap_err().problem());
+        out.push(
+            crate::agents::endpoint_for(&[], "acme", "elsewhere")
+                .unwrap_err()
+                .problem(),
+        );
         for p in ["/a", "a\\b", "a//b", "a/../b", "a/ b /c", "a\u{1}"] {
             let e: KbError = path::normalize(p).unwrap_err();
             out.push(e.problem());
