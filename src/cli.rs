@@ -371,6 +371,14 @@ pub enum AgentCommand {
         /// URL of an `http` agent; for `llm`, the API's base URL (POST {BASE}/chat/completions).
         #[arg(long, value_name = "URL")]
         url: Option<String>,
+        /// For `llm`: one of the operator's `[[llm.endpoints]]` (its id) instead of --url and
+        /// --api-key-*; its URL and key come from the server's configuration at run time.
+        #[arg(long, value_name = "ID", conflicts_with_all = ["url", "api_key_env", "api_key_file"])]
+        endpoint: Option<String>,
+        /// For `command`: a variable of the server's environment the program receives (by
+        /// name, value read at run time); repeatable. No `KENNIS_*` variable may be named.
+        #[arg(long = "env", value_name = "NAME")]
+        env: Vec<String>,
         /// Seconds before the agent is stopped (default 60, for `llm` 600; at most 3600).
         #[arg(long, value_name = "SECONDS")]
         timeout: Option<u64>,
@@ -638,6 +646,7 @@ pub fn run_admin(config: &Config, req: AdminRequest) -> Result<Value, CliError> 
         wake_jobs: None,
         stop_run: None,
         extractor: crate::app::extractor(config),
+        llm_endpoints: config.llm.endpoints.clone(),
     };
     Ok(admin::execute(&ctx, req, &mut progress)?)
 }
@@ -846,9 +855,11 @@ pub fn human_list(v: &Value, fields: &[&str]) -> String {
 /// The `llm` settings of `agent add`: `None` when no llm flag is given and the executor is
 /// another. The system prompt file is read here; the key file is only named (made absolute,
 /// as the server may run in another directory) and read by the server at run time.
+#[allow(clippy::too_many_arguments)]
 pub fn llm_options(
     exec: &str,
     model: Option<String>,
+    endpoint: Option<String>,
     api_key_env: Option<String>,
     api_key_file: Option<PathBuf>,
     max_steps: Option<u32>,
@@ -856,6 +867,7 @@ pub fn llm_options(
     system_prompt_file: Option<PathBuf>,
 ) -> Result<Option<crate::agents::LlmOptions>, CliError> {
     let any = model.is_some()
+        || endpoint.is_some()
         || api_key_env.is_some()
         || api_key_file.is_some()
         || max_steps.is_some()
@@ -881,6 +893,7 @@ pub fn llm_options(
         max_steps,
         max_tokens,
         system_prompt,
+        endpoint,
     }))
 }
 

@@ -136,6 +136,187 @@ pub struct Config {
     /// The program started as `kennis extract-worker`; `None`: this executable. Not a
     /// setting (tests, whose executable is not kennis, set it).
     pub extract_program: Option<PathBuf>,
+    /// `[llm]`: the operator's model endpoints and the bounds of every `llm` run.
+    pub llm: LlmConfig,
+}
+
+/// Default of `[llm] max_reply_bytes`: the largest answer read from a model endpoint.
+pub const DEFAULT_MAX_REPLY_BYTES: u64 = 1024 * 1024;
+/// Default of `[llm] max_conversation_bytes`: the largest conversation one run sends.
+pub const DEFAULT_MAX_CONVERSATION_BYTES: u64 = 8 * 1024 * 1024;
+/// The range allowed for both limits: 4 KiB to 256 MiB.
+pub const LLM_BYTES_RANGE: std::ops::RangeInclusive<u64> = 4096..=256 * 1024 * 1024;
+
+/// The validated `[llm]` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LlmConfig {
+    pub max_reply_bytes: u64,
+    pub max_conversation_bytes: u64,
+    /// `[[llm.endpoints]]`, in the file's order; ids are unique.
+    pub endpoints: Vec<LlmEndpoint>,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        LlmConfig {
+            max_reply_bytes: DEFAULT_MAX_REPLY_BYTES,
+            max_conversation_bytes: DEFAULT_MAX_CONVERSATION_BYTES,
+            endpoints: Vec::new(),
+        }
+    }
+}
+
+impl LlmConfig {
+    /// The endpoint with this id, if the operator defined it.
+    pub fn endpoint(&self, id: &str) -> Option<&LlmEndpoint> {
+        self.endpoints.iter().find(|e| e.id == id)
+    }
+
+    /// The endpoints organisation `slug` may use, in the file's order.
+    pub fn endpoints_for<'a>(&'a self, slug: &'a str) -> impl Iterator<Item = &'a LlmEndpoint> {
+        self.endpoints.iter().filter(move |e| e.allows(slug))
+    }
+}
+
+/// One `[[llm.endpoints]]` table: a model endpoint the operator offers to organisations. Its
+/// key is read at run time from `api_key_env` or `api_key_file` and sent only to `url`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmEndpoint {
+    /// What agents and the portal name it by: `a-z`, `0-9`, `-`, `_`.
+    pub id: String,
+    /// Base URL (`POST {url}/chat/completions`), without trailing slash once validated.
+    pub url: String,
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    #[serde(default)]
+    pub api_key_file: Option<PathBuf>,
+    /// Organisation slugs that may use it, or `["*"]` for every organisation.
+    pub orgs: Vec<String>,
+}
+
+impl LlmEndpoint {
+    /// Whether organisation `slug` may use this endpoint.
+    pub fn allows(&self, slug: &str) -> bool {
+        self.orgs.iter().any(|o| o == "*" || o == slug)
+    }
+}
+
+/// The `[llm]` table as one source gives it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmTable {
+    pub max_reply_bytes: Option<u64>,
+    pub max_conversation_bytes: Option<u64>,
+    pub endpoints: Option<Vec<LlmEndpoint>>,
+}
+
+impl LlmTable {
+    fn overlay(self, over: LlmTable) -> LlmTable {
+        LlmTable {
+            max_reply_bytes: over.max_reply_bytes.or(self.max_reply_bytes),
+            max_conversation_bytes: over.max_conversation_bytes.or(self.max_conversation_bytes),
+            endpoints: over.endpoints.or(self.endpoints),
+        }
+    }
+}
+
+fn validate_llm(t: LlmTable) -> Result<LlmConfig, ConfigError> {
+    let bytes = |field: &'static str, v: Option<u64>, default: u64| match v {
+        None => Ok(default),
+        Some(n) if LLM_BYTES_RANGE.contains(&n) => Ok(n),
+        Some(n) => Err(invalid(
+            field,
+            format!(
+                "{n} is not a number of bytes from {} to {}",
+                LLM_BYTES_RANGE.start(),
+                LLM_BYTES_RANGE.end()
+            ),
+        )),
+    };
+    let max_reply_bytes = bytes(
+        "llm.max_reply_bytes",
+        t.max_reply_bytes,
+        DEFAULT_MAX_REPLY_BYTES,
+    )?;
+    let max_conversation_bytes = bytes(
+        "llm.max_conversation_bytes",
+        t.max_conversation_bytes,
+        DEFAULT_MAX_CONVERSATION_BYTES,
+    )?;
+    let mut endpoints: Vec<LlmEndpoint> = Vec::new();
+    for mut e in t.endpoints.unwrap_or_default() {
+        let bad = |m: String| Err(invalid("llm.endpoints", m));
+        e.id = e.id.trim().to_owned();
+        if e.id.is_empty()
+            || e.id.len() > 64
+            || !e
+                .id
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        {
+            return bad(format!(
+                "id `{}` must be 1 to 64 characters of a-z, 0-9, - and _",
+                e.id
+            ));
+        }
+        if endpoints.iter().any(|o| o.id == e.id) {
+            return bad(format!("id `{}` is defined twice", e.id));
+        }
+        let url = e.url.trim().trim_end_matches('/').to_owned();
+        let parsed = url::Url::parse(&url).ok();
+        if !parsed.as_ref().is_some_and(|u| {
+            matches!(u.scheme(), "http" | "https")
+                && u.host_str().is_some()
+                && u.username().is_empty()
+                && u.password().is_none()
+                && u.query().is_none()
+                && u.fragment().is_none()
+        }) {
+            return bad(format!(
+                "endpoint `{}`: url `{url}` is not an http:// or https:// base URL without user, query or fragment",
+                e.id
+            ));
+        }
+        e.url = url;
+        match (&e.api_key_env, &e.api_key_file) {
+            (Some(_), Some(_)) => {
+                return bad(format!(
+                    "endpoint `{}`: give api_key_env or api_key_file, not both",
+                    e.id
+                ));
+            }
+            (Some(var), None)
+                if var.is_empty()
+                    || !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
+            {
+                return bad(format!(
+                    "endpoint `{}`: api_key_env `{var}` is not an environment variable's name",
+                    e.id
+                ));
+            }
+            (None, Some(f)) if !f.is_absolute() => {
+                return bad(format!(
+                    "endpoint `{}`: api_key_file must be an absolute path",
+                    e.id
+                ));
+            }
+            _ => {}
+        }
+        e.orgs = e.orgs.iter().map(|o| o.trim().to_owned()).collect();
+        if e.orgs.is_empty() || e.orgs.iter().any(String::is_empty) {
+            return bad(format!(
+                "endpoint `{}`: orgs must list organisation slugs, or be [\"*\"] for every organisation",
+                e.id
+            ));
+        }
+        endpoints.push(e);
+    }
+    Ok(LlmConfig {
+        max_reply_bytes,
+        max_conversation_bytes,
+        endpoints,
+    })
 }
 
 /// Let's Encrypt's production directory, the default ACME directory.
@@ -237,6 +418,7 @@ pub struct Settings {
     pub oauth: Option<OAuthSettings>,
     pub kb: Option<KbSettings>,
     pub proxy: Option<ProxySettings>,
+    pub llm: Option<LlmTable>,
 }
 
 impl Settings {
@@ -289,6 +471,7 @@ impl Settings {
                 extract_text: Some(on),
             }),
             proxy: get("KENNIS_PROXY_HEADER").map(|h| ProxySettings { header: Some(h) }),
+            llm: None,
         })
     }
 
@@ -315,6 +498,10 @@ impl Settings {
                 .or(self.oauth),
             kb: over.kb.filter(|k| k.extract_text.is_some()).or(self.kb),
             proxy: over.proxy.filter(|p| p.header.is_some()).or(self.proxy),
+            llm: match (self.llm, over.llm) {
+                (Some(a), Some(b)) => Some(a.overlay(b)),
+                (a, b) => b.or(a),
+            },
         }
     }
 
@@ -405,6 +592,7 @@ impl Settings {
         };
         let redirect = self.redirect.unwrap_or_default();
         validate_redirect(&redirect)?;
+        let llm = validate_llm(self.llm.unwrap_or_default())?;
         Ok(Config {
             listen,
             public_url,
@@ -423,6 +611,7 @@ impl Settings {
                 .unwrap_or(false),
             extract_text: self.kb.and_then(|k| k.extract_text).unwrap_or(true),
             extract_program: None,
+            llm,
         })
     }
 }
@@ -789,6 +978,61 @@ mod tests {
             let err = s.validate().unwrap_err().to_string();
             assert!(err.contains(&format!("`{field}`")), "{toml_text}: {err}");
         }
+    }
+
+    #[test]
+    fn llm_endpoints_and_limits() {
+        let cfg = Settings::default().validate().unwrap().llm;
+        assert_eq!(
+            (cfg.max_reply_bytes, cfg.max_conversation_bytes),
+            (1024 * 1024, 8 * 1024 * 1024)
+        );
+        assert!(cfg.endpoints.is_empty());
+        let file: Settings = toml::from_str(
+            "[llm]\nmax_reply_bytes = 65536\n[[llm.endpoints]]\nid = \"openai\"\nurl = \"https://api.openai.com/v1/\"\napi_key_env = \"OPENAI_API_KEY\"\norgs = [\"*\"]\n[[llm.endpoints]]\nid = \"local\"\nurl = \"http://10.0.0.5:11434/v1\"\norgs = [\"acme\"]\n",
+        )
+        .unwrap();
+        let cfg = file.validate().unwrap().llm;
+        assert_eq!(cfg.max_reply_bytes, 65536);
+        assert_eq!(cfg.endpoints[0].url, "https://api.openai.com/v1");
+        let ids = |slug| {
+            cfg.endpoints_for(slug)
+                .map(|e| e.id.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids("acme"), ["openai", "local"]);
+        assert_eq!(ids("other"), ["openai"]);
+        let endpoint = "[[llm.endpoints]]\nid = \"e\"\nurl = \"https://x/v1\"\norgs = [\"*\"]\n";
+        let cases = [
+            "[llm]\nmax_reply_bytes = 0".to_owned(),
+            "[llm]\nmax_conversation_bytes = 99999999999".to_owned(),
+            endpoint.replace("id = \"e\"", "id = \"E x\""),
+            endpoint.replace("https://x/v1", "ftp://x"),
+            endpoint.replace("https://x/v1", "https://user:pw@x/v1"),
+            endpoint.replace("orgs = [\"*\"]", "orgs = []"),
+            endpoint.replace("orgs", "api_key_file = \"key\"\norgs"),
+            endpoint.replace("orgs", "api_key_env = \"A\"\napi_key_file = \"/k\"\norgs"),
+            format!("{endpoint}{endpoint}"),
+        ];
+        for text in cases {
+            let s: Settings = toml::from_str(&text).unwrap();
+            let err = s.validate().unwrap_err().to_string();
+            assert!(err.contains("`llm."), "{text}: {err}");
+        }
+        assert!(toml::from_str::<Settings>("[llm]\nmax_reply = 1").is_err());
+        // The README's example is valid as it stands.
+        let readme = include_str!("../README.md");
+        let example = readme
+            .split("**Model endpoints are the operator's.**")
+            .nth(1)
+            .and_then(|rest| rest.split("```toml\n").nth(1))
+            .and_then(|block| block.split("```").next())
+            .unwrap();
+        let s: Settings = toml::from_str(example).unwrap();
+        let cfg = s.validate().unwrap().llm;
+        assert_eq!(cfg.endpoints.len(), 2);
+        assert_eq!(cfg.max_conversation_bytes, DEFAULT_MAX_CONVERSATION_BYTES);
+        assert!(toml::from_str::<Settings>(&endpoint.replace("orgs", "key = 1\norgs")).is_err());
     }
 
     #[test]

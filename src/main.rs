@@ -314,6 +314,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
             program,
             args,
             url,
+            endpoint,
+            env,
             timeout,
             model,
             api_key_env,
@@ -326,6 +328,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             let llm = cli::llm_options(
                 &exec,
                 model,
+                endpoint,
                 api_key_env,
                 api_key_file,
                 max_steps,
@@ -341,7 +344,15 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 url,
                 timeout_secs: timeout,
             };
-            let v = cli::run_admin(&config, AdminRequest::AgentAdd { org, agent, llm })?;
+            let v = cli::run_admin(
+                &config,
+                AdminRequest::AgentAdd {
+                    org,
+                    agent,
+                    llm: llm.map(Box::new),
+                    env,
+                },
+            )?;
             cli::output(json, &serde_json::json!({"id": v["id"]}), |_| {
                 let waiting = v["waiting_requests"].as_u64().unwrap_or(0);
                 format!(

@@ -246,6 +246,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
         kb_index: app.kb_index.clone(),
         public_url: app.public_url.clone(),
         extractor: app.extractor.clone(),
+        llm_endpoints: app.config.llm.endpoints.clone(),
         // Weak: the admin task must not keep the store open past shutdown.
         wake_jobs: Some({
             let app = Arc::downgrade(&app);

@@ -233,7 +233,9 @@ agent-feature = feature
 agent-generic-long = generic (trigger runs)
 agent-feature-long = feature (feature requests)
 agent-new = New language-model agent
-agent-new-explain = A model behind an OpenAI-compatible chat-completions API (hosted, or local such as Ollama or llama.cpp's server) that works with this organisation's knowledge base. The API key stays in the server's environment: name a variable starting with { $prefix } that the server's administrator has set. Command and http agents are added by the server's administrator (kennis agent add).
+agent-new-explain = A model behind an OpenAI-compatible chat-completions API that works with this organisation's knowledge base. Choose one of the model endpoints the server's operator offers to this organisation: the operator keeps the endpoint's address and API key. Command and http agents, and agents on other endpoints, are added by the server's operator (kennis agent add).
+agent-no-endpoints = The server's operator offers no model endpoints to this organisation yet ([[llm.endpoints]] in the server's configuration).
+field-endpoint = Model endpoint
 field-base-url = Base URL
 field-model = Model
 field-api-key-env = API key variable
@@ -390,7 +392,6 @@ app-not-found = No such app.
 
 agent-llm-only = The portal adds language-model agents only; command and http agents are added by the server’s administrator.
 agent-choose-kind = Choose whether the agent is generic or for feature requests.
-agent-key-prefix = The API key variable must start with { $prefix } (ask the server’s administrator to set one).
 agent-whole-number = { $field } must be a whole number.
 
 run-tokens = Tokens: { $prompt } prompt + { $completion } completion = { $total }
@@ -493,6 +494,10 @@ refused-role = Choose the role admin or member.
 refused-instructions = The instructions need 1 to { $max } characters.
 refused-cooldown = The cooldown is 0 to { $max } seconds.
 refused-agent-url = Give the API’s base URL, starting with http:// or https://.
+refused-agent-endpoint = The model endpoint { $id } is not offered to this organisation; choose one from the list.
+refused-agent-choose-endpoint = Choose one of the model endpoints offered to this organisation.
+refused-agent-own-endpoint = Choose one of the model endpoints the server’s operator offers; another address or API key can only be set by the operator.
+refused-agent-llm-only = The portal adds language-model agents only; command and http agents are added by the server’s administrator.
 refused-agent-model = Give the model’s name (1 to 200 characters).
 refused-agent-key-env = The API key variable is a name of A–Z, 0–9 and _.
 refused-agent-steps = Tool calls per run: 1 to { $max }.

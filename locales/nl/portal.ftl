@@ -233,7 +233,9 @@ agent-feature = wensen
 agent-generic-long = algemeen (triggerruns)
 agent-feature-long = wensen (functiewensen)
 agent-new = Nieuwe taalmodelagent
-agent-new-explain = Een model achter een OpenAI-compatibele chat-completions-API (gehost, of lokaal zoals Ollama of de server van llama.cpp) dat met de kennisbank van deze organisatie werkt. De API-sleutel blijft in de omgeving van de server: noem een variabele die begint met { $prefix } en die de beheerder van de server heeft ingesteld. Command- en http-agents voegt de beheerder van de server toe (kennis agent add).
+agent-new-explain = Een model achter een OpenAI-compatibele chat-completions-API dat met de kennisbank van deze organisatie werkt. Kies een van de modelendpoints die de beheerder van de server aan deze organisatie aanbiedt: de beheerder houdt het adres en de API-sleutel van het endpoint. Command- en http-agents, en agents op andere endpoints, voegt de beheerder van de server toe (kennis agent add).
+agent-no-endpoints = De beheerder van de server biedt deze organisatie nog geen modelendpoints aan ([[llm.endpoints]] in de configuratie van de server).
+field-endpoint = Modelendpoint
 field-base-url = Basis-URL
 field-model = Model
 field-api-key-env = Variabele met de API-sleutel
@@ -390,7 +392,6 @@ app-not-found = Deze app bestaat niet.
 
 agent-llm-only = Het portaal voegt alleen taalmodelagents toe; command- en http-agents voegt de beheerder van de server toe.
 agent-choose-kind = Kies of de agent algemeen is of voor wensen.
-agent-key-prefix = De variabele met de API-sleutel moet beginnen met { $prefix } (vraag de beheerder van de server er een in te stellen).
 agent-whole-number = { $field } moet een geheel getal zijn.
 
 run-tokens = Tokens: { $prompt } prompt + { $completion } antwoord = { $total }
@@ -493,6 +494,10 @@ refused-role = Kies de rol beheerder of lid.
 refused-instructions = De instructies hebben 1 tot { $max } tekens nodig.
 refused-cooldown = De afkoeltijd is 0 tot { $max } seconden.
 refused-agent-url = Geef de basis-URL van de API, beginnend met http:// of https://.
+refused-agent-endpoint = Het modelendpoint { $id } wordt deze organisatie niet aangeboden; kies er een uit de lijst.
+refused-agent-choose-endpoint = Kies een van de modelendpoints die deze organisatie worden aangeboden.
+refused-agent-own-endpoint = Kies een van de modelendpoints die de beheerder van de server aanbiedt; een ander adres of een andere API-sleutel stelt alleen de beheerder in.
+refused-agent-llm-only = Het portaal voegt alleen taalmodelagents toe; command- en http-agents voegt de beheerder van de server toe.
 refused-agent-model = Geef de naam van het model (1 tot 200 tekens).
 refused-agent-key-env = De variabele met de API-sleutel is een naam uit A–Z, 0–9 en _.
 refused-agent-steps = Toolaanroepen per run: 1 tot { $max }.

@@ -110,7 +110,10 @@ pub enum AdminRequest {
         agent: agents::NewAgent,
         /// The settings of an `llm` agent.
         #[serde(default)]
-        llm: Option<agents::LlmOptions>,
+        llm: Option<Box<agents::LlmOptions>>,
+        /// `--env`: variables of the server a `command` agent receives.
+        #[serde(default)]
+        env: Vec<String>,
     },
     /// A run (or a feature request's agent jobs) with its transcript.
     RunShow {
@@ -222,6 +225,8 @@ pub struct AdminContext {
     pub stop_run: Option<JobWaker>,
     /// Takes the text of PDF and Office files (imports, reindex).
     pub extractor: crate::kb::extract::Extractor,
+    /// The operator's `[[llm.endpoints]]` (for `agent add --endpoint`).
+    pub llm_endpoints: Vec<crate::config::LlmEndpoint>,
 }
 
 impl From<agents::CancelError> for AdminError {
@@ -466,8 +471,18 @@ pub fn execute(
             let items = store.read(|tx| crate::audit::records(tx, org.id, since))?;
             json!({ "items": items })
         }
-        AdminRequest::AgentAdd { org, agent, llm } => {
-            let a = agents::add_agent_with(store, &org, &agent, llm.as_ref(), now)?;
+        AdminRequest::AgentAdd {
+            org,
+            agent,
+            llm,
+            env,
+        } => {
+            let extra = agents::AgentExtras {
+                llm: llm.as_deref(),
+                env: &env,
+                endpoints: &ctx.llm_endpoints,
+            };
+            let a = agents::add_agent_full(store, &org, &agent, &extra, now)?;
             // Requests filed while the organisation had no feature agent go to this one.
             let adopted = match a.kind {
                 AgentKind::Feature => requests::service::adopt_waiting(store, a.org_id)?,

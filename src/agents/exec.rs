@@ -2,11 +2,7 @@
 //! protocol"). [`dispatch`] is the one entry point; trigger runs use it through the worker
 //! pool, and feature requests (issue 6) call it with their own job and event sink.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
+use std::ffi::OsString;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -14,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use super::protocol::{AgentEvent, EventSink, Job, Outcome, http_client};
+use super::protocol::{AgentEvent, BodyError, EventSink, Job, Outcome, bounded_body, http_client};
 use super::transcript::{Step, Transcript};
 use super::{Agent, Executor, llm};
 use crate::app::App;
@@ -84,21 +80,25 @@ pub async fn dispatch(
     sink: &mut dyn EventSink,
 ) -> Outcome {
     let limit = Duration::from_secs(agent.timeout_secs);
-    if let Executor::Llm(settings) = &agent.executor {
-        let work = llm::run(&ctx.app, agent, settings, job, sink, &ctx.transcript);
-        return match tokio::time::timeout(limit, work).await {
-            Ok(outcome) => outcome,
-            Err(_) => Outcome::TimedOut,
-        };
-    }
+    let executor = match &agent.executor {
+        Executor::Llm(settings) => {
+            let work = llm::run(&ctx.app, agent, settings, job, sink, &ctx.transcript);
+            return match tokio::time::timeout(limit, work).await {
+                Ok(outcome) => outcome,
+                Err(_) => Outcome::TimedOut,
+            };
+        }
+        other => other,
+    };
     let mut noting = Noting {
         inner: sink,
         ctx,
         started: Instant::now(),
     };
     let sink: &mut dyn EventSink = &mut noting;
-    match &agent.executor {
-        Executor::Llm(_) => unreachable!("handled above"),
+    match executor {
+        // The model notes its own steps (above).
+        Executor::Llm(_) => Outcome::Failed("the llm executor was dispatched twice".into()),
         Executor::Echo => {
             sink.event(match job.extra.get("feature_request") {
                 Some(request) => AgentEvent::Message {
@@ -110,7 +110,9 @@ pub async fn dispatch(
             });
             Outcome::Completed
         }
-        Executor::Command { program, args } => run_command(program, args, job, sink, limit).await,
+        Executor::Command { program, args, env } => {
+            run_command(program, args, env, job, sink, limit).await
+        }
         Executor::Http { url } => post_job(url, job, sink, limit).await,
     }
 }
@@ -130,13 +132,14 @@ fn echo_summary(job: &Job) -> String {
 /// nobody works on the request until a real feature agent is set up. It changes no status.
 fn echo_feature(request: &serde_json::Value) -> String {
     let count = |field: &str| request[field].as_array().map_or(0, Vec::len);
-    let title = request["title"].as_str().unwrap_or("");
-    let described = request["description"]
+    let field = |name: &str| request.get(name).unwrap_or(&serde_json::Value::Null);
+    let title = field("title").as_str().unwrap_or("");
+    let described = field("description")
         .as_str()
         .map_or(0, |d| d.chars().count());
     format!(
         "Echo agent (built in, for trying kennis out): I received request {} \"{}\" with {} characters of description, {} conversation message(s) and {} answer(s). I only repeat what I receive and do not work on requests; an administrator can connect a real feature agent with `kennis agent add ORG NAME --kind feature --exec llm|command|http`.",
-        request["id"],
+        field("id"),
         title,
         described,
         count("conversation"),
@@ -150,7 +153,9 @@ fn tail(text: &str) -> String {
     if count <= REASON_TAIL {
         return text.to_owned();
     }
-    text.chars().skip(count - REASON_TAIL).collect()
+    text.chars()
+        .skip(count.saturating_sub(REASON_TAIL))
+        .collect()
 }
 
 enum Line {
@@ -165,7 +170,7 @@ async fn bounded_line<R: tokio::io::AsyncBufRead + Unpin>(
 ) -> std::io::Result<Option<Line>> {
     let mut buf = Vec::new();
     let n = (&mut *r)
-        .take(MAX_OUTPUT as u64 + 1)
+        .take((MAX_OUTPUT as u64).saturating_add(1))
         .read_until(b'\n', &mut buf)
         .await?;
     if n == 0 {
@@ -181,39 +186,116 @@ async fn bounded_line<R: tokio::io::AsyncBufRead + Unpin>(
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
-/// Reads a response body of at most [`MAX_OUTPUT`] bytes, chunk by chunk: a larger one is
-/// refused as soon as it passes the limit, not after it was read whole.
-async fn bounded_body(mut response: reqwest::Response, url: &str) -> Result<Vec<u8>, String> {
-    let too_large = || format!("the response of {url} is over 1 MB");
-    if response
-        .content_length()
-        .is_some_and(|n| n > MAX_OUTPUT as u64)
-    {
-        return Err(too_large());
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agents::JobAgent;
+
+    #[test]
+    fn a_command_agent_gets_only_path_home_lang_its_run_and_what_it_was_given() {
+        let job = Job {
+            job_id: 7,
+            kind: "run",
+            organisation: "acme".into(),
+            agent: JobAgent {
+                id: 3,
+                name: "A".into(),
+            },
+            instructions: String::new(),
+            extra: Default::default(),
+        };
+        let server = |name: &str| -> Option<OsString> {
+            match name {
+                "HOME" => Some("/home/kennis".into()),
+                "FOO" => Some("foo".into()),
+                "KENNIS_LLM_SECRET" => Some("sk-geheim".into()),
+                _ => None,
+            }
+        };
+        let names = [
+            "FOO".to_owned(),
+            "KENNIS_LLM_SECRET".to_owned(),
+            "BAR".to_owned(),
+        ];
+        let env = agent_env(&job, &names, server);
+        let shown: Vec<(&str, &str)> = env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("PATH", DEFAULT_PATH),
+                ("LANG", "C.UTF-8"),
+                ("HOME", "/home/kennis"),
+                ("KENNIS_RUN_ID", "7"),
+                ("KENNIS_RUN_KIND", "run"),
+                ("KENNIS_RUN_ORG", "acme"),
+                ("KENNIS_RUN_AGENT_ID", "3"),
+                ("FOO", "foo"),
+            ]
+        );
     }
-    let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| format!("reading the response of {url}: {e}"))?
-    {
-        if body.len() + chunk.len() > MAX_OUTPUT {
-            return Err(too_large());
+}
+
+/// `PATH` of a `command` agent when the server has none.
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// The environment a `command` agent starts with (DESIGN.md "Trust between organisations and
+/// behind proxies"): nothing of the server's but `PATH`, `HOME` and `LANG` (a plain `PATH` and
+/// `C.UTF-8` when the server has none), the job's `KENNIS_RUN_*` variables, and the variables
+/// the agent was given with `--env`, read from the server's environment (`get`) at run time.
+/// No other `KENNIS_*` variable of the server — its settings, model keys — reaches an agent.
+fn agent_env(
+    job: &Job,
+    names: &[String],
+    get: impl Fn(&str) -> Option<OsString>,
+) -> Vec<(String, OsString)> {
+    let mut env = vec![
+        (
+            "PATH".to_owned(),
+            get("PATH").unwrap_or_else(|| DEFAULT_PATH.into()),
+        ),
+        (
+            "LANG".to_owned(),
+            get("LANG").unwrap_or_else(|| "C.UTF-8".into()),
+        ),
+    ];
+    if let Some(home) = get("HOME") {
+        env.push(("HOME".to_owned(), home));
+    }
+    for (name, value) in [
+        ("KENNIS_RUN_ID", job.job_id.to_string()),
+        ("KENNIS_RUN_KIND", job.kind.to_owned()),
+        ("KENNIS_RUN_ORG", job.organisation.clone()),
+        ("KENNIS_RUN_AGENT_ID", job.agent.id.to_string()),
+    ] {
+        env.push((name.to_owned(), value.into()));
+    }
+    for name in names {
+        // `agent add` refuses these names; a record written otherwise does not pass them.
+        if name.starts_with("KENNIS_") || env.iter().any(|(n, _)| n == name) {
+            continue;
         }
-        body.extend_from_slice(&chunk);
+        if let Some(value) = get(name) {
+            env.push((name.clone(), value));
+        }
     }
-    Ok(body)
+    env
 }
 
 async fn run_command(
     program: &str,
     args: &[String],
+    env: &[String],
     job: &Job,
     sink: &mut dyn EventSink,
     limit: Duration,
 ) -> Outcome {
     let mut child = match tokio::process::Command::new(program)
         .args(args)
+        .env_clear()
+        .envs(agent_env(job, env, |name| std::env::var_os(name)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -308,14 +390,19 @@ struct HttpReply {
 
 async fn post_job(url: &str, job: &Job, sink: &mut dyn EventSink, limit: Duration) -> Outcome {
     let work = async {
-        let response = http_client()
+        let response = http_client()?
             .post(url)
             .json(job)
             .send()
             .await
             .map_err(|e| format!("POST {url}: {e}"))?;
         let status = response.status();
-        let body = bounded_body(response, url).await?;
+        let body = bounded_body(response, MAX_OUTPUT as u64)
+            .await
+            .map_err(|e| match e {
+                BodyError::TooLarge => format!("the response of {url} is over 1 MB"),
+                BodyError::Read(e) => format!("reading the response of {url}: {e}"),
+            })?;
         if !status.is_success() {
             return Err(format!(
                 "{url} answered {status}: {}",

@@ -11,17 +11,25 @@
 //! also get the agent-protocol events as functions; asking a question ends the job, which
 //! waits for the person's answer. Steps (tool calls), tokens (from `usage`) and wall time are
 //! bounded; 429 and 5xx are retried with backoff (honouring `Retry-After`).
+//!
+//! The endpoint is not trusted: a reply over `[llm] max_reply_bytes` is not read further, a
+//! conversation over `max_conversation_bytes` ends the run, and every number it sends
+//! (`Retry-After` in seconds or as a date, sizes, token counts) is read without panicking and
+//! capped. An agent on one of the operator's `[[llm.endpoints]]` gets its URL and key from
+//! the configuration at run time; the key goes only to that URL (the client follows no
+//! redirect).
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::protocol::{AgentEvent, EventSink, Job, Outcome, http_client};
+use super::protocol::{AgentEvent, BodyError, EventSink, Job, Outcome, bounded_body, http_client};
 use super::transcript::{CallNote, Step, TEXT_KEPT, Transcript, shorten};
 use super::{Agent, LlmOptions};
 use crate::app::App;
+use crate::config::LlmConfig;
 use crate::requests::{Status, feature};
 use crate::tools::{self, Caller};
 
@@ -41,6 +49,10 @@ pub struct LlmSettings {
     pub max_tokens: u64,
     #[serde(default)]
     pub system_prompt: Option<String>,
+    /// One of the operator's `[[llm.endpoints]]`: then `url` only shows where it pointed when
+    /// the agent was added, and the URL and key come from the configuration at run time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
 }
 
 impl LlmSettings {
@@ -53,6 +65,7 @@ impl LlmSettings {
             max_steps: Some(self.max_steps),
             max_tokens: Some(self.max_tokens),
             system_prompt: self.system_prompt.clone(),
+            endpoint: self.endpoint.clone(),
         }
     }
 }
@@ -65,8 +78,6 @@ pub const MAX_ATTEMPTS: u32 = 4;
 pub const BACKOFF_START: Duration = Duration::from_millis(250);
 /// Longest `Retry-After` honoured; a longer one ends the run.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(120);
-/// Largest response body read from the endpoint.
-const MAX_RESPONSE: usize = 8 * 1024 * 1024;
 /// Longest API key file read.
 const MAX_KEY_FILE: u64 = 16 * 1024;
 
@@ -78,7 +89,11 @@ pub const FN_STATUS: &str = "feature_request_status";
 /// Reads the API key from the server's environment or the key file, at run time. `Ok(None)`
 /// when the agent has no key (local servers need none).
 pub fn read_api_key(s: &LlmSettings) -> Result<Option<String>, String> {
-    if let Some(var) = &s.api_key_env {
+    read_key(s.api_key_env.as_deref(), s.api_key_file.as_deref())
+}
+
+fn read_key(env: Option<&str>, file: Option<&str>) -> Result<Option<String>, String> {
+    if let Some(var) = env {
         return match std::env::var(var) {
             Ok(v) if !v.trim().is_empty() => Ok(Some(v.trim().to_owned())),
             _ => Err(format!(
@@ -86,7 +101,7 @@ pub fn read_api_key(s: &LlmSettings) -> Result<Option<String>, String> {
             )),
         };
     }
-    if let Some(path) = &s.api_key_file {
+    if let Some(path) = file {
         use std::io::Read;
         let mut text = String::new();
         let read =
@@ -153,7 +168,7 @@ fn content_text(content: &Option<Value>) -> Option<String> {
         Value::String(s) => s.clone(),
         Value::Array(parts) => parts
             .iter()
-            .filter_map(|p| p["text"].as_str())
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
             .collect::<Vec<_>>()
             .join(""),
         _ => return None,
@@ -261,25 +276,57 @@ struct Recorder<'a> {
 
 impl Recorder<'_> {
     fn note(&self, step: Step) {
-        let elapsed = self.started.elapsed().as_millis() as u64;
+        let elapsed = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.transcript
             .lock()
-            .expect("transcript lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .push(self.app.clock.now(), elapsed, step);
     }
 
     fn total_tokens(&self) -> u64 {
         self.transcript
             .lock()
-            .expect("transcript lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .total_tokens
     }
 }
 
+/// Where a run's requests go, and the key they carry.
+struct Target {
+    /// Base URL; requests go to `{url}/chat/completions` and nowhere else.
+    url: String,
+    key: Option<String>,
+}
+
+/// The run's endpoint: the operator's, as the configuration says now, when the agent names
+/// one (it must still exist and be offered to the organisation); else the agent's own URL and
+/// key, which only the operator's command line gives.
+fn target(config: &LlmConfig, s: &LlmSettings, org: &str) -> Result<Target, String> {
+    let Some(id) = &s.endpoint else {
+        return Ok(Target {
+            url: s.url.clone(),
+            key: read_api_key(s)?,
+        });
+    };
+    let e = config.endpoint(id).ok_or_else(|| {
+        format!("the model endpoint `{id}` is no longer in the server's configuration ([[llm.endpoints]])")
+    })?;
+    if !e.allows(org) {
+        return Err(format!(
+            "the model endpoint `{id}` is no longer offered to organisation {org}"
+        ));
+    }
+    let file = e.api_key_file.as_ref().map(|f| f.to_string_lossy());
+    Ok(Target {
+        url: e.url.clone(),
+        key: read_key(e.api_key_env.as_deref(), file.as_deref())?,
+    })
+}
+
 /// Why a model request gave up.
 enum CallFailure {
-    /// Retryable (429, 5xx, no connection); the wait before the next attempt, if any.
-    Transient(String, Option<Duration>),
+    /// Retryable (429, 5xx, no connection); what the endpoint asked to wait.
+    Transient(String, Wait),
     Fatal(String),
 }
 
@@ -295,50 +342,146 @@ fn redact(text: &str, key: Option<&str>) -> String {
 fn error_text(body: &[u8]) -> String {
     let parsed: Option<Value> = serde_json::from_slice(body).ok();
     let message = parsed.as_ref().and_then(|v| {
-        v["error"]["message"]
-            .as_str()
-            .or_else(|| v["error"].as_str())
-            .or_else(|| v["message"].as_str())
+        v.pointer("/error/message")
+            .and_then(Value::as_str)
+            .or_else(|| v.get("error").and_then(Value::as_str))
+            .or_else(|| v.get("message").and_then(Value::as_str))
             .map(str::to_owned)
     });
     let text = message.unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_owned());
     shorten(&text, 500)
 }
 
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    if let Ok(secs) = v.trim().parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
-    }
-    // An HTTP date: the wait until then.
-    let when = jiff::fmt::rfc2822::parse(v.trim()).ok()?.timestamp();
-    let wait = when.duration_since(jiff::Timestamp::now());
-    Some(Duration::from_secs(wait.as_secs().max(0) as u64))
+/// How long to wait before the next attempt, as the endpoint's `Retry-After` says.
+#[derive(Debug, PartialEq)]
+enum Wait {
+    /// No usable `Retry-After` (none, negative, not a number, a past date): kennis's backoff.
+    Backoff,
+    After(Duration),
+    /// Longer than [`MAX_RETRY_AFTER`]: the run ends. The header's value, shortened.
+    TooLong(String),
 }
 
-async fn read_body(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
-    let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| format!("reading the answer: {e}"))?
-    {
-        body.extend_from_slice(&chunk);
-        if body.len() > MAX_RESPONSE {
-            return Err("the answer is over 8 MB".into());
+/// Reads `Retry-After` (seconds, possibly fractional, or an HTTP date judged against `now`)
+/// without trusting it: any number parses without panicking, and waits are capped.
+fn retry_after(headers: &reqwest::header::HeaderMap, now: jiff::Timestamp) -> Wait {
+    let Some(v) = headers
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+    else {
+        return Wait::Backoff;
+    };
+    let too_long = || Wait::TooLong(shorten(v, 40));
+    if let Ok(secs) = v.parse::<f64>() {
+        // NaN, infinities and negative waits are not waits.
+        if !secs.is_finite() || secs < 0.0 {
+            return Wait::Backoff;
+        }
+        if secs > MAX_RETRY_AFTER.as_secs_f64() {
+            return too_long();
+        }
+        return Duration::try_from_secs_f64(secs).map_or(Wait::Backoff, Wait::After);
+    }
+    // An HTTP date: the wait until then.
+    let Some(wait) = until_http_date(v, now) else {
+        return Wait::Backoff;
+    };
+    if wait.is_negative() {
+        return Wait::Backoff;
+    }
+    match Duration::try_from(wait) {
+        Ok(d) if d <= MAX_RETRY_AFTER => Wait::After(d),
+        _ => too_long(),
+    }
+}
+
+/// The time from `now` until an HTTP date (IMF-fixdate, read as civil time so that dates up to
+/// the year 9999 are understood, or any RFC 2822 date).
+fn until_http_date(v: &str, now: jiff::Timestamp) -> Option<jiff::SignedDuration> {
+    let fixdate =
+        jiff::fmt::strtime::parse("%a, %d %b %Y %H:%M:%S GMT", v).and_then(|t| t.to_datetime());
+    if let Ok(when) = fixdate {
+        let now = now.to_zoned(jiff::tz::TimeZone::UTC).datetime();
+        return Some(when.duration_since(now));
+    }
+    let when = jiff::fmt::rfc2822::parse(v).ok()?;
+    Some(when.timestamp().duration_since(now))
+}
+
+/// The size in bytes of a value's JSON, counted without keeping the text.
+fn json_size(value: &impl Serialize) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 = self
+                .0
+                .saturating_add(u64::try_from(buf.len()).unwrap_or(u64::MAX));
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
         }
     }
-    Ok(body)
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => u64::MAX,
+    }
+}
+
+/// What one request to the model carries, serialised straight from the conversation (which
+/// is never copied for it).
+#[derive(Serialize)]
+struct ChatRequest<'a> {
+    model: &'a str,
+    messages: &'a [Value],
+    tools: &'a [Value],
+    tool_choice: &'static str,
+}
+
+/// The conversation with the model, kept under `[llm] max_conversation_bytes`.
+struct Conversation {
+    messages: Vec<Value>,
+    bytes: u64,
+    limit: u64,
+}
+
+impl Conversation {
+    fn new(limit: u64) -> Conversation {
+        Conversation {
+            messages: Vec::new(),
+            bytes: 0,
+            limit,
+        }
+    }
+
+    /// Adds a message, or says why the run ends when the conversation would pass its limit.
+    fn push(&mut self, message: Value) -> Result<(), String> {
+        self.bytes = self.bytes.saturating_add(json_size(&message));
+        if self.bytes > self.limit {
+            return Err(format!(
+                "the conversation with the model grew past {} bytes ([llm] max_conversation_bytes); the run was stopped",
+                self.limit
+            ));
+        }
+        self.messages.push(message);
+        Ok(())
+    }
 }
 
 /// One attempt at `POST {url}/chat/completions`.
 async fn attempt(
-    client: &reqwest::Client,
+    call: &Call<'_>,
     endpoint: &str,
-    key: Option<&str>,
-    body: &Value,
+    body: &[u8],
 ) -> Result<ChatResponse, CallFailure> {
-    let mut request = client.post(endpoint).json(body);
+    let key = call.key;
+    let mut request = call
+        .client
+        .post(endpoint)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body.to_vec());
     if let Some(k) = key {
         request = request.bearer_auth(k);
     }
@@ -352,15 +495,27 @@ async fn attempt(
             };
             return Err(CallFailure::Transient(
                 redact(&format!("{what}: {e}"), key),
-                None,
+                Wait::Backoff,
             ));
         }
     };
     let status = response.status();
-    let wait = retry_after(response.headers());
-    let body = read_body(response)
-        .await
-        .map_err(|e| CallFailure::Transient(e, None))?;
+    let wait = retry_after(response.headers(), call.now);
+    let body = match bounded_body(response, call.max_reply).await {
+        Ok(body) => body,
+        Err(BodyError::TooLarge) => {
+            return Err(CallFailure::Fatal(format!(
+                "answered {status} with more than {} bytes ([llm] max_reply_bytes); the rest was not read and the run was stopped",
+                call.max_reply
+            )));
+        }
+        Err(BodyError::Read(e)) => {
+            return Err(CallFailure::Transient(
+                redact(&format!("the answer could not be read: {e}"), key),
+                Wait::Backoff,
+            ));
+        }
+    };
     if status.is_success() {
         return serde_json::from_slice::<ChatResponse>(&body).map_err(|e| {
             CallFailure::Fatal(format!(
@@ -377,44 +532,54 @@ async fn attempt(
     }
 }
 
+/// What every request of one run shares.
+struct Call<'a> {
+    client: &'a reqwest::Client,
+    key: Option<&'a str>,
+    max_reply: u64,
+    /// The server's clock when the run started (for `Retry-After` dates).
+    now: jiff::Timestamp,
+}
+
 /// A model request with retries on 429, 5xx and lost connections.
 async fn complete(
-    client: &reqwest::Client,
-    settings: &LlmSettings,
-    key: Option<&str>,
-    body: &Value,
+    call: &Call<'_>,
+    url: &str,
+    body: &[u8],
     rec: &Recorder<'_>,
 ) -> Result<ChatResponse, String> {
-    let endpoint = format!("{}/chat/completions", settings.url);
+    let endpoint = format!("{url}/chat/completions");
     let mut backoff = BACKOFF_START;
-    for n in 1..=MAX_ATTEMPTS {
-        match attempt(client, &endpoint, key, body).await {
+    let mut n: u32 = 0;
+    loop {
+        n = n.saturating_add(1);
+        let (reason, wait) = match attempt(call, &endpoint, body).await {
             Ok(r) => return Ok(r),
             Err(CallFailure::Fatal(reason)) => return Err(format!("{endpoint} {reason}")),
-            Err(CallFailure::Transient(reason, wait)) => {
-                if n == MAX_ATTEMPTS {
-                    return Err(format!(
-                        "{endpoint} failed {MAX_ATTEMPTS} times in a row; the last time it {reason}"
-                    ));
-                }
-                let wait = wait.unwrap_or(backoff);
-                if wait > MAX_RETRY_AFTER {
-                    return Err(format!(
-                        "{endpoint} {reason}, and asks to wait {} s, longer than kennis waits ({} s)",
-                        wait.as_secs(),
-                        MAX_RETRY_AFTER.as_secs()
-                    ));
-                }
-                rec.note(Step::Retry {
-                    reason: reason.clone(),
-                    wait_ms: wait.as_millis() as u64,
-                });
-                tokio::time::sleep(wait).await;
-                backoff *= 2;
-            }
+            Err(CallFailure::Transient(reason, wait)) => (reason, wait),
+        };
+        if n >= MAX_ATTEMPTS {
+            return Err(format!(
+                "{endpoint} failed {MAX_ATTEMPTS} times in a row; the last time it {reason}"
+            ));
         }
+        let wait = match wait {
+            Wait::Backoff => backoff,
+            Wait::After(d) => d,
+            Wait::TooLong(asked) => {
+                return Err(format!(
+                    "{endpoint} {reason}, and asks to wait (Retry-After: {asked}) longer than kennis waits ({} s); the run was stopped",
+                    MAX_RETRY_AFTER.as_secs()
+                ));
+            }
+        };
+        rec.note(Step::Retry {
+            reason: reason.clone(),
+            wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+        });
+        tokio::time::sleep(wait).await;
+        backoff = backoff.saturating_mul(2).min(MAX_RETRY_AFTER);
     }
-    unreachable!("the loop returns on its last attempt")
 }
 
 /// What the model's event functions did to the job.
@@ -455,10 +620,10 @@ fn feature_event(
                     );
                 }
             };
-            if options
-                .iter()
-                .any(|o| !o["option_id"].is_string() || !o["label"].is_string())
-            {
+            if options.iter().any(|o| {
+                !o.get("option_id").is_some_and(Value::is_string)
+                    || !o.get("label").is_some_and(Value::is_string)
+            }) {
                 return Err("each option needs a string `option_id` and a string `label`".into());
             }
             let allow_other = match args.get("allow_other") {
@@ -530,40 +695,61 @@ pub(super) async fn run(
         model: Some(settings.model.clone()),
         instructions: shorten(&user, TEXT_KEPT),
     });
-    let key = match read_api_key(settings) {
-        Ok(k) => k,
+    let target = match target(&app.config.llm, settings, &job.organisation) {
+        Ok(t) => t,
         Err(reason) => return Outcome::Failed(reason),
     };
     let system = settings
         .system_prompt
         .clone()
         .unwrap_or_else(|| default_system_prompt(agent, job));
-    let mut messages = vec![
+    let mut conversation = Conversation::new(app.config.llm.max_conversation_bytes);
+    for message in [
         json!({"role": "system", "content": system}),
         json!({"role": "user", "content": user}),
-    ];
+    ] {
+        if let Err(reason) = conversation.push(message) {
+            return Outcome::Failed(reason);
+        }
+    }
     let offer = tool_offer(feature_job, app.kb_index.with_extracted());
     let caller = Caller::agent(agent.org_id, agent.id, job.job_id);
     let mut state = FeatureState {
         status: job
             .extra
             .get("feature_request")
-            .and_then(|r| r["status"].as_str())
+            .and_then(|r| r.get("status"))
+            .and_then(Value::as_str)
             .and_then(feature::parse_status)
             .unwrap_or(Status::Pending),
         asked: false,
     };
-    let client = http_client();
+    let client = match http_client() {
+        Ok(c) => c,
+        Err(reason) => return Outcome::Failed(reason),
+    };
+    let call = Call {
+        client,
+        key: target.key.as_deref(),
+        max_reply: app.config.llm.max_reply_bytes,
+        now: app.clock.now(),
+    };
     let mut steps: u32 = 0;
     loop {
-        let body = json!({
-            "model": settings.model,
-            "messages": messages,
-            "tools": offer,
-            "tool_choice": "auto",
-        });
+        let request = ChatRequest {
+            model: &settings.model,
+            messages: &conversation.messages,
+            tools: &offer,
+            tool_choice: "auto",
+        };
+        let body = match serde_json::to_vec(&request) {
+            Ok(b) => b,
+            Err(e) => return Outcome::Failed(format!("the request could not be written: {e}")),
+        };
         let asked_at = Instant::now();
-        let reply = match complete(client, settings, key.as_deref(), &body, &rec).await {
+        let reply = complete(&call, &target.url, &body, &rec).await;
+        drop(body);
+        let reply = match reply {
             Ok(r) => r,
             Err(reason) => return Outcome::Failed(reason),
         };
@@ -594,7 +780,7 @@ pub(super) async fn run(
             finish_reason: choice.finish_reason.clone(),
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
-            duration_ms: asked_at.elapsed().as_millis() as u64,
+            duration_ms: u64::try_from(asked_at.elapsed().as_millis()).unwrap_or(u64::MAX),
         });
         let used = rec.total_tokens();
         if used > settings.max_tokens {
@@ -621,21 +807,28 @@ pub(super) async fn run(
                 (_, None) => Outcome::Failed("the model ended without an answer".into()),
             };
         }
-        if steps as usize + calls.len() > settings.max_steps as usize {
+        if usize::try_from(steps)
+            .unwrap_or(usize::MAX)
+            .saturating_add(calls.len())
+            > usize::try_from(settings.max_steps).unwrap_or(usize::MAX)
+        {
             return Outcome::Failed(format!(
                 "the model asked for more than {} tool calls (--max-steps); the run was stopped after {steps}",
                 settings.max_steps
             ));
         }
-        messages.push(json!({
+        let asked = json!({
             "role": "assistant",
             "content": content,
             "tool_calls": notes.iter().map(|n| json!({
                 "id": n.id, "type": "function",
                 "function": {"name": n.name, "arguments": n.arguments}})).collect::<Vec<_>>(),
-        }));
+        });
+        if let Err(reason) = conversation.push(asked) {
+            return Outcome::Failed(reason);
+        }
         for (call, note) in calls.iter().zip(&notes) {
-            steps += 1;
+            steps = steps.saturating_add(1);
             let began = Instant::now();
             let (ok, text) = match parse_arguments(&call.function.arguments) {
                 Err(why) => (false, format!("{why} (code invalid_input)")),
@@ -674,9 +867,12 @@ pub(super) async fn run(
                 arguments: shorten(&note.arguments, TEXT_KEPT),
                 ok,
                 result: shorten(&reply, TEXT_KEPT),
-                duration_ms: began.elapsed().as_millis() as u64,
+                duration_ms: u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
             });
-            messages.push(json!({"role": "tool", "tool_call_id": note.id, "content": reply}));
+            let answer = json!({"role": "tool", "tool_call_id": note.id, "content": reply});
+            if let Err(reason) = conversation.push(answer) {
+                return Outcome::Failed(reason);
+            }
         }
         if state.asked {
             // A question ends the job: the request waits for the person's answer.
@@ -707,6 +903,74 @@ mod tests {
         let text = redact(&error_text(body), Some("sk-secret-123"));
         assert_eq!(text, "Incorrect API key provided: [REDACTED]");
         assert_eq!(error_text(b"plain failure"), "plain failure");
+    }
+
+    #[test]
+    fn retry_after_is_read_without_trusting_it() {
+        let now: jiff::Timestamp = "2026-11-25T12:00:00Z".parse().unwrap();
+        let wait = |v: &str| {
+            let mut h = reqwest::header::HeaderMap::new();
+            h.insert(reqwest::header::RETRY_AFTER, v.parse().unwrap());
+            retry_after(&h, now)
+        };
+        assert_eq!(wait("2"), Wait::After(Duration::from_secs(2)));
+        assert_eq!(wait(" 1.5 "), Wait::After(Duration::from_millis(1500)));
+        assert_eq!(wait("1e-400"), Wait::After(Duration::ZERO));
+        for hostile in [
+            "-5",
+            "NaN",
+            "inf",
+            "-inf",
+            "soon",
+            "",
+            "Wed, 25 Nov 2026 11:00:00 GMT",
+        ] {
+            assert_eq!(wait(hostile), Wait::Backoff, "{hostile}");
+        }
+        for too_long in [
+            "1e20",
+            "121",
+            "18446744073709551616",
+            "1.7976931348623157e308",
+            "Fri, 31 Dec 9999 23:59:59 GMT",
+        ] {
+            assert!(matches!(wait(too_long), Wait::TooLong(_)), "{too_long}");
+        }
+        assert_eq!(
+            wait("Wed, 25 Nov 2026 12:00:30 GMT"),
+            Wait::After(Duration::from_secs(30))
+        );
+        assert_eq!(
+            retry_after(&reqwest::header::HeaderMap::new(), now),
+            Wait::Backoff
+        );
+    }
+
+    #[test]
+    fn the_conversation_stops_at_its_limit_and_counts_json_bytes() {
+        let message = json!({"role": "user", "content": "hallo"});
+        assert_eq!(json_size(&message), message.to_string().len() as u64);
+        let mut c = Conversation::new(100);
+        c.push(message.clone()).unwrap();
+        c.push(message.clone()).unwrap();
+        let err = c.push(json!({"content": "x".repeat(100)})).unwrap_err();
+        assert!(err.contains("max_conversation_bytes"), "{err}");
+        assert_eq!(
+            c.messages.len(),
+            2,
+            "the message over the limit was not kept"
+        );
+    }
+
+    #[test]
+    fn agents_stored_before_endpoints_existed_still_load() {
+        let old = json!({"url": "http://127.0.0.1:11434/v1", "model": "m",
+                         "api_key_env": "KENNIS_LLM_OLLAMA", "max_steps": 5, "max_tokens": 1000});
+        let s: LlmSettings = serde_json::from_value(old).unwrap();
+        assert_eq!(s.endpoint, None);
+        let t = target(&LlmConfig::default(), &s, "acme");
+        // Its own URL, and the key from its own variable (unset here: a readable failure).
+        assert!(t.is_err_and(|e| e.contains("KENNIS_LLM_OLLAMA")));
     }
 
     #[test]

@@ -5,6 +5,24 @@
 //! endpoint, or `llm`, a language model behind an OpenAI-compatible chat-completions API that
 //! works with the organisation's knowledge-base tools in-process. Projects carry a rollout
 //! state; triggers may only be saved for `ready` projects.
+//!
+//! Nothing an agent, a model endpoint or an organisation's admin sends may stop a worker: no
+//! `unwrap`, `expect`, `panic!` or unchecked arithmetic in this folder (and a panic that slips
+//! through anyway fails its run, see [`runtime`]).
+
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic,
+        clippy::unreachable,
+        clippy::todo,
+        clippy::unimplemented,
+        clippy::arithmetic_side_effects
+    )
+)]
 
 mod exec;
 mod llm;
@@ -15,6 +33,7 @@ mod transcript;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use crate::config::{LlmConfig, LlmEndpoint};
 use crate::identity;
 use crate::store::{AGENTS, PROJECTS, Read, ReadTx, Store, StoreError, key};
 
@@ -57,6 +76,10 @@ pub enum Executor {
     Command {
         program: String,
         args: Vec<String>,
+        /// Variables of the server's environment passed to the program (`--env`), by name;
+        /// their values are read at run time.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        env: Vec<String>,
     },
     Http {
         url: String,
@@ -131,6 +154,10 @@ pub struct LlmOptions {
     /// The system prompt's text (the command line reads `--system-prompt-file`).
     #[serde(default)]
     pub system_prompt: Option<String>,
+    /// One of the operator's `[[llm.endpoints]]` (its id) instead of `url` and a key of the
+    /// agent's own: the URL and key then come from the server's configuration at run time.
+    #[serde(default)]
+    pub endpoint: Option<String>,
 }
 
 /// What `agent add` asks for; checked by [`add_agent`].
@@ -172,13 +199,30 @@ fn check_url(url: &str, flag: &str) -> Result<(), AgentError> {
     Ok(())
 }
 
-fn llm_executor(new: &NewAgent, llm: Option<&LlmOptions>) -> Result<Executor, AgentError> {
+fn llm_executor(
+    new: &NewAgent,
+    llm: Option<&LlmOptions>,
+    endpoint: Option<&LlmEndpoint>,
+) -> Result<Executor, AgentError> {
     let bad = |m: String| Err(AgentError::InvalidInput(m));
     let Some(o) = llm else {
         return bad("the llm executor needs --url BASE and --model M".into());
     };
-    let Some(url) = new.url.as_deref() else {
-        return bad("the llm executor needs --url BASE (e.g. https://api.openai.com/v1)".into());
+    let url = match (endpoint, new.url.as_deref()) {
+        (Some(_), Some(_)) => return bad("give --endpoint or --url, not both".into()),
+        (Some(_), None) if o.api_key_env.is_some() || o.api_key_file.is_some() => {
+            return bad(
+                "a model endpoint brings its own key: give no --api-key-env or --api-key-file with --endpoint"
+                    .into(),
+            );
+        }
+        (Some(e), None) => e.url.as_str(),
+        (None, None) => {
+            return bad(
+                "the llm executor needs --url BASE (e.g. https://api.openai.com/v1)".into(),
+            );
+        }
+        (None, Some(url)) => url,
     };
     check_url(url, "--url")?;
     if new.program.is_some() || !new.args.is_empty() {
@@ -235,15 +279,70 @@ fn llm_executor(new: &NewAgent, llm: Option<&LlmOptions>) -> Result<Executor, Ag
         max_steps,
         max_tokens,
         system_prompt: system_prompt.map(str::to_owned),
+        endpoint: endpoint.map(|e| e.id.clone()),
     }))
 }
 
-fn executor_of(new: &NewAgent, llm: Option<&LlmOptions>) -> Result<Executor, AgentError> {
+/// The operator's endpoint `id` if organisation `org` may use it. An unknown id and one not
+/// offered to the organisation are refused alike (an admin learns nothing of other
+/// organisations' endpoints).
+pub fn endpoint_for<'a>(
+    endpoints: &'a [LlmEndpoint],
+    org: &str,
+    id: &str,
+) -> Result<&'a LlmEndpoint, AgentError> {
+    endpoints
+        .iter()
+        .find(|e| e.id == id && e.allows(org))
+        .ok_or_else(|| {
+            AgentError::InvalidInput(format!(
+                "the model endpoint `{id}` is not offered to organisation {org}"
+            ))
+        })
+}
+
+/// Checks the names of `--env`: variables of the server a `command` agent receives.
+fn check_env_names(names: &[String]) -> Result<Vec<String>, AgentError> {
+    let mut out: Vec<String> = Vec::new();
+    for name in names {
+        let name = name.trim();
+        let ok = name.len() <= 200
+            && name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            return Err(AgentError::InvalidInput(format!(
+                "--env `{name}` is not an environment variable's name (A-Z, 0-9, _)"
+            )));
+        }
+        if name.starts_with("KENNIS_") {
+            return Err(AgentError::InvalidInput(format!(
+                "--env `{name}`: no KENNIS_ variable of the server is passed to an agent (the job's are KENNIS_RUN_*)"
+            )));
+        }
+        if !out.iter().any(|n| n == name) {
+            out.push(name.to_owned());
+        }
+    }
+    Ok(out)
+}
+
+fn executor_of(
+    new: &NewAgent,
+    extra: &AgentExtras,
+    endpoint: Option<&LlmEndpoint>,
+) -> Result<Executor, AgentError> {
     let bad = |m: &str| Err(AgentError::InvalidInput(m.into()));
+    let llm = extra.llm;
     if llm.is_some() && new.exec != "llm" {
         return bad(
-            "--model, --api-key-*, --max-steps, --max-tokens and --system-prompt-file are for the llm executor",
+            "--model, --endpoint, --api-key-*, --max-steps, --max-tokens and --system-prompt-file are for the llm executor",
         );
+    }
+    if !extra.env.is_empty() && new.exec != "command" {
+        return bad("--env is for the command executor");
     }
     match new.exec.as_str() {
         "echo" => {
@@ -270,6 +369,7 @@ fn executor_of(new: &NewAgent, llm: Option<&LlmOptions>) -> Result<Executor, Age
             Ok(Executor::Command {
                 program: program.to_owned(),
                 args: new.args.clone(),
+                env: check_env_names(extra.env)?,
             })
         }
         "http" => {
@@ -284,7 +384,7 @@ fn executor_of(new: &NewAgent, llm: Option<&LlmOptions>) -> Result<Executor, Age
                 url: url.to_owned(),
             })
         }
-        "llm" => llm_executor(new, llm),
+        "llm" => llm_executor(new, llm, endpoint),
         other => Err(AgentError::InvalidInput(format!(
             "executor `{other}` is not echo, command, http or llm"
         ))),
@@ -315,8 +415,38 @@ pub fn add_agent_with(
     llm: Option<&LlmOptions>,
     now: Timestamp,
 ) -> Result<Agent, AgentError> {
+    let extra = AgentExtras {
+        llm,
+        ..AgentExtras::default()
+    };
+    add_agent_full(store, org, new, &extra, now)
+}
+
+/// What `agent add` may give beyond [`NewAgent`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AgentExtras<'a> {
+    /// The settings of an `llm` agent.
+    pub llm: Option<&'a LlmOptions>,
+    /// `--env`: variables of the server's environment a `command` agent receives.
+    pub env: &'a [String],
+    /// The operator's `[[llm.endpoints]]`, for an `llm` agent that names one.
+    pub endpoints: &'a [LlmEndpoint],
+}
+
+/// Adds an agent as the operator (the command line): any executor, any URL.
+pub fn add_agent_full(
+    store: &Store,
+    org: &str,
+    new: &NewAgent,
+    extra: &AgentExtras,
+    now: Timestamp,
+) -> Result<Agent, AgentError> {
     let name = check_name("agent", &new.name)?;
-    let executor = executor_of(new, llm)?;
+    let endpoint = match extra.llm.and_then(|o| o.endpoint.as_deref()) {
+        Some(id) => Some(endpoint_for(extra.endpoints, org, id)?),
+        None => None,
+    };
+    let executor = executor_of(new, extra, endpoint)?;
     let default_timeout = match executor {
         Executor::Llm(_) => DEFAULT_LLM_TIMEOUT_SECS,
         _ => DEFAULT_TIMEOUT_SECS,
@@ -350,6 +480,38 @@ pub fn add_agent_with(
         tx.put(AGENTS, &key::id(agent.id), &agent)?;
         Ok(agent)
     })
+}
+
+/// Adds a language-model agent as an organisation's admin (the portal): only on one of the
+/// operator's endpoints offered to the organisation. A URL, key variable or key file of the
+/// admin's own, or another executor, is refused: the operator's keys go only to the
+/// operator's endpoints.
+pub fn add_org_admin_agent(
+    store: &Store,
+    llm_config: &LlmConfig,
+    org: &str,
+    new: &NewAgent,
+    llm: &LlmOptions,
+    now: Timestamp,
+) -> Result<Agent, AgentError> {
+    let bad = |m: &str| Err(AgentError::InvalidInput(m.into()));
+    if new.exec != "llm" || new.program.is_some() || !new.args.is_empty() {
+        return bad("an organisation's admin adds language-model agents only");
+    }
+    if new.url.is_some() || llm.api_key_env.is_some() || llm.api_key_file.is_some() {
+        return bad(
+            "an organisation's admin chooses one of the operator's model endpoints; another URL or key is given only on the server's command line",
+        );
+    }
+    if llm.endpoint.is_none() {
+        return bad("choose one of the model endpoints offered to this organisation");
+    }
+    let extra = AgentExtras {
+        llm: Some(llm),
+        env: &[],
+        endpoints: &llm_config.endpoints,
+    };
+    add_agent_full(store, org, new, &extra, now)
 }
 
 /// Adds a project to the organisation with slug `org`.

@@ -66,16 +66,54 @@ pub enum Outcome {
     TimedOut,
 }
 
+/// Why a bounded response body was not read.
+#[derive(Debug)]
+pub(super) enum BodyError {
+    /// The body is (or announced itself) larger than the limit; reading stopped there.
+    TooLarge,
+    /// The connection failed while reading.
+    Read(String),
+}
+
+/// Reads a response body of at most `limit` bytes, chunk by chunk: a larger one is refused as
+/// soon as it passes the limit (or at once when its `Content-Length` says so), never buffered
+/// whole.
+pub(super) async fn bounded_body(
+    mut response: reqwest::Response,
+    limit: u64,
+) -> Result<Vec<u8>, BodyError> {
+    if response.content_length().is_some_and(|n| n > limit) {
+        return Err(BodyError::TooLarge);
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| BodyError::Read(e.to_string()))?
+    {
+        let len = u64::try_from(body.len().saturating_add(chunk.len())).unwrap_or(u64::MAX);
+        if len > limit {
+            return Err(BodyError::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
 /// The shared client for agent endpoints: redirects are not followed (an API key must not
-/// travel to another host).
-pub(super) fn http_client() -> &'static reqwest::Client {
-    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    CLIENT.get_or_init(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .expect("http client")
-    })
+/// travel to another host). `Err` when no TLS back end could start (every request fails then).
+pub(super) fn http_client() -> Result<&'static reqwest::Client, String> {
+    static CLIENT: std::sync::OnceLock<Result<reqwest::Client, String>> =
+        std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .connect_timeout(Duration::from_secs(10))
+                .build()
+                .map_err(|e| format!("the HTTP client for agents could not be built: {e}"))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
 }

@@ -5,10 +5,18 @@
 //! behind back in line: a `queued` run is simply queued again, a `running` run is re-queued
 //! once and marked `failed` if the server stopped during it a second time, so no slot stays
 //! blocked for ever.
+//!
+//! No executor can stop a worker: a panic inside one fails that job with a readable result
+//! ([`guarded`]), and a panic anywhere else in a job is caught at the worker, which fails the
+//! run if it is still active and takes the next one.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
+
+use futures::FutureExt;
 
 use tokio::sync::{Notify, mpsc, watch};
 
@@ -52,7 +60,12 @@ impl RunQueue {
     /// Stops the executor of run `run_id` if a worker is executing it (its slot is then free
     /// for the next run). The run's status is the caller's to set (see [`cancel_run`]).
     pub fn stop(&self, run_id: u64) {
-        if let Some(signal) = self.running.lock().expect("runs lock").get(&run_id) {
+        if let Some(signal) = self
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&run_id)
+        {
             // `notify_one` keeps the signal if the worker is not waiting yet.
             signal.notify_one();
         }
@@ -62,13 +75,16 @@ impl RunQueue {
         let signal = Arc::new(Notify::new());
         self.running
             .lock()
-            .expect("runs lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .insert(run_id, signal.clone());
         signal
     }
 
     fn leave(&self, run_id: u64) {
-        self.running.lock().expect("runs lock").remove(&run_id);
+        self.running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&run_id);
     }
 }
 
@@ -241,13 +257,16 @@ pub fn start_workers(
     for id in recover(&app.store, app.clock.now())? {
         enqueue(app, id);
     }
-    let rx = app
+    let Some(rx) = app
         .runs
         .rx
         .lock()
-        .expect("run queue lock")
+        .unwrap_or_else(PoisonError::into_inner)
         .take()
-        .expect("workers start once");
+    else {
+        tracing::error!("the agent workers were started twice; the second start is ignored");
+        return Ok(Vec::new());
+    };
     let rx = Arc::new(tokio::sync::Mutex::new(rx));
     let mut handles = Vec::new();
     for _ in 0..app.config.agent_workers {
@@ -260,7 +279,7 @@ pub fn start_workers(
                 };
                 let Some(id) = next else { break };
                 tokio::select! {
-                    _ = execute_run(&app, id) => {},
+                    _ = worker_job(&app, id) => {},
                     // Stopping abandons the run (a command is killed); it stays `running` and
                     // the next start re-queues it.
                     _ = stop.wait_for(|s| *s) => break,
@@ -269,6 +288,75 @@ pub fn start_workers(
         }));
     }
     Ok(handles)
+}
+
+/// The text of a caught panic.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    let text = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_owned());
+    transcript::shorten(&text, 300)
+}
+
+/// Runs an executor; a panic inside it fails the job (with a readable result) instead of
+/// ending the worker.
+async fn guarded(work: impl Future<Output = Outcome>) -> Outcome {
+    match AssertUnwindSafe(work).catch_unwind().await {
+        Ok(outcome) => outcome,
+        Err(panic) => {
+            let what = panic_text(panic.as_ref());
+            tracing::error!(panic = %what, "an agent executor panicked; its job failed");
+            Outcome::Failed(format!(
+                "the executor stopped on an internal error ({what}); the job was failed and the worker went on"
+            ))
+        }
+    }
+}
+
+/// One job of a worker: a panic outside the executor (which [`guarded`] catches) is caught
+/// here too; the run is failed if it is still active, and the worker takes the next job.
+async fn worker_job(app: &Arc<App>, id: u64) {
+    let Err(panic) = AssertUnwindSafe(execute_run(app, id)).catch_unwind().await else {
+        return;
+    };
+    let what = panic_text(panic.as_ref());
+    tracing::error!(run = id, panic = %what, "an agent job panicked; the worker goes on");
+    app.runs.leave(id);
+    let now = app.clock.now();
+    let reason = format!("the job stopped on an internal error ({what}); it was failed");
+    let failed = app
+        .commits
+        .write(move |tx| {
+            let Some(mut r) = requests::get(tx, id)? else {
+                return Ok(false);
+            };
+            if r.kind == Kind::FeatureRequest {
+                if r.job.is_none() {
+                    return Ok(false);
+                }
+                r.job = None;
+                r.redispatch = false;
+                r.conversation.push(system_message(reason, now));
+            } else {
+                if r.status.is_final() {
+                    return Ok(false);
+                }
+                r.status = Status::Failed;
+                r.result = Some(reason);
+            }
+            r.updated_at = now;
+            requests::put(tx, &r)?;
+            tx.delete(ACTIVE_RUNS, &key::id(id))?;
+            Ok::<bool, StoreError>(r.kind == Kind::Run)
+        })
+        .await;
+    match failed {
+        Ok(true) => app.metrics.runs_finished(Status::Failed, 0.0),
+        Ok(false) => {}
+        Err(e) => tracing::error!(run = id, error = %e, "could not fail a run after a panic"),
+    }
 }
 
 /// Collects a run's events: the `result` text decides success.
@@ -304,7 +392,7 @@ impl EventSink for FeatureSink {
         if self.events.len() < MAX_FEATURE_EVENTS {
             self.events.push(event);
         } else {
-            self.dropped += 1;
+            self.dropped = self.dropped.saturating_add(1);
         }
     }
 }
@@ -346,7 +434,7 @@ async fn execute_run(app: &Arc<App>, id: u64) {
                 return Ok(Claim::Failed);
             };
             run.status = Status::Running;
-            run.attempts += 1;
+            run.attempts = run.attempts.saturating_add(1);
             run.started_at = Some(now);
             run.updated_at = now;
             requests::put(tx, &run)?;
@@ -385,7 +473,7 @@ async fn execute_run(app: &Arc<App>, id: u64) {
     let ctx = JobContext::new(app);
     let stop = app.runs.enter(run.id);
     let outcome = tokio::select! {
-        outcome = dispatch(&ctx, &agent, &job, &mut sink) => Some(outcome),
+        outcome = guarded(dispatch(&ctx, &agent, &job, &mut sink)) => Some(outcome),
         _ = stop.notified() => None,
     };
     app.runs.leave(run.id);
@@ -502,7 +590,7 @@ fn claim_feature(
     };
     r.job = Some(JobState::Running);
     r.redispatch = false;
-    r.attempts += 1;
+    r.attempts = r.attempts.saturating_add(1);
     requests::put(tx, &r)?;
     let mut extra = serde_json::Map::new();
     extra.insert(
@@ -541,7 +629,7 @@ async fn execute_feature(app: &Arc<App>, job: Job, agent: super::Agent) {
     let mut sink = FeatureSink::default();
     let ctx = JobContext::new(app);
     let started = Instant::now();
-    let outcome = dispatch(&ctx, &agent, &job, &mut sink).await;
+    let outcome = guarded(dispatch(&ctx, &agent, &job, &mut sink)).await;
     let id = job.job_id;
     let mut done = ctx.take_transcript();
     let (end, note) = match &outcome {
@@ -616,6 +704,24 @@ async fn execute_feature(app: &Arc<App>, job: Job, agent: super::Agent) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_executor_fails_its_job_instead_of_the_worker() {
+        let out = guarded(async { panic!("index out of bounds: the len is 0") }).await;
+        let Outcome::Failed(reason) = out else {
+            panic!("{out:?}")
+        };
+        assert!(
+            reason.contains("internal error") && reason.contains("index out of bounds"),
+            "{reason}"
+        );
+        let owned = guarded(async { std::panic::panic_any(format!("{}", 42)) }).await;
+        assert!(matches!(owned, Outcome::Failed(r) if r.contains("42")));
+        assert_eq!(
+            guarded(async { Outcome::Completed }).await,
+            Outcome::Completed
+        );
+    }
 
     #[test]
     fn recovery_requeues_once_then_fails() {

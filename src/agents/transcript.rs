@@ -106,38 +106,46 @@ impl Transcript {
             ..
         } = &step
         {
-            self.prompt_tokens += prompt_tokens;
-            self.completion_tokens += completion_tokens;
-            self.total_tokens += prompt_tokens + completion_tokens;
+            // Counts come from the endpoint: add without overflowing.
+            self.prompt_tokens = self.prompt_tokens.saturating_add(*prompt_tokens);
+            self.completion_tokens = self.completion_tokens.saturating_add(*completion_tokens);
+            self.total_tokens = self
+                .total_tokens
+                .saturating_add(prompt_tokens.saturating_add(*completion_tokens));
         }
         if matches!(step, Step::Tool { .. }) {
-            self.tool_calls += 1;
+            self.tool_calls = self.tool_calls.saturating_add(1);
         }
         self.entries.push(Entry {
             at,
             elapsed_ms,
             step,
         });
-        if self.entries.len() > ENTRIES_KEPT {
-            let extra = self.entries.len() - ENTRIES_KEPT;
+        self.keep_last();
+    }
+
+    /// Drops the oldest entries past [`ENTRIES_KEPT`], counting them.
+    fn keep_last(&mut self) {
+        let extra = self.entries.len().saturating_sub(ENTRIES_KEPT);
+        if extra > 0 {
             self.entries.drain(..extra);
-            self.dropped += extra as u64;
+            self.dropped = self
+                .dropped
+                .saturating_add(u64::try_from(extra).unwrap_or(u64::MAX));
         }
     }
 
     /// Adds `newer` (a job's entries) to this stored transcript.
     pub fn extend(&mut self, newer: Transcript) {
-        self.prompt_tokens += newer.prompt_tokens;
-        self.completion_tokens += newer.completion_tokens;
-        self.total_tokens += newer.total_tokens;
-        self.tool_calls += newer.tool_calls;
-        self.dropped += newer.dropped;
+        self.prompt_tokens = self.prompt_tokens.saturating_add(newer.prompt_tokens);
+        self.completion_tokens = self
+            .completion_tokens
+            .saturating_add(newer.completion_tokens);
+        self.total_tokens = self.total_tokens.saturating_add(newer.total_tokens);
+        self.tool_calls = self.tool_calls.saturating_add(newer.tool_calls);
+        self.dropped = self.dropped.saturating_add(newer.dropped);
         self.entries.extend(newer.entries);
-        if self.entries.len() > ENTRIES_KEPT {
-            let extra = self.entries.len() - ENTRIES_KEPT;
-            self.entries.drain(..extra);
-            self.dropped += extra as u64;
-        }
+        self.keep_last();
     }
 }
 

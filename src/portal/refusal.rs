@@ -232,6 +232,26 @@ const SENTENCES: &[(&str, &str, &str)] = &[
     ),
     (
         "invalid_input",
+        "the model endpoint `{id}` is not offered to organisation {org}",
+        "refused-agent-endpoint",
+    ),
+    (
+        "invalid_input",
+        "choose one of the model endpoints offered to this organisation",
+        "refused-agent-choose-endpoint",
+    ),
+    (
+        "invalid_input",
+        "an organisation's admin chooses one of the operator's model endpoints; another URL or key is given only on the server's command line",
+        "refused-agent-own-endpoint",
+    ),
+    (
+        "invalid_input",
+        "an organisation's admin adds language-model agents only",
+        "refused-agent-llm-only",
+    ),
+    (
+        "invalid_input",
         "--model must be 1 to 200 characters",
         "refused-agent-model",
     ),
@@ -484,6 +504,11 @@ mod tests {
                 .problem(),
         );
         out.push("boss".parse::<identity::Role>().unwrap_err().problem());
+        out.push(
+            crate::agents::endpoint_for(&[], "acme", "elsewhere")
+                .unwrap_err()
+                .problem(),
+        );
         for p in ["/a", "a\\b", "a//b", "a/../b", "a/ b /c", "a\u{1}"] {
             let e: KbError = path::normalize(p).unwrap_err();
             out.push(e.problem());

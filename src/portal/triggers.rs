@@ -74,6 +74,8 @@ fn list_page(
 ) -> Response {
     let csrf = &m.0.user.csrf;
     let base = base(m);
+    let endpoints: Vec<&crate::config::LlmEndpoint> =
+        app.config.llm.endpoints_for(&m.0.org.slug).collect();
     let generic: Vec<&Agent> = d
         .agents
         .iter()
@@ -131,24 +133,29 @@ fn list_page(
         div.table-wrap { table #agents {
             thead { tr { th scope="col" .num { (t("col-id")) } th scope="col" { (t("col-name")) } th scope="col" { (t("col-kind")) } th scope="col" { (t("col-executor")) } th scope="col" .num { (t("col-timeout")) } } }
             tbody { @for a in &d.agents {
-                tr { td.num { (a.id) } td { (a.name) } td { @if a.kind == AgentKind::Generic { (t("agent-generic")) } @else { (t("agent-feature")) } } td { (a.executor.name()) @if let agents::Executor::Llm(l) = &a.executor { " · " (l.model) " · " code { (l.url) } } } td.num { (seconds(a.timeout_secs)) } }
+                tr { td.num { (a.id) } td { (a.name) } td { @if a.kind == AgentKind::Generic { (t("agent-generic")) } @else { (t("agent-feature")) } } td { (a.executor.name()) @if let agents::Executor::Llm(l) = &a.executor { " · " (l.model) " · " code { (l.endpoint.as_deref().unwrap_or(&l.url)) } } } td.num { (seconds(a.timeout_secs)) } }
             } }
         } }
         h2 { (t("agent-new")) }
-        p.muted { (ta("agent-new-explain", &[("prefix", PORTAL_KEY_PREFIX.to_owned())])) }
+        p.muted { (t("agent-new-explain")) }
+        @if endpoints.is_empty() {
+            p.muted #no-endpoints { (t("agent-no-endpoints")) }
+        } @else {
         form #agent-form .stack method="post" action={ "/portal/o/" (m.0.org.slug) "/agents" } {
             (csrf_field(csrf))
             input type="hidden" name="exec" value="llm";
             label { (t("col-name")) input type="text" name="name" required maxlength="100"; }
             label { (t("col-kind")) select name="kind" { option value="generic" { (t("agent-generic-long")) } option value="feature" { (t("agent-feature-long")) } } }
-            label { (t("field-base-url")) input type="url" name="url" required placeholder="https://api.openai.com/v1"; }
+            label { (t("field-endpoint")) select name="endpoint" required {
+                @for e in &endpoints { option value=(e.id) { (e.id) } }
+            } }
             label { (t("field-model")) input type="text" name="model" required maxlength="200"; }
-            label { (t("field-api-key-env")) input type="text" name="api_key_env" placeholder={ (PORTAL_KEY_PREFIX) "OPENAI" }; }
             label { (t("field-max-steps")) input type="number" name="max_steps" value=(agents::DEFAULT_MAX_STEPS) min="1" max=(agents::MAX_MAX_STEPS); }
             label { (t("field-max-tokens")) input type="number" name="max_tokens" value=(agents::DEFAULT_MAX_TOKENS); }
             label { (t("field-timeout")) input type="number" name="timeout" value=(agents::DEFAULT_LLM_TIMEOUT_SECS) min="1" max=(agents::MAX_TIMEOUT_SECS); }
             label { (t("field-system-prompt")) textarea name="system_prompt" rows="4" cols="60" {} }
             button type="submit" { (t("agent-add")) }
+        }
         }
         h2 { (t("projects-heading")) }
         div.table-wrap { table #projects {
@@ -263,11 +270,6 @@ pub(super) async fn change(
     }
 }
 
-/// The environment variables organisation admins may name for an API key in the portal: the
-/// server's administrator decides which keys exist, and no other variable (or any file) of
-/// the server can be sent to an endpoint an organisation admin chose.
-pub const PORTAL_KEY_PREFIX: &str = "KENNIS_LLM_";
-
 /// The agent form's settings, or why they are refused before the domain sees them (in the
 /// request's language).
 fn portal_agent(form: &CsrfForm) -> Result<(agents::NewAgent, agents::LlmOptions), String> {
@@ -288,16 +290,6 @@ fn portal_agent(form: &CsrfForm) -> Result<(agents::NewAgent, agents::LlmOptions
         Some("feature") => AgentKind::Feature,
         _ => return Err(t("agent-choose-kind")),
     };
-    let api_key_env = text("api_key_env").map(str::to_owned);
-    if api_key_env
-        .as_deref()
-        .is_some_and(|v| !v.starts_with(PORTAL_KEY_PREFIX) || v.len() == PORTAL_KEY_PREFIX.len())
-    {
-        return Err(ta(
-            "agent-key-prefix",
-            &[("prefix", PORTAL_KEY_PREFIX.to_owned())],
-        ));
-    }
     let new = agents::NewAgent {
         name: form.field("name").unwrap_or("").to_owned(),
         kind,
@@ -307,10 +299,12 @@ fn portal_agent(form: &CsrfForm) -> Result<(agents::NewAgent, agents::LlmOptions
         url: text("url").map(str::to_owned),
         timeout_secs: num("timeout", "field-timeout")?,
     };
+    // A URL or key of the admin's own is passed on as sent, for the domain to refuse.
     let llm = agents::LlmOptions {
         model: text("model").unwrap_or("").to_owned(),
-        api_key_env,
-        api_key_file: None,
+        endpoint: text("endpoint").map(str::to_owned),
+        api_key_env: text("api_key_env").map(str::to_owned),
+        api_key_file: text("api_key_file").map(str::to_owned),
         max_steps: num("max_steps", "field-max-steps")?.map(|n| n.min(u32::MAX as u64) as u32),
         max_tokens: num("max_tokens", "field-max-tokens")?,
         system_prompt: text("system_prompt").map(str::to_owned),
@@ -329,9 +323,15 @@ pub(super) async fn add_agent(
     let result = app
         .blocking(move |app| {
             let added = checked.map_err(Refused::Said).and_then(|(new, llm)| {
-                let a =
-                    agents::add_agent_with(&app.store, &slug, &new, Some(&llm), app.clock.now())
-                        .map_err(|e| Refused::Domain(e.problem()))?;
+                let a = agents::add_org_admin_agent(
+                    &app.store,
+                    &app.config.llm,
+                    &slug,
+                    &new,
+                    &llm,
+                    app.clock.now(),
+                )
+                .map_err(|e| Refused::Domain(e.problem()))?;
                 if a.kind == AgentKind::Feature {
                     let adopted = crate::requests::service::adopt_waiting(&app.store, org_id)
                         .map_err(|e| Refused::Domain(e.problem()))?;

@@ -12,6 +12,7 @@ use std::time::Duration;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use kennis::agents::{self, AgentKind, LlmOptions, NewAgent, Rollout};
+use kennis::config::{LlmEndpoint, LlmTable, Settings};
 use kennis::kb;
 use kennis::triggers::{self, NewTrigger};
 use serde_json::{Value, json};
@@ -21,6 +22,8 @@ use crate::fixture::{Browser, Seeded, ServeProcess, TestServer, http_client, run
 /// What the stand-in does for one request.
 enum Reply {
     Json(u16, Vec<(&'static str, String)>, Value),
+    /// 200 with the value's JSON sent in 64 KiB chunks, without `Content-Length`.
+    Stream(Value),
     /// Never answers (the handler is dropped when the client goes away).
     Hang,
 }
@@ -67,6 +70,16 @@ impl StandIn {
                             }
                             r
                         }
+                        Reply::Stream(value) => {
+                            let bytes = serde_json::to_vec(&value).unwrap();
+                            let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+                                bytes.chunks(64 * 1024).map(|c| Ok(c.to_vec())).collect();
+                            let body = axum::body::Body::from_stream(futures::stream::iter(chunks));
+                            Response::builder()
+                                .header("content-type", "application/json")
+                                .body(body)
+                                .unwrap()
+                        }
                         Reply::Hang => {
                             struct Guard(Arc<AtomicBool>);
                             impl Drop for Guard {
@@ -81,6 +94,8 @@ impl StandIn {
                 }
             }),
         );
+        // Conversations of several MB arrive whole (the limit under test is kennis's).
+        let app = app.layer(axum::extract::DefaultBodyLimit::disable());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -158,7 +173,11 @@ struct Setup {
 }
 
 async fn setup() -> Setup {
-    let t = TestServer::start().await;
+    setup_with(Settings::default()).await
+}
+
+async fn setup_with(settings: Settings) -> Setup {
+    let t = TestServer::start_with(settings).await;
     let s = t.seed("Bouwbedrijf", "annie@example.org");
     let app = t.app();
     for (path, text) in [
@@ -237,6 +256,7 @@ fn add_llm(x: &Setup, a: LlmAgent) -> agents::Agent {
             max_steps: a.max_steps,
             max_tokens: a.max_tokens,
             system_prompt: None,
+            endpoint: None,
         }),
         app.clock.now(),
     )
@@ -860,75 +880,204 @@ async fn an_endpoint_that_never_answers_times_out_and_a_running_run_can_be_cance
     assert!(v["result"].as_str().unwrap().contains("annie@example.org"));
 }
 
+/// A stand-in that answers every request with a plain final answer.
+async fn answering(text: &'static str) -> StandIn {
+    StandIn::start(Box::new(move |_, _| completion(Some(text), &[], (10, 5)))).await
+}
+
+/// An operator's endpoint whose key is in `key_file`.
+fn endpoint(id: &str, url: &str, key_file: &std::path::Path, orgs: &[&str]) -> LlmEndpoint {
+    LlmEndpoint {
+        id: id.into(),
+        url: url.into(),
+        api_key_env: None,
+        api_key_file: Some(key_file.to_owned()),
+        orgs: orgs.iter().map(|o| o.to_string()).collect(),
+    }
+}
+
+fn with_endpoints(endpoints: Vec<LlmEndpoint>) -> Settings {
+    Settings {
+        llm: Some(LlmTable {
+            endpoints: Some(endpoints),
+            ..LlmTable::default()
+        }),
+        ..Settings::default()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn portal_adds_language_model_agents_with_keys_only_from_kennis_llm_variables() {
-    let x = setup().await;
+async fn an_org_admin_chooses_among_the_operators_endpoints_and_the_key_goes_nowhere_else() {
+    let offered = answering("Antwoord van het aangeboden endpoint.").await;
+    // The admin's own server, and an endpoint the operator offers only to another organisation.
+    let attacker = answering("Dank voor de sleutel.").await;
+    let private = answering("Alleen voor een andere organisatie.").await;
+    // An offered endpoint that redirects to another server.
+    let elsewhere = answering("Doorgestuurd.").await;
+    let target = format!("{}/chat/completions", elsewhere.url);
+    let redirecting = StandIn::start(Box::new(move |_, _| {
+        Reply::Json(307, vec![("location", target.clone())], json!({}))
+    }))
+    .await;
+    let keys = tempfile::tempdir().unwrap();
+    let key_file = keys.path().join("operator.key");
+    let key = format!("sk-operator-{}", uuid::Uuid::new_v4().simple());
+    std::fs::write(&key_file, &key).unwrap();
+    let endpoints = vec![
+        endpoint("offered", &offered.url, &key_file, &["*"]),
+        endpoint("redirecting", &redirecting.url, &key_file, &["*"]),
+        endpoint("private", &private.url, &key_file, &["somebody-else"]),
+    ];
+    let mut x = setup_with(with_endpoints(endpoints)).await;
     let mut b = Browser::new(&x.t);
     b.login(&x.s, "/portal").await;
     let page = b.get(&format!("/portal/o/{}/triggers", x.s.org.slug)).await;
     assert!(page.body.contains("id=\"agent-form\""));
+    // A choice among the endpoints offered to this organisation; no address, no key.
+    assert!(
+        page.body.contains("<option value=\"offered\">"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("<option value=\"redirecting\">"));
+    assert!(!page.body.contains("private"));
+    assert!(!page.body.contains("name=\"url\"") && !page.body.contains("name=\"api_key_env\""));
     let path = format!("/portal/o/{}/agents", x.s.org.slug);
     let csrf = page.csrf();
-    let form = |name: &'static str, env: &'static str| {
-        vec![
-            ("name", name),
-            ("exec", "llm"),
-            ("kind", "generic"),
-            ("url", "http://127.0.0.1:11434/v1"),
-            ("model", "qwen2.5:7b"),
-            ("api_key_env", env),
-            ("max_steps", "10"),
-        ]
+    let form = |fields: &[(&'static str, &str)]| {
+        let mut f: Vec<(&str, String)> = vec![
+            ("csrf_token", csrf.clone()),
+            ("name", "Model".into()),
+            ("exec", "llm".into()),
+            ("kind", "generic".into()),
+            ("model", "gpt-4.1-mini".into()),
+            ("endpoint", "offered".into()),
+        ];
+        for (k, v) in fields {
+            f.retain(|(n, _)| n != k);
+            f.push((k, v.to_string()));
+        }
+        f
     };
     let count = || {
         agents::list_agents(&x.t.app().store, x.s.org.id)
             .unwrap()
             .len()
     };
-    // Attack: naming another of the server's variables (or a file) to send it to an endpoint
-    // of the admin's choice.
-    for (env, extra) in [
-        ("HOME", None),
-        ("KENNIS_LLM_", None),
-        ("", Some(("api_key_file", "/etc/passwd"))),
-    ] {
-        let mut f = form("Bad", env);
-        f.push(("csrf_token", &csrf));
-        if let Some(e) = extra {
-            f.push(e);
-            f.retain(|(k, _)| *k != "exec");
-            f.push(("exec", "command"));
-        }
+    // Attacks: the admin's own URL (with or without an endpoint), a variable of the server
+    // holding a key, a key file, an endpoint not offered to this organisation, an unknown one.
+    let forged: Vec<(Vec<(&'static str, &str)>, &str)> = vec![
+        (
+            vec![("url", attacker.url.as_str())],
+            "another address or API key can only be set by the operator",
+        ),
+        (
+            vec![("endpoint", ""), ("url", attacker.url.as_str())],
+            "another address or API key can only be set by the operator",
+        ),
+        (
+            vec![("api_key_env", "KENNIS_LLM_SECRET")],
+            "another address or API key can only be set by the operator",
+        ),
+        (
+            vec![("api_key_file", key_file.to_str().unwrap())],
+            "another address or API key can only be set by the operator",
+        ),
+        (
+            vec![("endpoint", "private")],
+            "is not offered to this organisation",
+        ),
+        (
+            vec![("endpoint", "nowhere")],
+            "is not offered to this organisation",
+        ),
+        (
+            vec![("endpoint", "")],
+            "Choose one of the model endpoints offered to this organisation",
+        ),
+    ];
+    for (fields, said) in forged {
+        let f = form(&fields);
+        let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let p = b.post(&path, &f).await;
-        assert_eq!(p.status, 400, "{env}: {}", p.body);
-        let said = if extra.is_some() {
-            "added by the server"
-        } else {
-            "must start with KENNIS_LLM_"
-        };
-        assert!(p.body.contains(said), "{}", p.body);
-        assert_eq!(count(), 0);
+        assert_eq!(p.status, 400, "{fields:?}: {}", p.body);
+        assert!(p.body.contains(said), "{fields:?}: {}", p.body);
+        assert_eq!(count(), 0, "{fields:?}: nothing stored");
     }
-    let mut f = form("Lokaal", "KENNIS_LLM_OLLAMA");
-    f.push(("csrf_token", &csrf));
+    // The operator's endpoint as offered.
+    let f = form(&[]);
+    let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let p = b.post(&path, &f).await;
     assert_eq!(p.status, 303, "{}", p.body);
     let added = agents::list_agents(&x.t.app().store, x.s.org.id).unwrap();
-    assert_eq!(added.len(), 1);
-    match &added[0].executor {
-        agents::Executor::Llm(l) => {
-            assert_eq!(
-                (
-                    l.model.as_str(),
-                    l.api_key_env.as_deref(),
-                    l.api_key_file.as_deref(),
-                    l.max_steps
-                ),
-                ("qwen2.5:7b", Some("KENNIS_LLM_OLLAMA"), None, 10)
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    let agents::Executor::Llm(l) = &added[0].executor else {
+        panic!("{:?}", added[0].executor)
+    };
+    assert_eq!(
+        (
+            l.endpoint.as_deref(),
+            l.url.as_str(),
+            l.api_key_env.as_deref(),
+            l.api_key_file.as_deref()
+        ),
+        (Some("offered"), offered.url.as_str(), None, None)
+    );
+    let h = trigger(&x, &added[0]);
+    let id = fire_run(&h).await;
+    let v = wait_final(&x.t.base, &h, id).await;
+    assert_eq!(
+        (v["status"].as_str(), v["result"].as_str()),
+        (
+            Some("succeeded"),
+            Some("Antwoord van het aangeboden endpoint.")
+        )
+    );
+    assert_eq!(
+        offered.requests()[0].0.as_deref(),
+        Some(format!("Bearer {key}").as_str())
+    );
+
+    // An offered endpoint that redirects: the request is not sent on, with or without the key.
+    let f = form(&[("name", "Omweg"), ("endpoint", "redirecting")]);
+    let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    assert_eq!(b.post(&path, &f).await.status, 303);
+    let agent = agents::list_agents(&x.t.app().store, x.s.org.id)
+        .unwrap()
+        .pop()
+        .unwrap();
+    let h = trigger(&x, &agent);
+    let id = fire_run(&h).await;
+    let v = wait_final(&x.t.base, &h, id).await;
+    assert_eq!(v["status"], "failed", "{v}");
+    assert!(v["result"].as_str().unwrap().contains("307"), "{v}");
+    assert_eq!(redirecting.requests().len(), 1);
+    assert!(
+        elsewhere.requests().is_empty(),
+        "the redirect was not followed"
+    );
+    assert!(attacker.requests().is_empty() && private.requests().is_empty());
+
+    // The operator takes the endpoint away: its agents stop, with a readable result, and
+    // nothing goes to the address the agent was added with.
+    drop(b);
+    x.t.restart_with(with_endpoints(vec![])).await;
+    let h = trigger(&x, &added[0]);
+    let before = offered.requests().len();
+    let id = fire_run(&h).await;
+    let v = wait_final(&x.t.base, &h, id).await;
+    assert_eq!(v["status"], "failed", "{v}");
+    assert!(
+        v["result"]
+            .as_str()
+            .unwrap()
+            .contains("no longer in the server's configuration"),
+        "{v}"
+    );
+    assert_eq!(offered.requests().len(), before);
+    let mut b = Browser::new(&x.t);
+    b.login(&x.s, "/portal").await;
+    let page = b.get(&format!("/portal/o/{}/triggers", x.s.org.slug)).await;
+    assert!(page.body.contains("id=\"no-endpoints\"") && !page.body.contains("id=\"agent-form\""));
 }
 
 #[test]
@@ -1049,6 +1198,75 @@ fn the_cli_adds_llm_agents_and_refuses_bad_settings() {
     assert_eq!(out.status.code(), Some(1));
 }
 
+/// A ready project and a trigger for agent `agent` (its id), added with the command line on
+/// data directory `d`: the trigger as `trigger add --json` prints it.
+fn cli_trigger(d: &std::path::Path, slug: &str, agent: &str) -> Value {
+    let project =
+        run_json(d, &["project", "add", slug, "P", "--ready", "--json"], None)["id"].to_string();
+    run_json(
+        d,
+        &[
+            "trigger",
+            "add",
+            slug,
+            "T",
+            "--agent",
+            agent,
+            "--project",
+            &project,
+            "--instructions",
+            "Doe iets.",
+            "--cooldown",
+            "0",
+            "--json",
+        ],
+        None,
+    )
+}
+
+/// The hook of a trigger `cli_trigger` added, on the server at `base`.
+fn hook_on(base: &str, trig: &Value) -> Hook {
+    Hook {
+        url: format!("{base}/api/hooks/events/{}", trig["id"].as_str().unwrap()),
+        secret: trig["secret"].as_str().unwrap().to_owned(),
+    }
+}
+
+/// `kennis serve` as a process of its own on data directory `d` (its `KENNIS_*` environment
+/// cleared, then `env` added), logging at debug level to `log`.
+fn serve_with_env(
+    d: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    log: &std::path::Path,
+) -> ServeProcess {
+    let mut cmd = crate::fixture::kennis(d);
+    cmd.args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .env("KENNIS_LOG", "debug")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    let base = loop {
+        let line = lines.next().expect("serve printed its address").unwrap();
+        if let Some(url) = line.strip_prefix("kennis listening on ") {
+            break url.to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    ServeProcess {
+        child,
+        base,
+        banner: String::new(),
+    }
+}
+
 /// Every file under `dir`, read whole.
 fn files_under(dir: &std::path::Path, out: &mut Vec<(std::path::PathBuf, Vec<u8>)>) {
     for e in std::fs::read_dir(dir).unwrap() {
@@ -1108,61 +1326,9 @@ fn the_key_never_reaches_the_data_directory_backups_or_logs() {
         None,
     )["id"]
         .to_string();
-    let project = run_json(
-        &d,
-        &["project", "add", &slug, "P", "--ready", "--json"],
-        None,
-    )["id"]
-        .to_string();
-    let trig = run_json(
-        &d,
-        &[
-            "trigger",
-            "add",
-            &slug,
-            "T",
-            "--agent",
-            &agent,
-            "--project",
-            &project,
-            "--instructions",
-            "Doe iets.",
-            "--json",
-        ],
-        None,
-    );
-    let server = {
-        let mut cmd = crate::fixture::kennis(&d);
-        cmd.args(["serve", "--listen", "127.0.0.1:0"])
-            .env("KENNIS_LLM_TEST_KEY", &key)
-            .env("KENNIS_LOG", "debug")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap());
-        let mut child = cmd.spawn().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
-        let base = loop {
-            let line = lines.next().expect("serve printed its address").unwrap();
-            if let Some(url) = line.strip_prefix("kennis listening on ") {
-                break url.to_owned();
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
-        ServeProcess {
-            child,
-            base,
-            banner: String::new(),
-        }
-    };
-    let hook = Hook {
-        url: format!(
-            "{}/api/hooks/events/{}",
-            server.base,
-            trig["id"].as_str().unwrap()
-        ),
-        secret: trig["secret"].as_str().unwrap().to_owned(),
-    };
+    let trig = cli_trigger(&d, &slug, &agent);
+    let server = serve_with_env(&d, &[], &[("KENNIS_LLM_TEST_KEY", &key)], &log);
+    let hook = hook_on(&server.base, &trig);
     let v = rt.block_on(async {
         let id = fire_run(&hook).await;
         wait_final(&server.base, &hook, id).await
@@ -1208,4 +1374,447 @@ fn the_key_never_reaches_the_data_directory_backups_or_logs() {
             path.display()
         );
     }
+}
+
+fn rate_limited(retry_after: &'static str) -> Reply {
+    api_error(
+        429,
+        "Rate limit reached for gpt-4.1-mini",
+        "tokens",
+        vec![("retry-after", retry_after.to_owned())],
+    )
+}
+
+/// A chat completion of about `size` bytes whose model asks for yet another tool call.
+fn huge_completion(size: usize, n: usize) -> Value {
+    json!({
+        "id": format!("chatcmpl-{n}"),
+        "object": "chat.completion",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant",
+            "content": "x".repeat(size),
+            "tool_calls": [{"id": format!("call_{n}"), "type": "function",
+                            "function": {"name": "kennisbank_list", "arguments": "{}"}}]}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_endpoint_fails_its_run_and_the_one_worker_takes_the_next() {
+    // One worker: had a hostile answer taken it, every later run would stay queued.
+    let x = setup_with(Settings {
+        agent_workers: Some("1".into()),
+        llm: Some(LlmTable {
+            max_reply_bytes: Some(4 << 20),
+            ..LlmTable::default()
+        }),
+        ..Settings::default()
+    })
+    .await;
+    let good = answering("Nog steeds aan het werk.").await;
+    let healthy = add_llm(&x, LlmAgent::new(&good.url));
+    let healthy_hook = trigger(&x, &healthy);
+    let cases: Vec<(&str, Script, &[&str])> = vec![
+        (
+            "Retry-After: 1e20",
+            Box::new(|_, _| rate_limited("1e20")),
+            &["Retry-After: 1e20", "longer than kennis waits", "429"],
+        ),
+        (
+            "Retry-After: -5, for ever",
+            Box::new(|_, _| rate_limited("-5")),
+            &["4 times", "429"],
+        ),
+        (
+            "Retry-After: NaN, for ever",
+            Box::new(|_, _| rate_limited("NaN")),
+            &["4 times", "429"],
+        ),
+        (
+            "Retry-After: a date in the year 9999",
+            Box::new(|_, _| rate_limited("Fri, 31 Dec 9999 23:59:59 GMT")),
+            &["9999", "longer than kennis waits"],
+        ),
+        (
+            "8 MB with Content-Length",
+            Box::new(|n, _| Reply::Json(200, vec![], huge_completion(8 << 20, n))),
+            &["max_reply_bytes", "4194304"],
+        ),
+        (
+            "8 MB streamed without Content-Length",
+            Box::new(|n, _| Reply::Stream(huge_completion(8 << 20, n))),
+            &["max_reply_bytes"],
+        ),
+        (
+            "3 MB answers until the conversation is full",
+            Box::new(|n, _| Reply::Json(200, vec![], huge_completion(3 << 20, n))),
+            &["max_conversation_bytes", "8388608"],
+        ),
+    ];
+    for (what, script, said) in cases {
+        let model = StandIn::start(script).await;
+        let (_agent, _h, id, v) = run_once(&x, LlmAgent::new(&model.url)).await;
+        assert_eq!(v["status"], "failed", "{what}: {v}");
+        let result = v["result"].as_str().unwrap();
+        for s in said {
+            assert!(result.contains(s), "{what}: {result}");
+        }
+        assert!(
+            result.len() < 2000,
+            "{what}: a readable result, not the reply"
+        );
+        // The transcript says how it ended too.
+        let t = &show(&x, id)["transcript"];
+        let last = t["entries"].as_array().unwrap().last().unwrap();
+        assert_eq!(last["status"], "failed", "{what}");
+        // The one worker is still there: the next run executes.
+        let next = fire_run(&healthy_hook).await;
+        let v = wait_final(&x.t.base, &healthy_hook, next).await;
+        assert_eq!(
+            (v["status"].as_str(), v["result"].as_str()),
+            (Some("succeeded"), Some("Nog steeds aan het werk.")),
+            "after {what}"
+        );
+    }
+}
+
+#[test]
+fn eight_megabyte_replies_do_not_grow_the_servers_memory() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    // Just under the 8 MiB kennis once accepted, every answer asking for another tool call:
+    // kept whole and copied every step, the conversation would take gigabytes.
+    let model = rt.block_on(StandIn::start(Box::new(|n, _| {
+        Reply::Stream(huge_completion(8_000_000, n))
+    })));
+    let good = rt.block_on(answering("Nog steeds aan het werk."));
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("data");
+    let config = dir.path().join("kennis.toml");
+    std::fs::write(&config, "agent_workers = \"1\"\n").unwrap();
+    let slug = run_json(&d, &["org", "create", "Acme", "--json"], None)["slug"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let add = |name: &str, url: &str| {
+        run_json(
+            &d,
+            &[
+                "agent",
+                "add",
+                &slug,
+                name,
+                "--kind",
+                "generic",
+                "--exec",
+                "llm",
+                "--url",
+                url,
+                "--model",
+                "m",
+                "--max-steps",
+                "200",
+                "--json",
+            ],
+            None,
+        )["id"]
+            .to_string()
+    };
+    let (hostile, healthy) = (add("Groot", &model.url), add("Gezond", &good.url));
+    let (hostile, healthy) = (
+        cli_trigger(&d, &slug, &hostile),
+        cli_trigger(&d, &slug, &healthy),
+    );
+    let log = dir.path().join("serve.log");
+    let server = serve_with_env(&d, &["--config", config.to_str().unwrap()], &[], &log);
+    let (hostile, healthy) = (
+        hook_on(&server.base, &hostile),
+        hook_on(&server.base, &healthy),
+    );
+    let pid = server.child.id();
+    let run_on = |h: &Hook| {
+        rt.block_on(async {
+            let id = fire_run(h).await;
+            wait_final(&server.base, h, id).await
+        })
+    };
+    assert_eq!(run_on(&healthy)["status"], "succeeded");
+    let before = crate::soak::rss_kib(pid, "VmHWM:");
+    for _ in 0..5 {
+        let v = run_on(&hostile);
+        assert_eq!(v["status"], "failed", "{v}");
+        assert!(
+            v["result"].as_str().unwrap().contains("max_reply_bytes"),
+            "{v}"
+        );
+        assert_eq!(
+            run_on(&healthy)["status"],
+            "succeeded",
+            "the worker goes on"
+        );
+    }
+    let peak = crate::soak::rss_kib(pid, "VmHWM:");
+    assert!(
+        peak.saturating_sub(before) < 300 * 1024,
+        "peak memory grew from {before} KiB to {peak} KiB"
+    );
+    assert_eq!(
+        model.requests().len(),
+        5,
+        "one request per run, never retried"
+    );
+    assert!(server.terminate().success());
+}
+
+#[test]
+fn the_cli_adds_agents_on_the_operators_endpoints_and_command_agents_with_env() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("data");
+    let key_file = dir.path().join("key");
+    std::fs::write(&key_file, "sk-operator").unwrap();
+    let config = dir.path().join("kennis.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[llm.endpoints]]\nid = \"openai\"\nurl = \"https://api.openai.com/v1/\"\napi_key_file = \"{}\"\norgs = [\"acme\"]\n\n[[llm.endpoints]]\nid = \"other\"\nurl = \"http://10.0.0.5:11434/v1\"\norgs = [\"elsewhere\"]\n",
+            key_file.display()
+        ),
+    )
+    .unwrap();
+    let cfg = config.to_str().unwrap();
+    let slug = run_json(&d, &["org", "create", "Acme", "--json"], None)["slug"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(slug, "acme");
+    let add = |extra: &[&str]| {
+        let mut all = vec![
+            "--config", cfg, "agent", "add", "acme", "A", "--kind", "generic",
+        ];
+        all.extend(extra);
+        run(&d, &all, None)
+    };
+    let out = add(&[
+        "--exec",
+        "llm",
+        "--endpoint",
+        "openai",
+        "--model",
+        "gpt-4.1-mini",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let refused: Vec<(Vec<&str>, i32, &str)> = vec![
+        (
+            vec!["--exec", "llm", "--endpoint", "other", "--model", "m"],
+            1,
+            "not offered to organisation acme",
+        ),
+        (
+            vec!["--exec", "llm", "--endpoint", "nowhere", "--model", "m"],
+            1,
+            "not offered",
+        ),
+        (
+            vec![
+                "--exec",
+                "llm",
+                "--endpoint",
+                "openai",
+                "--url",
+                "https://x/v1",
+                "--model",
+                "m",
+            ],
+            2,
+            "--url",
+        ),
+        (
+            vec![
+                "--exec",
+                "llm",
+                "--endpoint",
+                "openai",
+                "--api-key-env",
+                "K",
+                "--model",
+                "m",
+            ],
+            2,
+            "--api-key-env",
+        ),
+        (
+            vec![
+                "--exec",
+                "command",
+                "--program",
+                "/usr/bin/env",
+                "--env",
+                "KENNIS_LLM_SECRET",
+            ],
+            1,
+            "no KENNIS_ variable",
+        ),
+        (
+            vec![
+                "--exec",
+                "command",
+                "--program",
+                "/usr/bin/env",
+                "--env",
+                "A B",
+            ],
+            1,
+            "--env",
+        ),
+        (
+            vec!["--exec", "echo", "--env", "FOO"],
+            1,
+            "--env is for the command executor",
+        ),
+    ];
+    for (extra, code, said) in refused {
+        let out = add(&extra);
+        assert_eq!(out.status.code(), Some(code), "{extra:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(said), "{extra:?}: {err}");
+    }
+    let out = add(&[
+        "--exec",
+        "command",
+        "--program",
+        "/usr/bin/env",
+        "--env",
+        "FOO",
+        "--env",
+        "FOO",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let store = kennis::store::Store::open(&d).unwrap();
+    let org = kennis::identity::find_org(&store, "acme").unwrap();
+    let list = agents::list_agents(&store, org.id).unwrap();
+    assert_eq!(list.len(), 2, "the refused ones were not stored");
+    let agents::Executor::Llm(l) = &list[0].executor else {
+        panic!("{:?}", list[0].executor)
+    };
+    assert_eq!(
+        (
+            l.endpoint.as_deref(),
+            l.url.as_str(),
+            l.api_key_file.as_deref()
+        ),
+        (Some("openai"), "https://api.openai.com/v1", None)
+    );
+    assert_eq!(
+        list[1].executor,
+        agents::Executor::Command {
+            program: "/usr/bin/env".into(),
+            args: vec![],
+            env: vec!["FOO".into()],
+        }
+    );
+}
+
+#[test]
+fn a_command_agent_starts_with_a_clean_environment() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("data");
+    // Prints the names in its environment and FOO's value as the run's result.
+    let script = dir.path().join("print-env.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\nnames=$(env | cut -d= -f1 | sort | tr '\\n' ' ')\nprintf '{\"type\":\"result\",\"text\":\"%s| FOO=%s\"}\\n' \"$names\" \"$FOO\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let slug = run_json(&d, &["org", "create", "Acme", "--json"], None)["slug"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let add = |name: &str, env: &[&str]| {
+        let mut all = vec![
+            "agent",
+            "add",
+            &slug,
+            name,
+            "--kind",
+            "generic",
+            "--exec",
+            "command",
+            "--program",
+            script.to_str().unwrap(),
+            "--json",
+        ];
+        for e in env {
+            all.extend(["--env", e]);
+        }
+        run_json(&d, &all, None)["id"].to_string()
+    };
+    let (given, plain) = (add("Met FOO", &["FOO"]), add("Zonder", &[]));
+    let (given, plain) = (
+        cli_trigger(&d, &slug, &given),
+        cli_trigger(&d, &slug, &plain),
+    );
+    let log = dir.path().join("serve.log");
+    let server = serve_with_env(
+        &d,
+        &[],
+        &[
+            ("KENNIS_LLM_SECRET", "sk-geheim"),
+            ("KENNIS_TERMS_VERSION", "1"),
+            ("KENNIS_SOMETHING", "x"),
+            ("FOO", "foo-waarde"),
+            ("BAR", "bar-waarde"),
+        ],
+        &log,
+    );
+    let result = |trig: &Value| {
+        let h = hook_on(&server.base, trig);
+        let v = rt.block_on(async {
+            let id = fire_run(&h).await;
+            wait_final(&server.base, &h, id).await
+        });
+        assert_eq!(v["status"], "succeeded", "{v}");
+        v["result"].as_str().unwrap().to_owned()
+    };
+    let (with_foo, without) = (result(&given), result(&plain));
+    for (text, foo) in [(&with_foo, true), (&without, false)] {
+        let (names, value) = text.split_once('|').unwrap();
+        let names: Vec<&str> = names.split_whitespace().collect();
+        for needed in [
+            "PATH",
+            "LANG",
+            "KENNIS_RUN_ID",
+            "KENNIS_RUN_KIND",
+            "KENNIS_RUN_ORG",
+            "KENNIS_RUN_AGENT_ID",
+        ] {
+            assert!(names.contains(&needed), "{needed} missing: {text}");
+        }
+        let kennis: Vec<&&str> = names.iter().filter(|n| n.starts_with("KENNIS_")).collect();
+        assert!(
+            kennis.iter().all(|n| n.starts_with("KENNIS_RUN_")),
+            "the server's KENNIS_ variables reached the agent: {kennis:?}"
+        );
+        assert!(!names.contains(&"BAR"), "{text}");
+        assert_eq!(names.contains(&"FOO"), foo, "{text}");
+        assert_eq!(value.trim() == "FOO=foo-waarde", foo, "{text}");
+    }
+    assert!(!with_foo.contains("sk-geheim"));
+    assert!(server.terminate().success());
 }

@@ -332,7 +332,7 @@ fn rand_u64() -> u64 {
     h.finish()
 }
 
-fn rss_kib(pid: u32, field: &str) -> u64 {
+pub(crate) fn rss_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     status
         .lines()
