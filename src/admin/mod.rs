@@ -279,6 +279,10 @@ fn org_json(o: &identity::Org) -> Value {
     })
 }
 
+/// The actor of every admin request: the operator, whose command line reaches the server's
+/// admin socket (audited as `operator`).
+const OPERATOR: crate::audit::Actor = crate::audit::Actor::Operator;
+
 /// Runs one request. `progress` receives reports of long work (imports, reindexing,
 /// backups, compaction).
 pub fn execute(
@@ -303,9 +307,11 @@ pub fn execute(
             require_second_factor,
         } => org_json(&identity::set_org_policy(
             store,
+            &OPERATOR,
             &slug,
             connector_access,
             require_second_factor,
+            now,
         )?),
         AdminRequest::UserAdd {
             email,
@@ -342,8 +348,8 @@ pub fn execute(
             json!({"otpauth_uri": e.otpauth_uri, "secret": e.secret})
         }
         AdminRequest::UserPasswd { email, password } => {
-            identity::set_password(store, &email, &password)?;
-            json!({"email": email.trim().to_lowercase()})
+            let p = crate::oauth::set_password(store, &OPERATOR, &email, &password, now)?;
+            json!({"email": p.email})
         }
         AdminRequest::MemberAdd {
             org,
@@ -380,26 +386,28 @@ pub fn execute(
             let (_, p) = store.read(|tx| identity::member_by_email(tx, org.id, &email))?;
             let m = identity::set_member(
                 store,
+                &OPERATOR,
                 org.id,
                 p.id,
                 identity::MemberChange { role, may_connect },
+                now,
             )?;
             json!({"email": p.email, "role": m.role, "may_connect": m.may_connect})
         }
         AdminRequest::MemberRemove { org, email } => {
             let org = identity::find_org(store, &org)?;
             let (_, p) = store.read(|tx| identity::member_by_email(tx, org.id, &email))?;
-            let revoked = crate::oauth::remove_member(store, org.id, p.id, now)?;
+            let revoked = crate::oauth::remove_member(store, &OPERATOR, org.id, p.id, now)?;
             json!({"email": p.email, "removed": true, "connections_revoked": revoked})
         }
         AdminRequest::UserInvite { org, email, role } => {
             let org = identity::find_org(store, &org)?;
-            let (inv, token) = identity::invite(store, org.id, &email, role, None, now)?;
+            let (inv, token) = identity::invite(store, &OPERATOR, org.id, &email, role, now)?;
             json!({"url": format!("{}/invite/{token}", ctx.public_url),
                    "email": inv.email, "expires_at": inv.expires_at.to_string()})
         }
         AdminRequest::UserReset { email } => {
-            let token = identity::issue_reset(store, &email, now)?;
+            let token = crate::oauth::issue_reset(store, &OPERATOR, None, &email, now)?;
             json!({"url": format!("{}/reset/{token}", ctx.public_url)})
         }
         AdminRequest::Backup { path } => {
@@ -458,7 +466,7 @@ pub fn execute(
             json!({ "items": items })
         }
         AdminRequest::AgentAdd { org, agent, llm } => {
-            let a = agents::add_agent_with(store, &org, &agent, llm.as_ref(), now)?;
+            let a = agents::add_agent_with(store, &OPERATOR, &org, &agent, llm.as_ref(), now)?;
             // Requests filed while the organisation had no feature agent go to this one.
             let adopted = match a.kind {
                 AgentKind::Feature => requests::service::adopt_waiting(store, a.org_id)?,

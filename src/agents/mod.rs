@@ -15,6 +15,7 @@ mod transcript;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use crate::audit::{self, Actor};
 use crate::identity;
 use crate::store::{AGENTS, PROJECTS, Read, ReadTx, Store, StoreError, key};
 
@@ -73,6 +74,26 @@ impl Executor {
             Executor::Command { .. } => "command",
             Executor::Http { .. } => "http",
             Executor::Llm(_) => "llm",
+        }
+    }
+
+    /// What the executor runs or where it sends the conversation, as an audit record names it
+    /// (never a key: only the variable's name or the file's path).
+    pub fn describe(&self) -> String {
+        match self {
+            Executor::Echo => "exec=echo".into(),
+            Executor::Command { program, args } => {
+                format!("exec=command program={program} args={}", args.join(" "))
+            }
+            Executor::Http { url } => format!("exec=http url={url}"),
+            Executor::Llm(l) => {
+                let key = match (&l.api_key_env, &l.api_key_file) {
+                    (Some(env), _) => format!(" api_key_env={env}"),
+                    (None, Some(file)) => format!(" api_key_file={file}"),
+                    (None, None) => String::new(),
+                };
+                format!("exec=llm url={} model={}{key}", l.url, l.model)
+            }
         }
     }
 }
@@ -297,19 +318,21 @@ fn org_id(tx: &ReadTx, slug: &str) -> Result<u64, AgentError> {
         .ok_or_else(|| AgentError::UnknownOrg(slug.to_owned()))
 }
 
-/// Adds an agent to the organisation with slug `org`.
+/// Adds an agent to the organisation with slug `org` (the operator's).
 pub fn add_agent(
     store: &Store,
     org: &str,
     new: &NewAgent,
     now: Timestamp,
 ) -> Result<Agent, AgentError> {
-    add_agent_with(store, org, new, None, now)
+    add_agent_with(store, &Actor::Operator, org, new, None, now)
 }
 
-/// Adds an agent, with the settings of an `llm` executor when it is one.
+/// Adds an agent, with the settings of an `llm` executor when it is one. Audited
+/// (`agent.add`, with where the agent points).
 pub fn add_agent_with(
     store: &Store,
+    by: &Actor,
     org: &str,
     new: &NewAgent,
     llm: Option<&LlmOptions>,
@@ -339,11 +362,18 @@ pub fn add_agent_with(
             created_at: now,
         };
         tx.put(AGENTS, &key::id(agent.id), &agent)?;
+        let target = format!(
+            "agent {} {} {}",
+            agent.id,
+            agent.name,
+            agent.executor.describe()
+        );
+        audit::admin_in(tx, org_id, by, "agent.add", &target, now)?;
         Ok(agent)
     })
 }
 
-/// Adds a project to the organisation with slug `org`.
+/// Adds a project to the organisation with slug `org` (the operator's; audited).
 pub fn add_project(
     store: &Store,
     org: &str,
@@ -362,6 +392,8 @@ pub fn add_project(
             created_at: now,
         };
         tx.put(PROJECTS, &key::id(project.id), &project)?;
+        let target = format!("project {} {}", project.id, project.name);
+        audit::admin_in(tx, org_id, &Actor::Operator, "project.add", &target, now)?;
         Ok(project)
     })
 }
