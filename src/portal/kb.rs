@@ -712,7 +712,11 @@ async fn audit_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Respo
                                 @else { (c.map(|c| c.person_email.clone()).unwrap_or_else(|| format!("#{}", r.person_id))) }
                             }
                             td { code { (r.action.as_deref().unwrap_or(&r.tool)) } }
-                            td { (r.target.clone().unwrap_or_default()) }
+                            td {
+                                // An admin action's target is data (`role=admin`), not prose.
+                                @if r.action.is_some() { code { (r.target.clone().unwrap_or_default()) } }
+                                @else { (r.target.clone().unwrap_or_default()) }
+                            }
                             td {
                                 @match r.outcome {
                                     audit::Outcome::Ok => span.badge.ok { (t("outcome-ok")) },
