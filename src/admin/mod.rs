@@ -480,7 +480,7 @@ pub fn execute(
         }
         AdminRequest::RunShow { id } => run_json(store, id)?,
         AdminRequest::RunCancel { id } => {
-            let r = agents::cancel_run(store, None, None, id, "an administrator", now)?;
+            let r = agents::cancel_run(store, None, None, id, &OPERATOR, now)?;
             if let Some(stop) = &ctx.stop_run {
                 stop(id);
             }

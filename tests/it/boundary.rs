@@ -615,8 +615,62 @@ async fn every_portal_admin_action_is_audited_with_the_admin_as_actor() {
         .await;
     ok(&p, "app status");
 
+    // A run again.
+    let (_, run) = t.finished_run(&b.org.slug, "Nog eens").await;
+    let p = bob.post(&format!("{bo}/runs/{run}/again"), &[csrf]).await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    let again: u64 = p
+        .location
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    // A run cancelled while it runs (an agent that only sleeps).
+    let sleeper = kennis::agents::NewAgent {
+        name: "Slaper".into(),
+        exec: "command".into(),
+        program: Some("/bin/sleep".into()),
+        args: vec!["30".into()],
+        ..crate::fixture::echo_agent()
+    };
+    let sleeper = kennis::agents::add_agent(&app.store, &b.org.slug, &sleeper, now).unwrap();
+    let slow = kennis::triggers::add(
+        &app.store,
+        &b.org.slug,
+        &kennis::triggers::NewTrigger {
+            name: "Traag".into(),
+            agent_id: sleeper.id,
+            project_id: project.id,
+            instructions: "Wacht".into(),
+            cooldown_secs: Some(0),
+        },
+        now,
+    )
+    .unwrap();
+    let r = t
+        .client
+        .post(t.url(&format!("/api/hooks/events/{}", slow.trigger.id)))
+        .bearer_auth(&slow.secret)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let slow_run = r.json::<Value>().await.unwrap()["featureRequestId"]
+        .as_u64()
+        .unwrap();
+    let p = bob
+        .post(&format!("{bo}/runs/{slow_run}/cancel"), &[csrf])
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
+
     let records = export(&t, &b.org.slug).await;
     for (action, target) in [
+        ("run.cancel", format!("run {slow_run}")),
+        ("run.again", format!("run {run} again as run {again}")),
         ("member.invite", "erik@example.org role=member".to_owned()),
         (
             "member.set",
