@@ -78,23 +78,40 @@ impl Executor {
     }
 
     /// What the executor runs or where it sends the conversation, as an audit record names it
-    /// (never a key: only the variable's name or the file's path).
+    /// for the organisation's admins: never a key (only the variable's name or the file's
+    /// path), no command arguments, no credentials or query in a URL.
     pub fn describe(&self) -> String {
         match self {
             Executor::Echo => "exec=echo".into(),
-            Executor::Command { program, args } => {
-                format!("exec=command program={program} args={}", args.join(" "))
-            }
-            Executor::Http { url } => format!("exec=http url={url}"),
+            Executor::Command { program, .. } => format!("exec=command program={program}"),
+            Executor::Http { url } => format!("exec=http url={}", without_secrets(url)),
             Executor::Llm(l) => {
                 let key = match (&l.api_key_env, &l.api_key_file) {
                     (Some(env), _) => format!(" api_key_env={env}"),
                     (None, Some(file)) => format!(" api_key_file={file}"),
                     (None, None) => String::new(),
                 };
-                format!("exec=llm url={} model={}{key}", l.url, l.model)
+                format!(
+                    "exec=llm url={} model={}{key}",
+                    without_secrets(&l.url),
+                    l.model
+                )
             }
         }
+    }
+}
+
+/// A URL without its user, password, query and fragment (what may carry a secret).
+fn without_secrets(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.set_query(None);
+            u.set_fragment(None);
+            u.to_string()
+        }
+        Err(_) => "(not a URL)".into(),
     }
 }
 
@@ -424,4 +441,22 @@ pub fn list_projects(store: &Store, org_id: u64) -> Result<Vec<Project>, StoreEr
         .map(|r| r.1)
         .filter(|p| p.org_id == org_id)
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_executor_is_described_without_secrets() {
+        let http = Executor::Http {
+            url: "https://user:geheim@agent.example/run?token=geheim#x".into(),
+        };
+        assert_eq!(http.describe(), "exec=http url=https://agent.example/run");
+        let cmd = Executor::Command {
+            program: "/usr/bin/agent".into(),
+            args: vec!["--token".into(), "geheim".into()],
+        };
+        assert_eq!(cmd.describe(), "exec=command program=/usr/bin/agent");
+    }
 }
