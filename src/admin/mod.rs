@@ -344,7 +344,7 @@ pub fn execute(
             json!({ "items": items })
         }
         AdminRequest::UserTotp { email } => {
-            let e = identity::reset_totp(store, &email)?;
+            let e = identity::reset_totp_by(store, &OPERATOR, &email, now)?;
             json!({"otpauth_uri": e.otpauth_uri, "secret": e.secret})
         }
         AdminRequest::UserPasswd { email, password } => {

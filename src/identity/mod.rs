@@ -446,11 +446,20 @@ fn update_person<T>(
     person_id: u64,
     f: impl FnOnce(&mut Person) -> Result<T, IdentityError>,
 ) -> Result<T, IdentityError> {
+    update_person_in(store, person_id, |_, p| f(p))
+}
+
+/// [`update_person`] whose change may also write in the same transaction.
+fn update_person_in<T>(
+    store: &Store,
+    person_id: u64,
+    f: impl FnOnce(&mut WriteTx, &mut Person) -> Result<T, IdentityError>,
+) -> Result<T, IdentityError> {
     store.write(|tx| {
         let mut person: Person = tx
             .get(PEOPLE, &key::id(person_id))?
             .ok_or_else(|| IdentityError::UnknownPerson(format!("#{person_id}")))?;
-        let out = f(&mut person)?;
+        let out = f(tx, &mut person)?;
         tx.put(PEOPLE, &key::id(person_id), &person)?;
         Ok(out)
     })
@@ -501,12 +510,33 @@ pub fn verify_login(store: &Store, email: &str, password: &str) -> Result<Person
     }
 }
 
-/// Starts (or restarts) second-factor enrolment: a new secret, not yet confirmed.
+/// Starts (or restarts) second-factor enrolment: a new secret, not yet confirmed. Not
+/// audited: for seeding a person (demo, tests); the operator's command is [`reset_totp_by`].
 pub fn reset_totp(store: &Store, email: &str) -> Result<TotpEnrolment, IdentityError> {
     let person = find_person(store, email)?;
     let (state, enrolment) = totp::new_secret(&person.email)?;
     update_person(store, person.id, |p| {
         p.totp = Some(state);
+        Ok(())
+    })?;
+    Ok(enrolment)
+}
+
+/// [`reset_totp`] as an admin action: audited (`user.totp_reset`) in each of the person's
+/// organisations, in the same transaction.
+pub fn reset_totp_by(
+    store: &Store,
+    by: &Actor,
+    email: &str,
+    now: Timestamp,
+) -> Result<TotpEnrolment, IdentityError> {
+    let person = find_person(store, email)?;
+    let (state, enrolment) = totp::new_secret(&person.email)?;
+    update_person_in(store, person.id, |tx, p| {
+        p.totp = Some(state);
+        for org_id in org_ids_of(tx, p.id)? {
+            audit::admin_in(tx, org_id, by, "user.totp_reset", &p.email, now)?;
+        }
         Ok(())
     })?;
     Ok(enrolment)

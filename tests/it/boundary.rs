@@ -785,6 +785,7 @@ async fn every_command_line_admin_action_is_audited_as_the_operator() {
             None,
         );
         run_json(&d, &["user", "reset", "eve@example.org", "--json"], None);
+        run_json(&d, &["user", "totp", "eve@example.org", "--json"], None);
         run_json(
             &d,
             &[
@@ -877,6 +878,7 @@ async fn every_command_line_admin_action_is_audited_as_the_operator() {
         ("member.invite", "fien@example.org role=member".into()),
         ("member.reset", "eve@example.org".into()),
         ("user.password", "eve@example.org".into()),
+        ("user.totp_reset", "eve@example.org".into()),
         (
             "agent.add",
             format!(
