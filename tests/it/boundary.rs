@@ -489,9 +489,11 @@ async fn every_portal_admin_action_is_audited_with_the_admin_as_actor() {
     let dave = person(&t, "dave@example.org");
     add_member(&t, &b.org.slug, &dave.email, Role::Member);
     let dave_grant = t.grant_pair(b.org.id, dave.id, &["kennisbank"]);
-    let echo =
-        kennis::agents::add_agent(&app.store, &b.org.slug, &crate::fixture::echo_agent(), now)
-            .unwrap();
+    let messenger = kennis::agents::NewAgent {
+        name: "Boodschapper".into(),
+        ..crate::fixture::echo_agent()
+    };
+    let echo = kennis::agents::add_agent(&app.store, &b.org.slug, &messenger, now).unwrap();
     let project = kennis::agents::add_project(
         &app.store,
         &b.org.slug,
