@@ -108,6 +108,7 @@ fn main() {
         .unwrap();
         let agent = agents::add_agent_with(
             &app.store,
+            &kennis::audit::Actor::Operator,
             &org.slug,
             &NewAgent {
                 name: "Bench".into(),

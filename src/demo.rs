@@ -120,10 +120,13 @@ fn create(
         now,
     ) {
         Ok(p) => p,
-        Err(identity::IdentityError::DuplicateEmail(_)) => {
-            identity::set_password(store, DEMO_EMAIL, &password)?;
-            identity::find_person(store, DEMO_EMAIL)?
-        }
+        Err(identity::IdentityError::DuplicateEmail(_)) => crate::oauth::set_password(
+            store,
+            &crate::audit::Actor::Operator,
+            DEMO_EMAIL,
+            &password,
+            now,
+        )?,
         Err(e) => return Err(e),
     };
     let enrolment = identity::reset_totp(store, DEMO_EMAIL)?;

@@ -107,7 +107,7 @@ invite-heading = Invite someone
 invite-explain = kennis sends no email: create a link and pass it on yourself. It works once and for 7 days.
 invite-made = Invitation for { $email } created. Pass on this link:
 invite-link-explain = The link works once, until { $until }.
-reset-made = Password-reset link for { $email } created. Their sessions have ended. Pass on this link:
+reset-made = Password-reset link for { $email } created. Their sessions and connections have ended. Pass on this link:
 reset-link-explain = The link works once, for 24 hours; after it the person sets up a new second factor.
 remove-title = Remove member
 remove-confirm = Remove { $name } ({ $email }) from { $org }? Their connections to this organisation are revoked at once; nothing else of theirs changes.
@@ -175,7 +175,7 @@ compare-from = From
 compare-to = To
 compare-shown = Changes from version { $from } to version { $to }:
 
-audit-explain = Every tool call through the connector, newest first (the last 500). Export all with { $command }.
+audit-explain = Every tool call through the connector and every admin action, newest first (the last 500). Export all with { $command }.
 col-time = Time
 col-assistant = Assistant
 col-tool = Tool
@@ -186,6 +186,7 @@ problem-link_used = This link has been used already.
 problem-link_expired = This link has expired.
 problem-link_unknown = This link is not valid.
 problem-last_admin = An organisation keeps at least one admin: make someone else admin first.
+problem-member_elsewhere = This person also belongs to another organisation, so a new password would open that organisation too. Only the server's operator can reset their password (kennis user reset).
 problem-bad_credentials = Wrong password.
 problem-already_member = This person is a member already.
 
@@ -417,6 +418,7 @@ step-ok = ok
 step-error = error
 
 audit-agent = Agent { $name }
+audit-admin = Administration
 outcome-ok = ok
 outcome-refused = refused
 outcome-error = error

@@ -107,7 +107,7 @@ invite-heading = Iemand uitnodigen
 invite-explain = kennis verstuurt geen e-mail: maak een link en geef die zelf door. De link werkt één keer en 7 dagen lang.
 invite-made = Uitnodiging voor { $email } gemaakt. Geef deze link door:
 invite-link-explain = De link werkt één keer, tot { $until }.
-reset-made = Wachtwoordlink voor { $email } gemaakt. Alle sessies van deze persoon zijn beëindigd. Geef deze link door:
+reset-made = Wachtwoordlink voor { $email } gemaakt. Alle sessies en koppelingen van deze persoon zijn beëindigd. Geef deze link door:
 reset-link-explain = De link werkt één keer, 24 uur lang; daarna stelt de persoon een nieuwe tweede factor in.
 remove-title = Lid verwijderen
 remove-confirm = { $name } ({ $email }) verwijderen uit { $org }? De koppelingen met deze organisatie vervallen meteen; verder verandert er niets voor deze persoon.
@@ -175,7 +175,7 @@ compare-from = Van
 compare-to = Naar
 compare-shown = Wijzigingen van versie { $from } naar versie { $to }:
 
-audit-explain = Elke aanroep via de koppeling, nieuwste eerst (de laatste 500). Exporteer alles met { $command }.
+audit-explain = Elke aanroep via de koppeling en elke beheeractie, nieuwste eerst (de laatste 500). Exporteer alles met { $command }.
 col-time = Tijd
 col-assistant = Assistent
 col-tool = Functie
@@ -186,6 +186,7 @@ problem-link_used = Deze link is al gebruikt.
 problem-link_expired = Deze link is verlopen.
 problem-link_unknown = Deze link is niet geldig.
 problem-last_admin = Een organisatie houdt minstens één beheerder: maak eerst iemand anders beheerder.
+problem-member_elsewhere = Deze persoon hoort ook bij een andere organisatie; een nieuw wachtwoord zou ook die organisatie openen. Alleen de beheerder van de server kan dit wachtwoord herstellen (kennis user reset).
 problem-bad_credentials = Onjuist wachtwoord.
 problem-already_member = Deze persoon is al lid.
 
@@ -417,6 +418,7 @@ step-ok = gelukt
 step-error = fout
 
 audit-agent = Agent { $name }
+audit-admin = Beheer
 outcome-ok = gelukt
 outcome-refused = geweigerd
 outcome-error = fout

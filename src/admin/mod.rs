@@ -293,6 +293,10 @@ fn org_json(o: &identity::Org) -> Value {
     })
 }
 
+/// The actor of every admin request: the operator, whose command line reaches the server's
+/// admin socket (audited as `operator`).
+const OPERATOR: crate::audit::Actor = crate::audit::Actor::Operator;
+
 /// Runs one request. `progress` receives reports of long work (imports, reindexing,
 /// backups, compaction).
 pub fn execute(
@@ -317,9 +321,11 @@ pub fn execute(
             require_second_factor,
         } => org_json(&identity::set_org_policy(
             store,
+            &OPERATOR,
             &slug,
             connector_access,
             require_second_factor,
+            now,
         )?),
         AdminRequest::UserAdd {
             email,
@@ -352,12 +358,12 @@ pub fn execute(
             json!({ "items": items })
         }
         AdminRequest::UserTotp { email } => {
-            let e = identity::reset_totp(store, &email)?;
+            let e = identity::reset_totp_by(store, &OPERATOR, &email, now)?;
             json!({"otpauth_uri": e.otpauth_uri, "secret": e.secret})
         }
         AdminRequest::UserPasswd { email, password } => {
-            identity::set_password(store, &email, &password)?;
-            json!({"email": email.trim().to_lowercase()})
+            let p = crate::oauth::set_password(store, &OPERATOR, &email, &password, now)?;
+            json!({"email": p.email})
         }
         AdminRequest::MemberAdd {
             org,
@@ -394,26 +400,28 @@ pub fn execute(
             let (_, p) = store.read(|tx| identity::member_by_email(tx, org.id, &email))?;
             let m = identity::set_member(
                 store,
+                &OPERATOR,
                 org.id,
                 p.id,
                 identity::MemberChange { role, may_connect },
+                now,
             )?;
             json!({"email": p.email, "role": m.role, "may_connect": m.may_connect})
         }
         AdminRequest::MemberRemove { org, email } => {
             let org = identity::find_org(store, &org)?;
             let (_, p) = store.read(|tx| identity::member_by_email(tx, org.id, &email))?;
-            let revoked = crate::oauth::remove_member(store, org.id, p.id, now)?;
+            let revoked = crate::oauth::remove_member(store, &OPERATOR, org.id, p.id, now)?;
             json!({"email": p.email, "removed": true, "connections_revoked": revoked})
         }
         AdminRequest::UserInvite { org, email, role } => {
             let org = identity::find_org(store, &org)?;
-            let (inv, token) = identity::invite(store, org.id, &email, role, None, now)?;
+            let (inv, token) = identity::invite(store, &OPERATOR, org.id, &email, role, now)?;
             json!({"url": format!("{}/invite/{token}", ctx.public_url),
                    "email": inv.email, "expires_at": inv.expires_at.to_string()})
         }
         AdminRequest::UserReset { email } => {
-            let token = identity::issue_reset(store, &email, now)?;
+            let token = crate::oauth::issue_reset(store, &OPERATOR, None, &email, now)?;
             json!({"url": format!("{}/reset/{token}", ctx.public_url)})
         }
         AdminRequest::Backup { path } => {
@@ -482,7 +490,7 @@ pub fn execute(
                 env: &env,
                 endpoints: &ctx.llm_endpoints,
             };
-            let a = agents::add_agent_full(store, &org, &agent, &extra, now)?;
+            let a = agents::add_agent_full(store, &OPERATOR, &org, &agent, &extra, now)?;
             // Requests filed while the organisation had no feature agent go to this one.
             let adopted = match a.kind {
                 AgentKind::Feature => requests::service::adopt_waiting(store, a.org_id)?,
@@ -496,7 +504,7 @@ pub fn execute(
         }
         AdminRequest::RunShow { id } => run_json(store, id)?,
         AdminRequest::RunCancel { id } => {
-            let r = agents::cancel_run(store, None, None, id, "an administrator", now)?;
+            let r = agents::cancel_run(store, None, None, id, &OPERATOR, now)?;
             if let Some(stop) = &ctx.stop_run {
                 stop(id);
             }

@@ -33,6 +33,7 @@ mod transcript;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use crate::audit::{self, Actor};
 use crate::config::{LlmConfig, LlmEndpoint};
 use crate::identity;
 use crate::store::{AGENTS, PROJECTS, Read, ReadTx, Store, StoreError, key};
@@ -97,6 +98,43 @@ impl Executor {
             Executor::Http { .. } => "http",
             Executor::Llm(_) => "llm",
         }
+    }
+
+    /// What the executor runs or where it sends the conversation, as an audit record names it
+    /// for the organisation's admins: never a key (only the variable's name or the file's
+    /// path), no command arguments, no credentials or query in a URL.
+    pub fn describe(&self) -> String {
+        match self {
+            Executor::Echo => "exec=echo".into(),
+            Executor::Command { program, .. } => format!("exec=command program={program}"),
+            Executor::Http { url } => format!("exec=http url={}", without_secrets(url)),
+            Executor::Llm(l) => {
+                let key = match (&l.api_key_env, &l.api_key_file) {
+                    (Some(env), _) => format!(" api_key_env={env}"),
+                    (None, Some(file)) => format!(" api_key_file={file}"),
+                    (None, None) => String::new(),
+                };
+                format!(
+                    "exec=llm url={} model={}{key}",
+                    without_secrets(&l.url),
+                    l.model
+                )
+            }
+        }
+    }
+}
+
+/// A URL without its user, password, query and fragment (what may carry a secret).
+fn without_secrets(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.set_query(None);
+            u.set_fragment(None);
+            u.to_string()
+        }
+        Err(_) => "(not a URL)".into(),
     }
 }
 
@@ -397,19 +435,21 @@ fn org_id(tx: &ReadTx, slug: &str) -> Result<u64, AgentError> {
         .ok_or_else(|| AgentError::UnknownOrg(slug.to_owned()))
 }
 
-/// Adds an agent to the organisation with slug `org`.
+/// Adds an agent to the organisation with slug `org` (the operator's).
 pub fn add_agent(
     store: &Store,
     org: &str,
     new: &NewAgent,
     now: Timestamp,
 ) -> Result<Agent, AgentError> {
-    add_agent_with(store, org, new, None, now)
+    add_agent_with(store, &Actor::Operator, org, new, None, now)
 }
 
-/// Adds an agent, with the settings of an `llm` executor when it is one.
+/// Adds an agent, with the settings of an `llm` executor when it is one. Audited
+/// (`agent.add`, with where the agent points).
 pub fn add_agent_with(
     store: &Store,
+    by: &Actor,
     org: &str,
     new: &NewAgent,
     llm: Option<&LlmOptions>,
@@ -419,7 +459,7 @@ pub fn add_agent_with(
         llm,
         ..AgentExtras::default()
     };
-    add_agent_full(store, org, new, &extra, now)
+    add_agent_full(store, by, org, new, &extra, now)
 }
 
 /// What `agent add` may give beyond [`NewAgent`].
@@ -436,6 +476,7 @@ pub struct AgentExtras<'a> {
 /// Adds an agent as the operator (the command line): any executor, any URL.
 pub fn add_agent_full(
     store: &Store,
+    by: &Actor,
     org: &str,
     new: &NewAgent,
     extra: &AgentExtras,
@@ -478,6 +519,13 @@ pub fn add_agent_full(
             created_at: now,
         };
         tx.put(AGENTS, &key::id(agent.id), &agent)?;
+        let target = format!(
+            "agent {} {} {}",
+            agent.id,
+            agent.name,
+            agent.executor.describe()
+        );
+        audit::admin_in(tx, org_id, by, "agent.add", &target, now)?;
         Ok(agent)
     })
 }
@@ -488,6 +536,7 @@ pub fn add_agent_full(
 /// operator's endpoints.
 pub fn add_org_admin_agent(
     store: &Store,
+    by: &Actor,
     llm_config: &LlmConfig,
     org: &str,
     new: &NewAgent,
@@ -511,10 +560,10 @@ pub fn add_org_admin_agent(
         env: &[],
         endpoints: &llm_config.endpoints,
     };
-    add_agent_full(store, org, new, &extra, now)
+    add_agent_full(store, by, org, new, &extra, now)
 }
 
-/// Adds a project to the organisation with slug `org`.
+/// Adds a project to the organisation with slug `org` (the operator's; audited).
 pub fn add_project(
     store: &Store,
     org: &str,
@@ -542,6 +591,8 @@ pub fn add_project(
             created_at: now,
         };
         tx.put(PROJECTS, &key::id(project.id), &project)?;
+        let target = format!("project {} {}", project.id, project.name);
+        audit::admin_in(tx, org_id, &Actor::Operator, "project.add", &target, now)?;
         Ok(project)
     })
 }
@@ -572,4 +623,22 @@ pub fn list_projects(store: &Store, org_id: u64) -> Result<Vec<Project>, StoreEr
         .map(|r| r.1)
         .filter(|p| p.org_id == org_id)
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_executor_is_described_without_secrets() {
+        let http = Executor::Http {
+            url: "https://user:geheim@agent.example/run?token=geheim#x".into(),
+        };
+        assert_eq!(http.describe(), "exec=http url=https://agent.example/run");
+        let cmd = Executor::Command {
+            program: "/usr/bin/agent".into(),
+            args: vec!["--token".into(), "geheim".into()],
+        };
+        assert_eq!(cmd.describe(), "exec=command program=/usr/bin/agent");
+    }
 }

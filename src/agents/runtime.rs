@@ -24,6 +24,7 @@ use super::exec::{JobContext, dispatch};
 use super::protocol::{AgentEvent, EventSink, Job, JobAgent, Outcome};
 use super::transcript::{self, Step, Transcript};
 use crate::app::App;
+use crate::audit::{self, Actor};
 use crate::identity;
 use crate::requests::{self, JobState, Kind, Message, Request, Role, Status, feature};
 use crate::store::{ACTIVE_RUNS, Store, StoreError, key};
@@ -110,9 +111,13 @@ pub fn cancel_run(
     runs: Option<&RunQueue>,
     org_id: Option<u64>,
     id: u64,
-    who: &str,
+    by: &Actor,
     now: jiff::Timestamp,
 ) -> Result<Request, CancelError> {
+    let who = match by {
+        Actor::Operator => "an administrator",
+        Actor::Person { email, .. } => email.as_str(),
+    };
     let run = store.write(|tx| {
         let run = requests::get(tx, id)?
             .filter(|r| org_id.is_none_or(|o| r.org_id == o))
@@ -135,6 +140,7 @@ pub fn cancel_run(
         run.updated_at = now;
         requests::put(tx, &run)?;
         tx.delete(ACTIVE_RUNS, &key::id(id))?;
+        audit::admin_in(tx, run.org_id, by, "run.cancel", &format!("run {id}"), now)?;
         Ok(run)
     })?;
     if let Some(runs) = runs {

@@ -1,12 +1,14 @@
 //! The audit record of every tool call, appended through the batch writer (durable within
-//! ~100 ms, flushed on shutdown) so auditing never adds a commit to a tool call's latency.
+//! ~100 ms, flushed on shutdown) so auditing never adds a commit to a tool call's latency —
+//! and of every admin action (portal or command line), written by [`admin_in`] in the same
+//! transaction as the change it records.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::store::{AUDIT, ReadTx, StoreError, key};
+use crate::store::{AUDIT, ReadTx, StoreError, WriteTx, key};
 
 pub mod limits;
 
@@ -36,6 +38,79 @@ pub struct AuditRecord {
     pub outcome: Outcome,
     pub error: Option<String>,
     pub duration_ms: f64,
+    /// An admin action's actor: the person's email, or [`OPERATOR`] for the command line.
+    /// Absent on tool calls (and on records written before admin actions were audited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
+    /// An admin action's name (`member.invite`, `trigger.pause`, …); its `tool` is
+    /// [`ADMIN_TOOL`]. Absent on tool calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+}
+
+/// The `tool` of every admin action's record.
+pub const ADMIN_TOOL: &str = "admin";
+/// The actor of the command line's admin actions.
+pub const OPERATOR: &str = "operator";
+
+/// Who did an admin action: the server's operator (command line), or a person in the portal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Actor {
+    Operator,
+    Person { person_id: u64, email: String },
+}
+
+impl Actor {
+    /// A person acting in the portal.
+    pub fn person(person_id: u64, email: &str) -> Self {
+        Actor::Person {
+            person_id,
+            email: email.to_owned(),
+        }
+    }
+
+    /// The name an audit record gives the actor.
+    pub fn name(&self) -> &str {
+        match self {
+            Actor::Operator => OPERATOR,
+            Actor::Person { email, .. } => email,
+        }
+    }
+
+    fn person_id(&self) -> u64 {
+        match self {
+            Actor::Operator => 0,
+            Actor::Person { person_id, .. } => *person_id,
+        }
+    }
+}
+
+/// Records an admin action of organisation `org_id` in the caller's write transaction, so the
+/// record and the change commit together (or neither does).
+pub fn admin_in(
+    tx: &mut WriteTx,
+    org_id: u64,
+    actor: &Actor,
+    action: &str,
+    target: &str,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let record = AuditRecord {
+        at: now,
+        org_id,
+        person_id: actor.person_id(),
+        grant_id: 0,
+        agent_id: None,
+        run_id: None,
+        tool: ADMIN_TOOL.to_owned(),
+        target: Some(target.to_owned()),
+        outcome: Outcome::Ok,
+        error: None,
+        duration_ms: 0.0,
+        actor: Some(actor.name().to_owned()),
+        action: Some(action.to_owned()),
+    };
+    tx.put(AUDIT, &record_key(org_id, now), &record)
 }
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);

@@ -29,7 +29,7 @@ use tokio::sync::Semaphore;
 use super::{IdentityError, Person, sessions};
 use crate::clock::SharedClock;
 use crate::ratelimit::{Limiter, WINDOW};
-use crate::store::Store;
+use crate::store::{Store, StoreError, WriteTx};
 
 /// Login and second-factor form posts per client address per window (each form counted on
 /// its own).
@@ -233,16 +233,17 @@ impl LoginGuard {
     }
 
     /// Changes a person's password from one of their sessions: the current password is
-    /// checked (counted like a login failure when wrong), the new one must be strong, and every
-    /// other session of the person ends. Returns how many sessions ended.
+    /// checked (counted like a login failure when wrong), the new one must be strong, and
+    /// `revoke` ends the person's other credentials in the same transaction (every other
+    /// session, their grants: `oauth::change_password`). Returns what `revoke` says ended.
     pub async fn change_password(
         &self,
         store: &Store,
         person: &Person,
-        session: [u8; 32],
         current: &str,
         new: &str,
         ip: IpAddr,
+        revoke: impl FnOnce(&mut WriteTx, u64) -> Result<usize, StoreError> + Send + 'static,
     ) -> Result<usize, IdentityError> {
         let reserved = (account_key(&person.email), ip);
         self.password_failures.check(&reserved).map_err(too_many)?;
@@ -251,16 +252,10 @@ impl LoginGuard {
         let judged = self
             .hash(move || {
                 super::verify_login(&s, &email, &current)?;
-                super::check_strength(&new, &email)?;
-                let hash = super::hash_password(&new);
+                let hash = super::new_password_hash(&new, &email)?;
                 s.write(|tx| {
-                    let key = crate::store::key::id(id);
-                    let mut p: Person = tx
-                        .get(crate::store::PEOPLE, &key)?
-                        .ok_or_else(|| IdentityError::UnknownPerson(format!("#{id}")))?;
-                    p.password_hash = hash;
-                    tx.put(crate::store::PEOPLE, &key, &p)?;
-                    Ok(sessions::end_others_in(tx, id, Some(&session))?)
+                    super::set_password_in(tx, id, hash)?;
+                    Ok(revoke(tx, id)?)
                 })
             })
             .await

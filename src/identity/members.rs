@@ -12,6 +12,7 @@ use super::{
     IdentityError, Membership, Org, Person, Role, check_name, check_strength, hash_password,
     hash_secret, new_secret, normalize_email, person_by_email, verify_password_hash,
 };
+use crate::audit::{self, Actor};
 use crate::store::{
     INVITATIONS, MEMBERSHIPS, MEMBERSHIPS_BY_PERSON, ORGS, PEOPLE, PEOPLE_BY_EMAIL, RESET_LINKS,
     Read, Store, StoreError, WriteTx, key,
@@ -75,12 +76,15 @@ fn membership_of(tx: &impl Read, org_id: u64, person_id: u64) -> Result<Membersh
 }
 
 /// Changes a member's role and right to connect. Refused with [`IdentityError::LastAdmin`]
-/// when it would leave the organisation without an admin.
+/// when it would leave the organisation without an admin, and with
+/// [`IdentityError::NotMember`] for anyone not a member of `org_id`. Audited (`member.set`).
 pub fn set_member(
     store: &Store,
+    by: &Actor,
     org_id: u64,
     person_id: u64,
     change: MemberChange,
+    now: Timestamp,
 ) -> Result<Membership, IdentityError> {
     store.write(|tx| {
         let mut m = membership_of(tx, org_id, person_id)?;
@@ -92,6 +96,15 @@ pub fn set_member(
             m.may_connect = c;
         }
         tx.put(MEMBERSHIPS, &key::pair(org_id, person_id), &m)?;
+        let email = super::person(tx, person_id)?
+            .map(|p| p.email)
+            .unwrap_or_else(|| format!("#{person_id}"));
+        let target = format!(
+            "{email} role={} may_connect={}",
+            m.role.as_str(),
+            m.may_connect
+        );
+        audit::admin_in(tx, org_id, by, "member.set", &target, now)?;
         Ok(m)
     })
 }
@@ -151,14 +164,20 @@ pub fn member_by_email(
 
 /// Invites an email address to an organisation; returns the invitation and its one-time token
 /// (valid [`INVITATION_LIFETIME_SECS`]). Someone already a member cannot be invited again.
+/// Someone with an account elsewhere confirms with their own password, so an invitation
+/// gives the inviter nothing of that account. Audited (`member.invite`).
 pub fn invite(
     store: &Store,
+    by: &Actor,
     org_id: u64,
     email: &str,
     role: Role,
-    invited_by: Option<u64>,
     now: Timestamp,
 ) -> Result<(Invitation, String), IdentityError> {
+    let invited_by = match by {
+        Actor::Operator => None,
+        Actor::Person { person_id, .. } => Some(*person_id),
+    };
     let email = normalize_email(email)?;
     let token = new_secret(INVITATION_PREFIX);
     store.write(|tx| {
@@ -182,6 +201,8 @@ pub fn invite(
             used_at: None,
         };
         tx.put(INVITATIONS, &hash_secret(&token), &inv)?;
+        let target = format!("{email} role={}", role.as_str());
+        audit::admin_in(tx, org_id, by, "member.invite", &target, now)?;
         Ok((inv, token))
     })
 }
@@ -302,26 +323,44 @@ pub fn accept_invitation(
     })
 }
 
-/// Issues a password-reset link for a person (valid [`RESET_LIFETIME_SECS`], once). Their
-/// portal sessions end now; using the link sets a new password and requires a new second
-/// factor. Returns the token.
-pub fn issue_reset(store: &Store, email: &str, now: Timestamp) -> Result<String, IdentityError> {
+/// Issues a password-reset link for a person (valid [`RESET_LIFETIME_SECS`], once), in the
+/// caller's transaction — which also ends the person's sessions and grants
+/// (`oauth::issue_reset`). With `within` (an organisation's admin in the portal) the person
+/// must be a member of that organisation and of no other: a reset sets the password of the
+/// whole account, so an admin of one organisation cannot take over someone's account in
+/// another ([`IdentityError::MemberElsewhere`]); the operator (`None`) resets anyone.
+/// Returns the person and the token.
+pub fn issue_reset_in(
+    tx: &mut WriteTx,
+    email: &str,
+    within: Option<u64>,
+    now: Timestamp,
+) -> Result<(Person, String), IdentityError> {
     let email = normalize_email(email)?;
+    let person: Person = match tx.get::<u64>(PEOPLE_BY_EMAIL, email.as_bytes())? {
+        Some(id) => tx.get(PEOPLE, &key::id(id))?,
+        None => None,
+    }
+    .ok_or_else(|| IdentityError::UnknownPerson(email.clone()))?;
+    if let Some(org_id) = within {
+        membership_of(tx, org_id, person.id)
+            .map_err(|_| IdentityError::NotMember(email.clone()))?;
+        if super::org_ids_of(tx, person.id)?
+            .iter()
+            .any(|o| *o != org_id)
+        {
+            return Err(IdentityError::MemberElsewhere(email));
+        }
+    }
     let token = new_secret(RESET_PREFIX);
-    store.write(|tx| {
-        let person_id: u64 = tx
-            .get(PEOPLE_BY_EMAIL, email.as_bytes())?
-            .ok_or_else(|| IdentityError::UnknownPerson(email.clone()))?;
-        let link = ResetLink {
-            person_id,
-            created_at: now,
-            expires_at: after(now, RESET_LIFETIME_SECS),
-            used_at: None,
-        };
-        tx.put(RESET_LINKS, &hash_secret(&token), &link)?;
-        super::sessions::end_others_in(tx, person_id, None)?;
-        Ok(token)
-    })
+    let link = ResetLink {
+        person_id: person.id,
+        created_at: now,
+        expires_at: after(now, RESET_LIFETIME_SECS),
+        used_at: None,
+    };
+    tx.put(RESET_LINKS, &hash_secret(&token), &link)?;
+    Ok((person, token))
 }
 
 fn live_reset(
@@ -347,25 +386,23 @@ pub fn open_reset(store: &Store, token: &str, now: Timestamp) -> Result<Person, 
     store.read(|tx| live_reset(tx, token, now).map(|(_, _, p)| p))
 }
 
-/// Uses a reset link: the new password is set, the second factor is cleared (the next login
-/// enrols a new one), every session ends, and the link is used up — one transaction.
-pub fn use_reset(
-    store: &Store,
+/// Uses a reset link in the caller's transaction (which also ends every session and grant of
+/// the person: `oauth::use_reset`): `password_hash` (from [`new_password_hash`], made before
+/// the transaction) becomes the password, the second factor is cleared (the next login enrols
+/// a new one), and the link is used up.
+///
+/// [`new_password_hash`]: super::new_password_hash
+pub fn use_reset_in(
+    tx: &mut WriteTx,
     token: &str,
-    password: &str,
+    password_hash: String,
     now: Timestamp,
 ) -> Result<Person, IdentityError> {
-    let person = open_reset(store, token, now)?;
-    check_strength(password, &person.email)?;
-    let password_hash = hash_password(password);
-    store.write(|tx| {
-        let (k, mut link, mut person) = live_reset(tx, token, now)?;
-        person.password_hash = password_hash;
-        person.totp = None;
-        tx.put(PEOPLE, &key::id(person.id), &person)?;
-        super::sessions::end_others_in(tx, person.id, None)?;
-        link.used_at = Some(now);
-        tx.put(RESET_LINKS, &k, &link)?;
-        Ok(person)
-    })
+    let (k, mut link, mut person) = live_reset(tx, token, now)?;
+    person.password_hash = password_hash;
+    person.totp = None;
+    tx.put(PEOPLE, &key::id(person.id), &person)?;
+    link.used_at = Some(now);
+    tx.put(RESET_LINKS, &k, &link)?;
+    Ok(person)
 }

@@ -15,6 +15,7 @@ mod totp;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use crate::audit::{self, Actor};
 use crate::store::{
     MEMBERSHIPS, MEMBERSHIPS_BY_PERSON, ORG_SLUGS, ORGS, PEOPLE, PEOPLE_BY_EMAIL, Read, ReadTx,
     Store, StoreError, WriteTx, key,
@@ -23,8 +24,8 @@ use crate::store::{
 pub use login::LoginGuard;
 pub use members::{
     INVITATION_LIFETIME_SECS, INVITATION_PREFIX, Invitation, MemberChange, RESET_LIFETIME_SECS,
-    RESET_PREFIX, ResetLink, accept_invitation, check_removable, invite, issue_reset,
-    member_by_email, open_invitation, open_reset, remove_member_in, set_member, use_reset,
+    RESET_PREFIX, ResetLink, accept_invitation, check_removable, invite, issue_reset_in,
+    member_by_email, open_invitation, open_reset, remove_member_in, set_member, use_reset_in,
 };
 pub use password::{check_strength, hash_password, verify_password_hash};
 pub use totp::{TotpEnrolment, code_at};
@@ -52,6 +53,10 @@ pub enum IdentityError {
     NotMember(String),
     #[error("`{0}` is a member of this organisation already")]
     AlreadyMember(String),
+    #[error(
+        "`{0}` also belongs to another organisation: only the server's operator can reset their password (kennis user reset)"
+    )]
+    MemberElsewhere(String),
     #[error("an organisation keeps at least one admin: make someone else admin first")]
     LastAdmin,
     #[error("this link is not valid")]
@@ -96,6 +101,17 @@ pub enum ConnectorAccess {
     Nobody,
 }
 
+impl ConnectorAccess {
+    /// The name the command line and forms use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AllMembers => "all_members",
+            Self::SelectedMembers => "selected_members",
+            Self::Nobody => "nobody",
+        }
+    }
+}
+
 impl std::str::FromStr for ConnectorAccess {
     type Err = IdentityError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -116,6 +132,16 @@ pub enum Role {
     Admin,
     #[default]
     Member,
+}
+
+impl Role {
+    /// The name the command line and forms use (`admin`, `member`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Member => "member",
+        }
+    }
 }
 
 impl std::str::FromStr for Role {
@@ -248,6 +274,7 @@ pub(crate) fn check_name(field: &str, name: &str, max: usize) -> Result<String, 
     Ok(name.to_owned())
 }
 
+/// Creates an organisation (the operator's: audited as `operator`).
 pub fn create_org(store: &Store, name: &str, now: Timestamp) -> Result<Org, IdentityError> {
     let name = check_name("organisation name", name, 100)?;
     let slug = slugify(&name);
@@ -270,6 +297,7 @@ pub fn create_org(store: &Store, name: &str, now: Timestamp) -> Result<Org, Iden
         };
         tx.put(ORGS, &key::id(org.id), &org)?;
         tx.put(ORG_SLUGS, slug.as_bytes(), &org.id)?;
+        audit::admin_in(tx, org.id, &Actor::Operator, "org.create", &org.slug, now)?;
         Ok(org)
     })
 }
@@ -295,12 +323,15 @@ pub fn find_org(store: &Store, slug: &str) -> Result<Org, IdentityError> {
         .ok_or_else(|| IdentityError::UnknownOrg(slug.to_owned()))
 }
 
-/// Changes an organisation's connector policy; `None` leaves a setting as it is.
+/// Changes an organisation's connector policy; `None` leaves a setting as it is. Audited
+/// (`org.set`) with the settings as they now are.
 pub fn set_org_policy(
     store: &Store,
+    by: &Actor,
     slug: &str,
     access: Option<ConnectorAccess>,
     require_second_factor: Option<bool>,
+    now: Timestamp,
 ) -> Result<Org, IdentityError> {
     store.write(|tx| {
         let id: u64 = tx
@@ -316,6 +347,12 @@ pub fn set_org_policy(
             org.require_second_factor = r;
         }
         tx.put(ORGS, &key::id(id), &org)?;
+        let target = format!(
+            "connector_access={} require_second_factor={}",
+            org.connector_access.as_str(),
+            org.require_second_factor
+        );
+        audit::admin_in(tx, id, by, "org.set", &target, now)?;
         Ok(org)
     })
 }
@@ -409,24 +446,54 @@ fn update_person<T>(
     person_id: u64,
     f: impl FnOnce(&mut Person) -> Result<T, IdentityError>,
 ) -> Result<T, IdentityError> {
+    update_person_in(store, person_id, |_, p| f(p))
+}
+
+/// [`update_person`] whose change may also write in the same transaction.
+fn update_person_in<T>(
+    store: &Store,
+    person_id: u64,
+    f: impl FnOnce(&mut WriteTx, &mut Person) -> Result<T, IdentityError>,
+) -> Result<T, IdentityError> {
     store.write(|tx| {
         let mut person: Person = tx
             .get(PEOPLE, &key::id(person_id))?
             .ok_or_else(|| IdentityError::UnknownPerson(format!("#{person_id}")))?;
-        let out = f(&mut person)?;
+        let out = f(tx, &mut person)?;
         tx.put(PEOPLE, &key::id(person_id), &person)?;
         Ok(out)
     })
 }
 
-pub fn set_password(store: &Store, email: &str, password: &str) -> Result<(), IdentityError> {
-    let person = find_person(store, email)?;
-    check_strength(password, &person.email)?;
-    let hash = hash_password(password);
-    update_person(store, person.id, |p| {
-        p.password_hash = hash;
-        Ok(())
-    })
+/// A new password's hash for the person with `email`, after the strength check. Argon2 is
+/// deliberately slow: make it before the write transaction that stores it.
+pub fn new_password_hash(password: &str, email: &str) -> Result<String, IdentityError> {
+    check_strength(password, email)?;
+    Ok(hash_password(password))
+}
+
+/// Sets a person's password hash in the caller's transaction (which also ends the person's
+/// sessions and grants: `oauth::set_password`). Returns the person as stored.
+pub fn set_password_in(
+    tx: &mut WriteTx,
+    person_id: u64,
+    password_hash: String,
+) -> Result<Person, IdentityError> {
+    let mut person: Person = tx
+        .get(PEOPLE, &key::id(person_id))?
+        .ok_or_else(|| IdentityError::UnknownPerson(format!("#{person_id}")))?;
+    person.password_hash = password_hash;
+    tx.put(PEOPLE, &key::id(person_id), &person)?;
+    Ok(person)
+}
+
+/// The organisations a person belongs to, by id (in the caller's transaction).
+pub fn org_ids_of(tx: &impl Read, person_id: u64) -> Result<Vec<u64>, StoreError> {
+    Ok(tx
+        .scan::<()>(MEMBERSHIPS_BY_PERSON, &key::id(person_id))?
+        .iter()
+        .filter_map(|(k, ())| key::id_at(k, 8))
+        .collect())
 }
 
 /// Checks an email and password. Unknown emails cost the same work as known ones, so timing
@@ -443,12 +510,33 @@ pub fn verify_login(store: &Store, email: &str, password: &str) -> Result<Person
     }
 }
 
-/// Starts (or restarts) second-factor enrolment: a new secret, not yet confirmed.
+/// Starts (or restarts) second-factor enrolment: a new secret, not yet confirmed. Not
+/// audited: for seeding a person (demo, tests); the operator's command is [`reset_totp_by`].
 pub fn reset_totp(store: &Store, email: &str) -> Result<TotpEnrolment, IdentityError> {
     let person = find_person(store, email)?;
     let (state, enrolment) = totp::new_secret(&person.email)?;
     update_person(store, person.id, |p| {
         p.totp = Some(state);
+        Ok(())
+    })?;
+    Ok(enrolment)
+}
+
+/// [`reset_totp`] as an admin action: audited (`user.totp_reset`) in each of the person's
+/// organisations, in the same transaction.
+pub fn reset_totp_by(
+    store: &Store,
+    by: &Actor,
+    email: &str,
+    now: Timestamp,
+) -> Result<TotpEnrolment, IdentityError> {
+    let person = find_person(store, email)?;
+    let (state, enrolment) = totp::new_secret(&person.email)?;
+    update_person_in(store, person.id, |tx, p| {
+        p.totp = Some(state);
+        for org_id in org_ids_of(tx, p.id)? {
+            audit::admin_in(tx, org_id, by, "user.totp_reset", &p.email, now)?;
+        }
         Ok(())
     })?;
     Ok(enrolment)
@@ -499,8 +587,9 @@ pub fn accept_terms(store: &Store, person_id: u64, version: &str) -> Result<(), 
     })
 }
 
-/// Adds a person to an organisation, or updates role and `may_connect` if already a member.
-/// Demoting the organisation's last admin this way is refused as in [`set_member`].
+/// Adds a person to an organisation, or updates role and `may_connect` if already a member
+/// (the operator's: audited as `operator`, `member.add`). Demoting the organisation's last
+/// admin this way is refused as in [`set_member`].
 pub fn add_member(
     store: &Store,
     org_slug: &str,
@@ -533,6 +622,11 @@ pub fn add_member(
         };
         tx.put(MEMBERSHIPS, &k, &m)?;
         tx.put(MEMBERSHIPS_BY_PERSON, &key::pair(person_id, org_id), &())?;
+        let target = format!(
+            "{email_key} role={} may_connect={may_connect}",
+            role.as_str()
+        );
+        audit::admin_in(tx, org_id, &Actor::Operator, "member.add", &target, now)?;
         Ok((m, created))
     })
 }

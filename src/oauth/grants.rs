@@ -21,6 +21,7 @@ use super::{
     SCOPES, check_resource, hash_secret, known_scopes, new_secret,
 };
 use crate::app::App;
+use crate::audit::{self, Actor};
 use crate::identity;
 use crate::store::{
     OAUTH_CLIENTS, OAUTH_CODES, OAUTH_GRANTS, OAUTH_LAST_USED, OAUTH_TOKENS, Read, Store,
@@ -303,6 +304,25 @@ fn revoke_in(tx: &mut WriteTx, grant_id: u64, now: Timestamp) -> Result<bool, St
     Ok(true)
 }
 
+/// Revokes every live grant of a person, in every organisation, in the caller's transaction;
+/// returns how many.
+pub(super) fn revoke_person_grants_in(
+    tx: &mut WriteTx,
+    person_id: u64,
+    now: Timestamp,
+) -> Result<usize, StoreError> {
+    let theirs: Vec<u64> = tx
+        .scan::<Grant>(OAUTH_GRANTS, b"")?
+        .into_iter()
+        .filter(|(_, g)| g.person_id == person_id && g.revoked_at.is_none())
+        .map(|(_, g)| g.id)
+        .collect();
+    for id in &theirs {
+        revoke_in(tx, *id, now)?;
+    }
+    Ok(theirs.len())
+}
+
 /// Revokes a grant and with it every token it issued. `false` when there is no such grant.
 pub fn revoke_grant(app: &App, grant_id: u64) -> Result<bool, OAuthError> {
     let now = app.clock.now();
@@ -568,6 +588,18 @@ pub fn revoke_connection(
         if g.org_id != org_id || !(is_admin || g.person_id == actor) {
             return Ok(false);
         }
+        if g.person_id != actor {
+            // An admin ending someone else's connection is an admin action.
+            let by = match identity::person(tx, actor)? {
+                Some(p) => Actor::person(p.id, &p.email),
+                None => Actor::person(actor, &format!("#{actor}")),
+            };
+            let owner = identity::person(tx, g.person_id)?
+                .map(|p| p.email)
+                .unwrap_or_else(|| format!("#{}", g.person_id));
+            let target = format!("grant {} of {owner} ({})", g.id, g.client_id);
+            audit::admin_in(tx, org_id, &by, "connection.revoke", &target, now)?;
+        }
         revoke_in(tx, grant_id, now)
     })?)
 }
@@ -575,15 +607,21 @@ pub fn revoke_connection(
 /// Removes a person from an organisation and revokes their connections there, in one
 /// transaction: their next connector call gets 401. Nothing else of theirs changes — grants in
 /// other organisations, portal sessions, the account. Refused for the last admin
-/// ([`identity::IdentityError::LastAdmin`]). Returns how many grants were revoked.
+/// ([`identity::IdentityError::LastAdmin`]). Audited (`member.remove`). Returns how many
+/// grants were revoked.
 pub fn remove_member(
     store: &Store,
+    by: &Actor,
     org_id: u64,
     person_id: u64,
     now: Timestamp,
 ) -> Result<usize, identity::IdentityError> {
     store.write(|tx| {
         identity::remove_member_in(tx, org_id, person_id)?;
+        let email = identity::person(tx, person_id)?
+            .map(|p| p.email)
+            .unwrap_or_else(|| format!("#{person_id}"));
+        audit::admin_in(tx, org_id, by, "member.remove", &email, now)?;
         let theirs: Vec<u64> = tx
             .scan::<Grant>(OAUTH_GRANTS, b"")?
             .into_iter()

@@ -20,6 +20,7 @@
 pub mod authorize;
 pub mod cimd;
 mod clients;
+mod credentials;
 mod grants;
 pub mod redirect;
 mod retention;
@@ -31,6 +32,9 @@ use crate::store::StoreError;
 
 pub use clients::{
     Client, ClientMetadata, RegisteredClient, authenticate_client, get_client, register_client,
+};
+pub use credentials::{
+    Revoked, change_password, issue_reset, revoke_person_credentials_in, set_password, use_reset,
 };
 pub use grants::{
     AccessContext, CodeExchange, Connection, Grant, NewCode, NewGrant, TokenPair, check_bearer,

@@ -106,16 +106,7 @@ pub(super) async fn change_password(
 ) -> Response {
     let current = form.field("current_password").unwrap_or_default();
     let new = form.field("new_password").unwrap_or_default();
-    let r = app
-        .login
-        .change_password(
-            &app.store,
-            &user.person,
-            user.session_hash,
-            current,
-            new,
-            ip,
-        )
+    let r = crate::oauth::change_password(&app, &user.person, user.session_hash, current, new, ip)
         .await;
     let (status, msg) = match &r {
         Ok(0) => (StatusCode::OK, (t("password-changed"), false)),

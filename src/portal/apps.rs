@@ -138,9 +138,9 @@ async fn add(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin, form: CsrfForm)
         return bad_status(&app, &m).await;
     };
     let name = form.field("name").unwrap_or("").to_owned();
-    let org_id = m.org.id;
+    let (org_id, by) = (m.org.id, m.actor());
     let added = app
-        .blocking(move |app| apps::add(&app.store, org_id, &name, status, app.clock.now()))
+        .blocking(move |app| apps::add_by(&app.store, &by, org_id, &name, status, app.clock.now()))
         .await;
     match added {
         Ok(_) => see_other(&base(&m)),
@@ -160,9 +160,11 @@ async fn set_status(
     let Ok(app_id) = app_id.parse::<u64>() else {
         return no_app(&app, &m).await;
     };
-    let org_id = m.org.id;
+    let (org_id, by) = (m.org.id, m.actor());
     let changed = app
-        .blocking(move |app| apps::set_status(&app.store, org_id, app_id, status))
+        .blocking(move |app| {
+            apps::set_status(&app.store, &by, org_id, app_id, status, app.clock.now())
+        })
         .await;
     match changed {
         Ok(_) => see_other(&base(&m)),

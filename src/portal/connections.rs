@@ -170,9 +170,11 @@ pub(super) async fn set_policy(
     else {
         return bad_request(&m, &t("policy-choose"));
     };
-    let slug = m.org.slug.clone();
+    let (slug, by) = (m.org.slug.clone(), m.actor());
     let r = app
-        .blocking(move |app| identity::set_org_policy(&app.store, &slug, Some(access), None))
+        .blocking(move |app| {
+            identity::set_org_policy(&app.store, &by, &slug, Some(access), None, app.clock.now())
+        })
         .await;
     match r {
         Ok(_) => back(&m.org.slug),
@@ -193,23 +195,19 @@ pub(super) async fn set_may_connect(
         Some("false") => false,
         _ => return bad_request(&m, &t("may-connect-bad")),
     };
-    let org_id = m.org.id;
-    let slug = m.org.slug.clone();
+    let (org_id, by) = (m.org.id, m.actor());
+    let change = identity::MemberChange {
+        role: None,
+        may_connect: Some(may),
+    };
     let r = app
         .blocking(move |app| {
-            let found = app
-                .store
-                .read(|tx| identity::member(tx, org_id, person_id))?;
-            let Some((mem, p)) = found else {
-                return Ok(false);
-            };
-            identity::add_member(&app.store, &slug, &p.email, mem.role, may, app.clock.now())?;
-            Ok::<_, identity::IdentityError>(true)
+            identity::set_member(&app.store, &by, org_id, person_id, change, app.clock.now())
         })
         .await;
     match r {
-        Ok(true) => back(&m.org.slug),
-        Ok(false) => bad_request(&m, &t("member-not-found")),
+        Ok(_) => back(&m.org.slug),
+        Err(identity::IdentityError::NotMember(_)) => bad_request(&m, &t("member-not-found")),
         Err(e) => refused(&m, &e),
     }
 }

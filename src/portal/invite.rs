@@ -253,7 +253,7 @@ async fn submit(
             let now = a.clock.now();
             let person = match link {
                 Link::Invite => identity::accept_invitation(&a.store, &tk, &n, &password, now)?,
-                Link::Reset => identity::use_reset(&a.store, &tk, &password, now)?,
+                Link::Reset => crate::oauth::use_reset(&a.store, &tk, &password, now)?,
             };
             // Logged in by the link (it proved the password); the second factor comes next.
             Ok(identity::sessions::create(&a.store, person.id, now)?)

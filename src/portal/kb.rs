@@ -717,7 +717,9 @@ async fn audit_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Respo
                         tr {
                             td.date { (moment(r.at)) }
                             td {
-                                @if let Some(agent) = r.agent_id {
+                                @if r.action.is_some() {
+                                    (t("audit-admin"))
+                                } @else if let Some(agent) = r.agent_id {
                                     (ta("audit-agent", &[("name", agents.get(&agent).cloned().unwrap_or_else(|| format!("#{agent}")))]))
                                     @if let Some(run) = r.run_id {
                                         " · " a href={ "/portal/o/" (slug) "/runs/" (run) } { (ta("run-title", &[("id", run.to_string())])) }
@@ -726,9 +728,17 @@ async fn audit_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Respo
                                     (c.map(|c| c.client_name.clone()).unwrap_or_else(|| format!("#{}", r.grant_id)))
                                 }
                             }
-                            td { @if r.person_id == 0 { "—" } @else { (c.map(|c| c.person_email.clone()).unwrap_or_else(|| format!("#{}", r.person_id))) } }
-                            td { code { (r.tool) } }
-                            td { (r.target.clone().unwrap_or_default()) }
+                            td {
+                                @if let Some(actor) = &r.actor { (actor) }
+                                @else if r.person_id == 0 { "—" }
+                                @else { (c.map(|c| c.person_email.clone()).unwrap_or_else(|| format!("#{}", r.person_id))) }
+                            }
+                            td { code { (r.action.as_deref().unwrap_or(&r.tool)) } }
+                            td {
+                                // An admin action's target is data (`role=admin`), not prose.
+                                @if r.action.is_some() { code { (r.target.clone().unwrap_or_default()) } }
+                                @else { (r.target.clone().unwrap_or_default()) }
+                            }
                             td {
                                 @match r.outcome {
                                     audit::Outcome::Ok => span.badge.ok { (t("outcome-ok")) },

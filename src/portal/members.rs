@@ -197,10 +197,10 @@ async fn invite(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin, form: CsrfFo
         Ok(r) => r,
         Err(e) => return refused(&m, &e),
     };
-    let (org_id, by) = (m.org.id, m.user.person.id);
+    let (org_id, by) = (m.org.id, m.actor());
     let r = app
         .blocking(move |app| {
-            identity::invite(&app.store, org_id, &email, role, Some(by), app.clock.now())
+            identity::invite(&app.store, &by, org_id, &email, role, app.clock.now())
         })
         .await;
     match r {
@@ -229,7 +229,7 @@ async fn change(
 ) -> Response {
     // Not a number: like an id that names nothing here (no id is 0).
     let person_id: u64 = person_id.parse().unwrap_or(0);
-    let org_id = m.org.id;
+    let (org_id, by) = (m.org.id, m.actor());
     let found = app
         .blocking(move |app| app.store.read(|tx| identity::member(tx, org_id, person_id)))
         .await;
@@ -242,7 +242,7 @@ async fn change(
         Some("remove") if form.field("confirm") == Some("yes") => {
             let r = app
                 .blocking(move |app| {
-                    oauth::remove_member(&app.store, org_id, person_id, app.clock.now())
+                    oauth::remove_member(&app.store, &by, org_id, person_id, app.clock.now())
                 })
                 .await;
             match r {
@@ -266,7 +266,9 @@ async fn change(
         Some("reset") => {
             let email = person.email.clone();
             let r = app
-                .blocking(move |app| identity::issue_reset(&app.store, &email, app.clock.now()))
+                .blocking(move |app| {
+                    oauth::issue_reset(&app.store, &by, Some(org_id), &email, app.clock.now())
+                })
                 .await;
             match r {
                 Ok(token) => {
@@ -293,7 +295,16 @@ async fn change(
                 may_connect: Some(form.field("may_connect") == Some("true")),
             };
             let r = app
-                .blocking(move |app| identity::set_member(&app.store, org_id, person_id, change))
+                .blocking(move |app| {
+                    identity::set_member(
+                        &app.store,
+                        &by,
+                        org_id,
+                        person_id,
+                        change,
+                        app.clock.now(),
+                    )
+                })
                 .await;
             match r {
                 Ok(_) => see_other(&format!("/portal/o/{}/members", m.org.slug)),

@@ -495,6 +495,11 @@ impl OrgMember {
     pub fn is_admin(&self) -> bool {
         self.membership.role == Role::Admin
     }
+
+    /// The person acting, as an admin action's audit record names them.
+    pub fn actor(&self) -> crate::audit::Actor {
+        crate::audit::Actor::person(self.user.person.id, &self.user.person.email)
+    }
 }
 
 fn not_found() -> Response {

@@ -220,17 +220,17 @@ pub(super) async fn act(
     let (org_id, now) = (m.0.org.id, app.clock.now());
     let (title, result) = match action.as_str() {
         "cancel" => {
-            let who = m.0.user.person.email.clone();
+            let by = m.0.actor();
             let r = app
                 .blocking(move |app| {
-                    agents::cancel_run(&app.store, Some(&app.runs), Some(org_id), id, &who, now)
+                    agents::cancel_run(&app.store, Some(&app.runs), Some(org_id), id, &by, now)
                 })
                 .await;
             ("run-cancel", r.map(|_| id).map_err(|e| e.problem()))
         }
         "again" => (
             "run-again",
-            triggers::run_again(&app, org_id, id, now)
+            triggers::run_again(&app, m.0.actor(), org_id, id, now)
                 .await
                 .map_err(|e| e.problem()),
         ),

@@ -216,10 +216,10 @@ pub(super) async fn create(State(app): State<Arc<App>>, m: OrgAdmin, form: CsrfF
             },
         },
     };
-    let (slug, org_id) = (m.0.org.slug.clone(), m.0.org.id);
+    let (slug, org_id, by) = (m.0.org.slug.clone(), m.0.org.id, m.0.actor());
     let result = app
         .blocking(move |app| {
-            let r = triggers::add(&app.store, &slug, &new, app.clock.now());
+            let r = triggers::add_by(&app.store, &by, &slug, &new, app.clock.now());
             (r, load(app, &slug, org_id))
         })
         .await;
@@ -258,9 +258,11 @@ pub(super) async fn change(
         "delete" => Change::Delete,
         _ => return not_found(&m),
     };
-    let org_id = m.0.org.id;
+    let (org_id, by) = (m.0.org.id, m.0.actor());
     let result = app
-        .blocking(move |app| triggers::change(&app.store, Some(org_id), &id, what, app.clock.now()))
+        .blocking(move |app| {
+            triggers::change_by(&app.store, &by, Some(org_id), &id, what, app.clock.now())
+        })
         .await;
     match result {
         Err(crate::triggers::TriggerError::UnknownTrigger) => not_found(&m),
@@ -318,13 +320,14 @@ pub(super) async fn add_agent(
     m: OrgAdmin,
     form: CsrfForm,
 ) -> Response {
-    let (slug, org_id) = (m.0.org.slug.clone(), m.0.org.id);
+    let (slug, org_id, by) = (m.0.org.slug.clone(), m.0.org.id, m.0.actor());
     let checked = portal_agent(&form);
     let result = app
         .blocking(move |app| {
             let added = checked.map_err(Refused::Said).and_then(|(new, llm)| {
                 let a = agents::add_org_admin_agent(
                     &app.store,
+                    &by,
                     &app.config.llm,
                     &slug,
                     &new,

@@ -6,6 +6,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use super::RequestError;
+use crate::audit::{self, Actor};
 use crate::identity;
 use crate::store::{APPS, Read, ReadTx, Store, StoreError, key};
 
@@ -67,9 +68,21 @@ fn check_name(name: &str) -> Result<String, RequestError> {
     Ok(name.to_owned())
 }
 
-/// Adds an app to the organisation with id `org_id`.
+/// Adds an app to the organisation with id `org_id` (the operator's).
 pub fn add(
     store: &Store,
+    org_id: u64,
+    name: &str,
+    status: AppStatus,
+    now: Timestamp,
+) -> Result<App, RequestError> {
+    add_by(store, &Actor::Operator, org_id, name, status, now)
+}
+
+/// Adds an app to the organisation with id `org_id`. Audited (`app.add`).
+pub fn add_by(
+    store: &Store,
+    by: &Actor,
     org_id: u64,
     name: &str,
     status: AppStatus,
@@ -93,6 +106,13 @@ pub fn add(
             created_at: now,
         };
         tx.put(APPS, &key::pair(org_id, app.app_id), &app)?;
+        let target = format!(
+            "app {} {} status={}",
+            app.app_id,
+            app.name,
+            app.status.as_str()
+        );
+        audit::admin_in(tx, org_id, by, "app.add", &target, now)?;
         Ok(app)
     })
 }
@@ -126,18 +146,28 @@ pub fn get(tx: &impl Read, org_id: u64, app_id: u64) -> Result<Option<App>, Stor
     tx.get(APPS, &key::pair(org_id, app_id))
 }
 
-/// Changes an app's status (the portal's app page).
+/// Changes an app's status (the portal's app page); another organisation's app is
+/// [`RequestError::NotFound`]. Audited (`app.status`).
 pub fn set_status(
     store: &Store,
+    by: &Actor,
     org_id: u64,
     app_id: u64,
     status: AppStatus,
+    now: Timestamp,
 ) -> Result<App, RequestError> {
     store.write(|tx| {
         let mut app = get(tx, org_id, app_id)?
             .ok_or_else(|| RequestError::NotFound(format!("no app {app_id}")))?;
         app.status = status;
         tx.put(APPS, &key::pair(org_id, app_id), &app)?;
+        let target = format!(
+            "app {} {} status={}",
+            app.app_id,
+            app.name,
+            app.status.as_str()
+        );
+        audit::admin_in(tx, org_id, by, "app.status", &target, now)?;
         Ok(app)
     })
 }
@@ -171,10 +201,18 @@ mod tests {
             })
             .unwrap();
         assert!(matches!(
-            set_status(&store, 1, b.app_id, AppStatus::Live),
+            set_status(&store, &Actor::Operator, 1, b.app_id, AppStatus::Live, now),
             Err(RequestError::NotFound(_))
         ));
-        let archived = set_status(&store, 1, a.app_id, AppStatus::Archived).unwrap();
+        let archived = set_status(
+            &store,
+            &Actor::Operator,
+            1,
+            a.app_id,
+            AppStatus::Archived,
+            now,
+        )
+        .unwrap();
         assert!(!archived.accepts_requests());
     }
 }

@@ -326,6 +326,8 @@ pub fn call(
         outcome,
         error,
         duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        actor: None,
+        action: None,
     };
     app.batch.put(
         crate::store::AUDIT,

@@ -15,6 +15,7 @@ use super::{
 };
 use crate::agents;
 use crate::app::App;
+use crate::audit::{self, Actor};
 
 /// The event key as the delivery carried it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,6 +162,7 @@ where
 /// [`TriggerError::NotStarted`]. The new run is durable and queued before this returns.
 pub async fn run_again(
     app: &Arc<App>,
+    by: Actor,
     org_id: u64,
     run_id: u64,
     now: Timestamp,
@@ -174,7 +176,12 @@ pub async fn run_again(
             else {
                 return Ok(None);
             };
-            fire_in(tx, trigger, run.event_key, None, run.instructions, now).map(Some)
+            let fired = fire_in(tx, trigger, run.event_key, None, run.instructions, now)?;
+            if let Fired::Created(new) = &fired {
+                let target = format!("run {run_id} again as run {new}");
+                audit::admin_in(tx, org_id, &by, "run.again", &target, now)?;
+            }
+            Ok(Some(fired))
         })
         .await?
         .ok_or(TriggerError::RunNotFound)?;

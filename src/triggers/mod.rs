@@ -24,6 +24,7 @@ use subtle::ConstantTimeEq;
 use uuid::Uuid;
 
 use crate::agents::{self, AgentKind, Rollout};
+use crate::audit::{self, Actor};
 use crate::identity;
 use crate::requests::{self, Request, Status};
 use crate::store::{
@@ -447,9 +448,22 @@ pub struct Created {
     pub secret: String,
 }
 
-/// Saves a trigger for a generic agent and a ready project of the organisation `org`.
+/// Saves a trigger for a generic agent and a ready project of the organisation `org` (the
+/// operator's).
 pub fn add(
     store: &Store,
+    org: &str,
+    new: &NewTrigger,
+    now: Timestamp,
+) -> Result<Created, TriggerError> {
+    add_by(store, &Actor::Operator, org, new, now)
+}
+
+/// Saves a trigger for a generic agent and a ready project of the organisation `org`: an
+/// agent or project of another organisation is unknown here. Audited (`trigger.add`).
+pub fn add_by(
+    store: &Store,
+    by: &Actor,
     org: &str,
     new: &NewTrigger,
     now: Timestamp,
@@ -503,6 +517,11 @@ pub fn add(
             updated_at: now,
         };
         tx.put(TRIGGERS, trigger.id.as_bytes(), &trigger)?;
+        let target = format!(
+            "trigger {} {} agent={} project={}",
+            trigger.id, trigger.name, trigger.agent_id, trigger.project_id
+        );
+        audit::admin_in(tx, org_id, by, "trigger.add", &target, now)?;
         Ok(Created {
             trigger,
             secret: secret.clone(),
@@ -579,6 +598,19 @@ pub fn change(
     what: Change,
     now: Timestamp,
 ) -> Result<(Trigger, Option<String>), TriggerError> {
+    change_by(store, &Actor::Operator, org_id, id, what, now)
+}
+
+/// [`change`] by `by`, audited in the trigger's organisation (`trigger.pause`,
+/// `trigger.resume`, `trigger.renew_secret`, `trigger.delete`).
+pub fn change_by(
+    store: &Store,
+    by: &Actor,
+    org_id: Option<u64>,
+    id: &str,
+    what: Change,
+    now: Timestamp,
+) -> Result<(Trigger, Option<String>), TriggerError> {
     let id = Uuid::parse_str(id).map_err(|_| TriggerError::UnknownTrigger)?;
     store.write(|tx| {
         let mut t = match org_id {
@@ -598,6 +630,20 @@ pub fn change(
         }
         t.updated_at = now;
         tx.put(TRIGGERS, id.as_bytes(), &t)?;
+        let action = match what {
+            Change::Pause => "trigger.pause",
+            Change::Resume => "trigger.resume",
+            Change::RenewSecret => "trigger.renew_secret",
+            Change::Delete => "trigger.delete",
+        };
+        audit::admin_in(
+            tx,
+            t.org_id,
+            by,
+            action,
+            &format!("trigger {} {}", t.id, t.name),
+            now,
+        )?;
         Ok((t, secret))
     })
 }

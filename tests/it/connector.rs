@@ -157,13 +157,23 @@ async fn tokens_and_per_call_rechecks() {
             assert_eq!(b["error_description"], reason);
         }
     };
-    identity::set_org_policy(store, &s.org.slug, Some(ConnectorAccess::Nobody), None).unwrap();
+    identity::set_org_policy(
+        store,
+        &kennis::audit::Actor::Operator,
+        &s.org.slug,
+        Some(ConnectorAccess::Nobody),
+        None,
+        app.clock.now(),
+    )
+    .unwrap();
     expect_reason("connecting not allowed").await;
     identity::set_org_policy(
         store,
+        &kennis::audit::Actor::Operator,
         &s.org.slug,
         Some(ConnectorAccess::SelectedMembers),
         None,
+        app.clock.now(),
     )
     .unwrap();
     assert_eq!(
@@ -181,13 +191,29 @@ async fn tokens_and_per_call_rechecks() {
     )
     .unwrap();
     expect_reason("connecting not allowed").await;
-    identity::set_org_policy(store, &s.org.slug, Some(ConnectorAccess::AllMembers), None).unwrap();
+    identity::set_org_policy(
+        store,
+        &kennis::audit::Actor::Operator,
+        &s.org.slug,
+        Some(ConnectorAccess::AllMembers),
+        None,
+        app.clock.now(),
+    )
+    .unwrap();
     identity::accept_terms(store, s.person.id, "0-old").unwrap();
     expect_reason("terms not accepted").await;
     identity::accept_terms(store, s.person.id, &app.config.terms_version).unwrap();
     identity::reset_totp(store, &s.person.email).unwrap();
     expect_reason("second factor required").await;
-    identity::set_org_policy(store, &s.org.slug, None, Some(false)).unwrap();
+    identity::set_org_policy(
+        store,
+        &kennis::audit::Actor::Operator,
+        &s.org.slug,
+        None,
+        Some(false),
+        app.clock.now(),
+    )
+    .unwrap();
     assert_eq!(
         post(Some(token.clone())).await.unwrap().status(),
         200,
@@ -299,10 +325,14 @@ async fn every_tool_call_is_audited() {
     mcp.ok("kennisbank_list", json!({})).await;
     t.app().batch.flush();
     let app = t.app().clone();
-    let records = app
+    // The tool calls (the seeding's admin actions are audited too, with an `action`).
+    let records: Vec<_> = app
         .store
         .read(|tx| kennis::audit::records(tx, s.org.id, None))
-        .unwrap();
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.action.is_none())
+        .collect();
     assert_eq!(records.len(), 3, "{records:?}");
     let r0 = &records[0];
     assert_eq!(
@@ -331,7 +361,8 @@ async fn every_tool_call_is_audited() {
     let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|l| l.get("action").is_none())
         .collect();
     assert_eq!(lines.len(), 3);
     assert_eq!(lines[2]["tool"], "kennisbank_list");

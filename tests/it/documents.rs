@@ -350,12 +350,14 @@ async fn hostile_files_stay_binary_and_admins_see_why() {
     let other = t.seed("Bouw BV", "bert@example.org");
     kennis::identity::set_member(
         &t.app().store,
+        &kennis::audit::Actor::Operator,
         s.org.id,
         other.person.id,
         kennis::identity::MemberChange {
             role: Some(kennis::identity::Role::Member),
             may_connect: None,
         },
+        t.app().clock.now(),
     )
     .unwrap();
     let mut member = Browser::new(&t);

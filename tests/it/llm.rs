@@ -239,6 +239,7 @@ fn add_llm(x: &Setup, a: LlmAgent) -> agents::Agent {
     let app = x.t.app();
     agents::add_agent_with(
         &app.store,
+        &kennis::audit::Actor::Operator,
         &x.s.org.slug,
         &NewAgent {
             name: "Model".into(),
@@ -464,11 +465,14 @@ async fn a_run_searches_and_reads_before_answering() {
 
     // Audited as the organisation's agent in this run.
     x.t.app().batch.flush();
-    let records =
+    let records: Vec<_> =
         x.t.app()
             .store
             .read(|tx| kennis::audit::records(tx, x.s.org.id, None))
-            .unwrap();
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.action.is_none())
+            .collect();
     assert_eq!(records.len(), 3, "{records:?}");
     assert!(
         records

@@ -5,6 +5,7 @@ mod fixture;
 mod acme;
 mod attacks;
 mod backup;
+mod boundary;
 mod cimd;
 mod cli;
 mod conformance;

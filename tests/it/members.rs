@@ -754,12 +754,14 @@ async fn removal_in_the_portal_revokes_grants_in_that_organisation_only() {
     other.login(&bert, "/portal").await;
     identity::set_member(
         &app.store,
+        &kennis::audit::Actor::Operator,
         admin.org.id,
         bert.person.id,
         identity::MemberChange {
             role: Some(Role::Member),
             may_connect: None,
         },
+        app.clock.now(),
     )
     .unwrap();
     assert_eq!(other.get(&members_path).await.status, 403);

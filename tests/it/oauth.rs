@@ -78,15 +78,25 @@ async fn bearer_check_rechecks_the_person_on_every_call() {
     };
     assert_eq!(denied(oauth::check_bearer(&app, &pair.access_token)), None);
 
-    identity::set_org_policy(&app.store, &s.org.slug, Some(ConnectorAccess::Nobody), None).unwrap();
+    identity::set_org_policy(
+        &app.store,
+        &kennis::audit::Actor::Operator,
+        &s.org.slug,
+        Some(ConnectorAccess::Nobody),
+        None,
+        app.clock.now(),
+    )
+    .unwrap();
     let r = oauth::check_bearer(&app, &pair.access_token);
     assert_eq!(r.clone().unwrap_err().reason(), "connecting not allowed");
     assert_eq!(denied(r), Some(AccessDenied::ConnectingNotAllowed));
     identity::set_org_policy(
         &app.store,
+        &kennis::audit::Actor::Operator,
         &s.org.slug,
         Some(ConnectorAccess::AllMembers),
         None,
+        app.clock.now(),
     )
     .unwrap();
 

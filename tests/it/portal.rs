@@ -384,6 +384,12 @@ async fn account_changes_password_and_resets_the_second_factor() {
         .await;
     assert_eq!(p.status, 200);
     assert!(identity::verify_login(&app.store, "pat@example.org", "nieuw-wachtwoord-lang").is_ok());
+    // The new password ended the connections made before it.
+    assert_eq!(
+        oauth::check_bearer(&app, &g.access_token),
+        Err(BearerError::Revoked)
+    );
+    let g = grant_for(&t, s.org.id, s.person.id);
     // Resetting the second factor: the session must pass it again, and the connector refuses
     // until the new one is confirmed.
     let p = b

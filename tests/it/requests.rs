@@ -580,6 +580,7 @@ async fn feature_tool_calls_are_audited() {
         .unwrap();
     let seen: Vec<(String, Option<String>, String)> = records
         .iter()
+        .filter(|r| r.action.is_none())
         .map(|r| {
             (
                 r.tool.clone(),
