@@ -380,6 +380,10 @@ pub enum TriggerCommand {
         /// Seconds after a run starts during which further events are skipped (default 300).
         #[arg(long, value_name = "S")]
         cooldown: Option<u64>,
+        /// POST each run's result here, signed (Standard Webhooks), when the run ends; https
+        /// and a public address only.
+        #[arg(long, value_name = "URL")]
+        callback_url: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -517,6 +521,7 @@ pub fn run_admin(config: &Config, req: AdminRequest) -> Result<Value, CliError> 
         wake_jobs: None,
         stop_run: None,
         extractor: crate::app::extractor(config),
+        callback_allow_http_loopback: config.callback_allow_http_loopback,
     };
     Ok(admin::execute(&ctx, req, &mut progress)?)
 }

@@ -107,6 +107,8 @@ pub struct Config {
     pub acme: Option<Acme>,
     /// Tests only: Client ID Metadata Documents may also be `http://127.0.0.1:<port>/…`.
     pub cimd_allow_http_loopback: bool,
+    /// Tests only: a trigger's `callback_url` may also be `http://127.0.0.1:<port>/…`.
+    pub callback_allow_http_loopback: bool,
     /// `[kb] extract_text`: take the text of PDF and Office files when they are stored and
     /// search and show it; off restores the specification's rule 8 exactly.
     pub extract_text: bool,
@@ -163,6 +165,13 @@ pub struct OAuthSettings {
     pub cimd_allow_http_loopback: Option<bool>,
 }
 
+/// The `[triggers]` table.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerSettings {
+    pub callback_allow_http_loopback: Option<bool>,
+}
+
 /// The `[kb]` table.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -194,6 +203,7 @@ pub struct Settings {
     pub acme: Option<AcmeSettings>,
     pub oauth: Option<OAuthSettings>,
     pub kb: Option<KbSettings>,
+    pub triggers: Option<TriggerSettings>,
 }
 
 impl Settings {
@@ -215,6 +225,8 @@ impl Settings {
         let get = |name: &str| lookup(name).filter(|v| !v.is_empty());
         let cimd_allow_http_loopback = env_switch("KENNIS_CIMD_ALLOW_HTTP_LOOPBACK", get)?;
         let extract_text = env_switch("KENNIS_EXTRACT_TEXT", get)?;
+        let callback_allow_http_loopback =
+            env_switch("KENNIS_CALLBACK_ALLOW_HTTP_LOOPBACK", get)?;
         Ok(Self {
             listen: get("KENNIS_LISTEN"),
             public_url: get("KENNIS_PUBLIC_URL"),
@@ -245,6 +257,9 @@ impl Settings {
             kb: extract_text.map(|on| KbSettings {
                 extract_text: Some(on),
             }),
+            triggers: callback_allow_http_loopback.map(|on| TriggerSettings {
+                callback_allow_http_loopback: Some(on),
+            }),
         })
     }
 
@@ -270,6 +285,10 @@ impl Settings {
                 .filter(|o| o.cimd_allow_http_loopback.is_some())
                 .or(self.oauth),
             kb: over.kb.filter(|k| k.extract_text.is_some()).or(self.kb),
+            triggers: over
+                .triggers
+                .filter(|t| t.callback_allow_http_loopback.is_some())
+                .or(self.triggers),
         }
     }
 
@@ -359,6 +378,10 @@ impl Settings {
             cimd_allow_http_loopback: self
                 .oauth
                 .and_then(|o| o.cimd_allow_http_loopback)
+                .unwrap_or(false),
+            callback_allow_http_loopback: self
+                .triggers
+                .and_then(|t| t.callback_allow_http_loopback)
                 .unwrap_or(false),
             extract_text: self.kb.and_then(|k| k.extract_text).unwrap_or(true),
             extract_program: None,
@@ -606,6 +629,25 @@ mod tests {
                 .unwrap()
                 .extract_text
         );
+    }
+
+    #[test]
+    fn callback_loopback_switch_from_file_and_env() {
+        let file: Settings =
+            toml::from_str("[triggers]\ncallback_allow_http_loopback = true").unwrap();
+        assert!(file.clone().validate().unwrap().callback_allow_http_loopback);
+        assert!(
+            !Settings::default()
+                .validate()
+                .unwrap()
+                .callback_allow_http_loopback
+        );
+        let env = |v: &'static str| {
+            Settings::from_env(move |k| (k == "KENNIS_CALLBACK_ALLOW_HTTP_LOOPBACK").then(|| v.into()))
+        };
+        assert!(!file.overlay(env("false").unwrap()).validate().unwrap().callback_allow_http_loopback);
+        assert!(env("yes please").is_err());
+        assert!(toml::from_str::<Settings>("[triggers]\ncallback = true").is_err());
     }
 
     #[test]

@@ -226,6 +226,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
         }));
     }
     workers.push(crate::housekeeping::start(&app, stop_rx.clone()));
+    workers.push(crate::triggers::callback::start(&app, stop_rx.clone()));
     if app.kb_index.with_extracted() {
         workers.push(extraction::start(&app, stop_rx.clone()));
     }
@@ -239,6 +240,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
         kb_index: app.kb_index.clone(),
         public_url: app.public_url.clone(),
         extractor: app.extractor.clone(),
+        callback_allow_http_loopback: app.config.callback_allow_http_loopback,
         // Weak: the admin task must not keep the store open past shutdown.
         wake_jobs: Some({
             let app = Arc::downgrade(&app);

@@ -2,9 +2,8 @@
 //! is an https URL names a JSON document describing the client. It is fetched with care, since
 //! the URL comes from whoever sends an authorization request:
 //! - https only, a path, no fragment, no user info, no dot segments;
-//! - the host is resolved first and every address checked (never loopback, private,
-//!   link-local, shared, multicast or unspecified); the connection is pinned to a checked
-//!   address, so a second DNS answer (rebinding) cannot point it inside;
+//! - the host is resolved first and every address checked, and the connection pinned to a
+//!   checked address (`crate::outbound`, shared with trigger callbacks);
 //! - no redirects, at most 5 s, at most 5 KB;
 //! - the document's `client_id` must be the URL itself, and the usual registration rules apply
 //!   to it (redirect allow-list, grant and response types, `none` authentication).
@@ -14,7 +13,6 @@
 //! 24 hours; the next authorization after that fetches it again. Tokens issued to it keep
 //! working with the stored copy.
 
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +21,7 @@ use jiff::{SignedDuration, Timestamp};
 use super::Client;
 use super::clients::{ClientMetadata, MAX_CLIENT_ID_LEN, check_metadata};
 use crate::app::App;
+use crate::outbound::{self, Guard};
 use crate::store::{OAUTH_CLIENTS, StoreError};
 
 /// Largest document read.
@@ -121,41 +120,6 @@ fn check_url(client_id: &str, allow_http_loopback: bool) -> Result<url::Url, Cim
     Ok(url)
 }
 
-/// Whether an address may be fetched from: public unicast only.
-pub fn is_public(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => {
-            let o = v4.octets();
-            !(v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_multicast()
-                || v4.is_documentation()
-                || o[0] == 0
-                || (o[0] == 100 && (o[1] & 0xc0) == 64) // 100.64.0.0/10, shared address space
-                || (o[0] == 192 && o[1] == 0 && o[2] == 0) // 192.0.0.0/24, protocol assignments
-                || (o[0] == 198 && (o[1] & 0xfe) == 18) // 198.18.0.0/15, benchmarking
-                || o[0] >= 240)
-        }
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_public(IpAddr::V4(v4));
-            }
-            let s = v6.segments();
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (s[0] & 0xfe00) == 0xfc00 // unique local
-                || (s[0] & 0xffc0) == 0xfe80 // link-local
-                || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
-                || (s[0] == 0x64 && s[1] == 0xff9b) // NAT64 reaches IPv4 inside too
-                || (s[0] == 0 && s[1] == 0 && s[2] == 0 && s[3] == 0 && s[4] == 0 && s[5] == 0)) // IPv4-compatible
-        }
-    }
-}
-
 struct Fetched {
     body: Vec<u8>,
     fresh_for: SignedDuration,
@@ -172,42 +136,14 @@ async fn fetch(url: &url::Url, allow_http_loopback: bool) -> Result<Fetched, Cim
         url: shown.clone(),
         reason,
     };
-    let host = url.host_str().unwrap_or_default().to_owned();
-    let port = url.port_or_known_default().unwrap_or(443);
-    let loopback_allowed = allow_http_loopback && url.scheme() == "http" && host == "127.0.0.1";
     let work = async {
-        let addrs: Vec<SocketAddr> = match url.host() {
-            Some(url::Host::Ipv4(ip)) => vec![SocketAddr::new(ip.into(), port)],
-            Some(url::Host::Ipv6(ip)) => vec![SocketAddr::new(ip.into(), port)],
-            _ => tokio::net::lookup_host((host.as_str(), port))
-                .await
-                .map_err(|e| failed(format!("cannot resolve {host}: {e}")))?
-                .collect(),
-        };
-        let Some(&pinned) = addrs.first() else {
-            return Err(failed(format!("{host} has no address")));
-        };
-        // Every answer must be public: one inside address is enough to refuse, or a second
-        // lookup (by anything but this pinned connection) could be steered to it.
-        if let Some(bad) = addrs
-            .iter()
-            .find(|a| !(is_public(a.ip()) || (loopback_allowed && a.ip().is_loopback())))
-        {
-            return Err(refused(format!(
-                "{host} resolves to {}, an address inside a private network",
-                bad.ip()
-            )));
-        }
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .timeout(FETCH_TIMEOUT)
-            .connect_timeout(FETCH_TIMEOUT)
-            .resolve(&host, pinned)
-            .user_agent(concat!("kennis/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| failed(e.to_string()))?;
+        let pinned = outbound::resolve(url, allow_http_loopback)
+            .await
+            .map_err(|e| match e {
+                Guard::Refused(reason) => refused(reason),
+                Guard::Unresolved(reason) => failed(reason),
+            })?;
+        let client = outbound::client(&pinned, FETCH_TIMEOUT).map_err(failed)?;
         let mut response = client
             .get(url.clone())
             .header(reqwest::header::ACCEPT, "application/json")
@@ -373,29 +309,6 @@ mod tests {
         }
         assert!(check_url("http://127.0.0.1:8080/c.json", true).is_ok());
         assert!(check_url("http://localhost:8080/c.json", true).is_err());
-    }
-
-    #[test]
-    fn only_public_addresses() {
-        for inside in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "169.254.169.254",
-            "100.64.0.1",
-            "0.0.0.0",
-            "::1",
-            "fe80::1",
-            "fd00::1",
-            "::ffff:10.0.0.1",
-            "64:ff9b::a00:1",
-        ] {
-            assert!(!is_public(inside.parse().unwrap()), "{inside}");
-        }
-        for outside in ["93.184.215.14", "2606:4700::1111"] {
-            assert!(is_public(outside.parse().unwrap()), "{outside}");
-        }
     }
 
     #[test]

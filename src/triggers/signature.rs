@@ -61,7 +61,7 @@ impl Signature {
 }
 
 #[allow(clippy::expect_used, reason = "HMAC takes keys of any length")]
-fn key_bytes(server_key: &[u8; 32], trigger: &Trigger) -> [u8; 32] {
+pub(super) fn key_bytes(server_key: &[u8; 32], trigger: &Trigger) -> [u8; 32] {
     let mut mac = Hmac::<Sha256>::new_from_slice(server_key).expect("any key length");
     mac.update(b"kennis trigger signing key\0");
     mac.update(trigger.id.as_bytes());
@@ -80,6 +80,19 @@ pub fn signing_secret(server_key: &[u8; 32], trigger: &Trigger) -> String {
 #[allow(clippy::expect_used, reason = "HMAC takes keys of any length")]
 fn mac_with(key: &[u8]) -> Hmac<Sha256> {
     Hmac::<Sha256>::new_from_slice(key).expect("any key length")
+}
+
+/// The Standard Webhooks signature of a message kennis sends (a run's callback):
+/// `v1,<base64 HMAC-SHA256 of "id.timestamp.body">` with the key the receiver gets by
+/// base64-decoding the signing secret after `whsec_`.
+pub fn sign_standard(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
+    let mut mac = mac_with(key);
+    mac.update(id.as_bytes());
+    mac.update(b".");
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()))
 }
 
 /// Checks a signed delivery; any fault is `InvalidToken` (401), like a wrong secret.
