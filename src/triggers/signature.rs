@@ -160,3 +160,45 @@ pub fn validate_delivery_id(id: Option<&str>) -> Result<Option<String>, TriggerE
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_callback_signature_verifies_with_the_shown_signing_secret() {
+        let trigger = Trigger {
+            id: uuid::Uuid::new_v4(),
+            org_id: 1,
+            name: "t".into(),
+            instructions: "i".into(),
+            agent_id: 1,
+            project_id: 1,
+            cooldown_secs: 0,
+            secret_hash: "ab".repeat(32),
+            paused: false,
+            deleted: false,
+            created_at: Timestamp::UNIX_EPOCH,
+            updated_at: Timestamp::UNIX_EPOCH,
+            callback_url: None,
+        };
+        let server_key = [7u8; 32];
+        let now = Timestamp::from_second(1_780_000_000).unwrap();
+        let body = br#"{"type":"run.finished"}"#;
+        let key = key_bytes(&server_key, &trigger);
+        let sig = sign_standard(&key, "msg_1", now.as_second(), body);
+        // The key a receiver takes from the shown secret: base64 after `whsec_`.
+        let shown = signing_secret(&server_key, &trigger);
+        let decoded = STANDARD.decode(shown.strip_prefix(PREFIX).unwrap()).unwrap();
+        assert_eq!(decoded, key);
+        // kennis's own check of incoming Standard Webhooks deliveries accepts it too.
+        let standard = Signature::Standard {
+            id: "msg_1".into(),
+            timestamp: now.as_second().to_string(),
+            signatures: sig.clone(),
+        };
+        assert!(verify(&server_key, &trigger, &standard, body, now).is_ok());
+        assert!(verify(&server_key, &trigger, &standard, b"{}", now).is_err());
+        assert!(sig.starts_with("v1,"));
+    }
+}

@@ -5,6 +5,7 @@ mod fixture;
 mod acme;
 mod attacks;
 mod backup;
+mod callbacks;
 mod cimd;
 mod cli;
 mod conformance;
