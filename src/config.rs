@@ -225,8 +225,7 @@ impl Settings {
         let get = |name: &str| lookup(name).filter(|v| !v.is_empty());
         let cimd_allow_http_loopback = env_switch("KENNIS_CIMD_ALLOW_HTTP_LOOPBACK", get)?;
         let extract_text = env_switch("KENNIS_EXTRACT_TEXT", get)?;
-        let callback_allow_http_loopback =
-            env_switch("KENNIS_CALLBACK_ALLOW_HTTP_LOOPBACK", get)?;
+        let callback_allow_http_loopback = env_switch("KENNIS_CALLBACK_ALLOW_HTTP_LOOPBACK", get)?;
         Ok(Self {
             listen: get("KENNIS_LISTEN"),
             public_url: get("KENNIS_PUBLIC_URL"),
@@ -635,7 +634,12 @@ mod tests {
     fn callback_loopback_switch_from_file_and_env() {
         let file: Settings =
             toml::from_str("[triggers]\ncallback_allow_http_loopback = true").unwrap();
-        assert!(file.clone().validate().unwrap().callback_allow_http_loopback);
+        assert!(
+            file.clone()
+                .validate()
+                .unwrap()
+                .callback_allow_http_loopback
+        );
         assert!(
             !Settings::default()
                 .validate()
@@ -643,9 +647,17 @@ mod tests {
                 .callback_allow_http_loopback
         );
         let env = |v: &'static str| {
-            Settings::from_env(move |k| (k == "KENNIS_CALLBACK_ALLOW_HTTP_LOOPBACK").then(|| v.into()))
+            Settings::from_env(move |k| {
+                (k == "KENNIS_CALLBACK_ALLOW_HTTP_LOOPBACK").then(|| v.into())
+            })
         };
-        assert!(!file.overlay(env("false").unwrap()).validate().unwrap().callback_allow_http_loopback);
+        assert!(
+            !file
+                .overlay(env("false").unwrap())
+                .validate()
+                .unwrap()
+                .callback_allow_http_loopback
+        );
         assert!(env("yes please").is_err());
         assert!(toml::from_str::<Settings>("[triggers]\ncallback = true").is_err());
     }

@@ -441,7 +441,14 @@ fn run(cli: Cli) -> Result<(), CliError> {
             cli::output(json, &v, |v| {
                 cli::human_list(
                     v,
-                    &["id", "name", "paused", "cooldown_secs", "url", "callback_url"],
+                    &[
+                        "id",
+                        "name",
+                        "paused",
+                        "cooldown_secs",
+                        "url",
+                        "callback_url",
+                    ],
                 )
             });
         }

@@ -178,7 +178,8 @@ pub(super) async fn run_page(
     Path((_slug, id)): Path<(String, String)>,
 ) -> Response {
     let org_id = m.0.org.id;
-    let Some((r, agent, transcript, callback)) = app.blocking(move |app| load(app, org_id, &id)).await
+    let Some((r, agent, transcript, callback)) =
+        app.blocking(move |app| load(app, org_id, &id)).await
     else {
         return not_found(&m);
     };

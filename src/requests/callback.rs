@@ -228,7 +228,10 @@ pub fn record(
     if cb.state != State::Pending {
         return Ok(None);
     }
-    let attempt = cb.attempts.last().map_or(1, |a| a.attempt.saturating_add(1));
+    let attempt = cb
+        .attempts
+        .last()
+        .map_or(1, |a| a.attempt.saturating_add(1));
     cb.attempts.push(Attempt {
         attempt,
         at,
@@ -248,7 +251,10 @@ pub fn record(
             cb.state = State::Failed;
             None
         } else {
-            Some(at.saturating_add(retry_wait(cb.failures, jitter)).unwrap_or(at))
+            Some(
+                at.saturating_add(retry_wait(cb.failures, jitter))
+                    .unwrap_or(at),
+            )
         }
     };
     schedule(tx, &mut cb, next)?;

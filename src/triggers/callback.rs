@@ -200,20 +200,16 @@ async fn attempt(app: &App, p: &Prepared, now: Timestamp) -> record::Outcome {
                 r.status().as_u16(),
                 format!("the receiver answered {}", r.status()),
             ),
-            Err(e) if e.is_timeout() => failure(
-                0,
-                format!("no answer within {} seconds", TIMEOUT.as_secs()),
-            ),
+            Err(e) if e.is_timeout() => {
+                failure(0, format!("no answer within {} seconds", TIMEOUT.as_secs()))
+            }
             Err(e) if e.is_connect() => failure(0, "cannot connect"),
             Err(e) => failure(0, e.to_string()),
         }
     };
     match tokio::time::timeout(TIMEOUT, work).await {
         Ok(o) => o,
-        Err(_) => failure(
-            0,
-            format!("no answer within {} seconds", TIMEOUT.as_secs()),
-        ),
+        Err(_) => failure(0, format!("no answer within {} seconds", TIMEOUT.as_secs())),
     }
 }
 

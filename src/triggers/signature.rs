@@ -189,7 +189,9 @@ mod tests {
         let sig = sign_standard(&key, "msg_1", now.as_second(), body);
         // The key a receiver takes from the shown secret: base64 after `whsec_`.
         let shown = signing_secret(&server_key, &trigger);
-        let decoded = STANDARD.decode(shown.strip_prefix(PREFIX).unwrap()).unwrap();
+        let decoded = STANDARD
+            .decode(shown.strip_prefix(PREFIX).unwrap())
+            .unwrap();
         assert_eq!(decoded, key);
         // kennis's own check of incoming Standard Webhooks deliveries accepts it too.
         let standard = Signature::Standard {

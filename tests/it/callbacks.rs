@@ -46,11 +46,14 @@ impl Got {
     }
 }
 
+/// A scripted answer: status and, for a redirect, its `Location`.
+type Answer = (u16, Option<String>);
+
 #[derive(Clone, Default)]
 struct Script {
     got: Arc<Mutex<Vec<Got>>>,
     /// Answers in order (status, Location); after the last, 200.
-    answers: Arc<Mutex<Vec<(u16, Option<String>)>>>,
+    answers: Arc<Mutex<Vec<Answer>>>,
 }
 
 /// A receiver on 127.0.0.1 that records every request and answers from its script.
@@ -61,11 +64,11 @@ struct Receiver {
 }
 
 impl Receiver {
-    async fn start(answers: Vec<(u16, Option<String>)>) -> Receiver {
+    async fn start(answers: Vec<Answer>) -> Receiver {
         Self::start_on("127.0.0.1:0".parse().unwrap(), answers).await
     }
 
-    async fn start_on(addr: SocketAddr, answers: Vec<(u16, Option<String>)>) -> Receiver {
+    async fn start_on(addr: SocketAddr, answers: Vec<Answer>) -> Receiver {
         async fn answer(
             State(s): State<Script>,
             uri: axum::http::Uri,
@@ -229,7 +232,10 @@ async fn attempts(t: &TestServer, run: u64, n: usize) -> requests::callback::Cal
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("run {run}'s callback never kept {n} attempts: {:?}", callback(t, run));
+    panic!(
+        "run {run}'s callback never kept {n} attempts: {:?}",
+        callback(t, run)
+    );
 }
 
 fn statuses(v: &Value) -> Vec<u64> {
@@ -288,11 +294,18 @@ async fn a_finished_run_is_posted_signed_with_the_read_run_answer() {
         .await
         .unwrap();
     assert_eq!(read["status"], "succeeded");
-    assert_eq!(body["run"], read, "the callback carries the read-run answer");
+    assert_eq!(
+        body["run"], read,
+        "the callback carries the read-run answer"
+    );
     assert_eq!(body.as_object().unwrap().len(), 2, "{body}");
 
     attempts(&t, run, 1).await;
-    let shown = run_json(t.data_dir(), &["run", "show", &run.to_string(), "--json"], None);
+    let shown = run_json(
+        t.data_dir(),
+        &["run", "show", &run.to_string(), "--json"],
+        None,
+    );
     assert_eq!(statuses(&shown), [200]);
     let first = &shown["callbacks"][0];
     assert_eq!(first["attempt"], 1);
@@ -310,8 +323,14 @@ async fn a_finished_run_is_posted_signed_with_the_read_run_answer() {
         .text()
         .await
         .unwrap();
-    assert!(metrics.contains("kennis_callbacks_sent_total 1"), "{metrics}");
-    assert!(metrics.contains("kennis_callbacks_failed_total 0"), "{metrics}");
+    assert!(
+        metrics.contains("kennis_callbacks_sent_total 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("kennis_callbacks_failed_total 0"),
+        "{metrics}"
+    );
     assert!(metrics.contains("kennis_callbacks_pending"), "{metrics}");
     // Nothing more arrives: a delivered callback is not sent again by itself.
     t.clock.advance(SignedDuration::from_hours(30));
@@ -342,7 +361,10 @@ async fn failed_attempts_are_retried_with_the_same_webhook_id_and_shown() {
     rx.wait_for(2).await;
     let cb = attempts(&t, run, 2).await;
     let wait = cb.next_at.unwrap().duration_since(t.clock.now());
-    assert!(wait > SignedDuration::from_secs(60), "backoff grows: {wait:?}");
+    assert!(
+        wait > SignedDuration::from_secs(60),
+        "backoff grows: {wait:?}"
+    );
     t.clock.advance(wait + SignedDuration::from_secs(1));
     let got = rx.wait_for(3).await;
     attempts(&t, run, 3).await;
@@ -352,7 +374,11 @@ async fn failed_attempts_are_retried_with_the_same_webhook_id_and_shown() {
     assert!(ids.iter().all(|i| *i == ids[0]), "{ids:?}");
     let secret = trigger["signing_secret"].as_str().unwrap();
     assert!(got.iter().all(|g| standard_webhooks_verify(secret, g)));
-    let shown = run_json(t.data_dir(), &["run", "show", &run.to_string(), "--json"], None);
+    let shown = run_json(
+        t.data_dir(),
+        &["run", "show", &run.to_string(), "--json"],
+        None,
+    );
     assert_eq!(statuses(&shown), [500, 500, 200]);
     assert_eq!(shown["callbacks"][2]["attempt"], 3);
     assert!(
@@ -371,7 +397,11 @@ async fn failed_attempts_are_retried_with_the_same_webhook_id_and_shown() {
     assert_eq!(page.status, 200, "{}", page.body);
     let table = page.body.split("id=\"run-callbacks\"").nth(1).unwrap();
     let table = table.split("</table>").next().unwrap();
-    assert_eq!(table.matches("<tr>").count(), 4, "header and three attempts");
+    assert_eq!(
+        table.matches("<tr>").count(),
+        4,
+        "header and three attempts"
+    );
     assert!(page.body.contains("Send again"));
     let mut nl = Browser::speaking(&t, "nl");
     let page = nl.login(&admin, &page_path).await;
@@ -524,7 +554,11 @@ async fn refused_callback_urls_are_not_saved_and_never_contacted() {
         );
     }
     let listed = run_json(t.data_dir(), &["trigger", "list", "acme", "--json"], None);
-    assert_eq!(listed["items"].as_array().unwrap().len(), 0, "nothing saved");
+    assert_eq!(
+        listed["items"].as_array().unwrap().len(),
+        0,
+        "nothing saved"
+    );
 
     // The portal form refuses it too, with the reason, and saves nothing.
     let mut b = Browser::new(&t);
@@ -548,7 +582,11 @@ async fn refused_callback_urls_are_not_saved_and_never_contacted() {
     assert!(refused.body.contains("id=\"error\""), "{}", refused.body);
     assert!(refused.body.contains("private network"), "{}", refused.body);
     let listed = run_json(t.data_dir(), &["trigger", "list", "acme", "--json"], None);
-    assert_eq!(listed["items"].as_array().unwrap().len(), 0, "nothing saved");
+    assert_eq!(
+        listed["items"].as_array().unwrap().len(),
+        0,
+        "nothing saved"
+    );
 
     // Saved while the switch was on, refused again when sending once it is off: the attempt is
     // kept with the reason and nothing reaches the receiver.
@@ -592,7 +630,10 @@ async fn refused_callback_urls_are_not_saved_and_never_contacted() {
         .text()
         .await
         .unwrap();
-    assert!(metrics.contains("kennis_callbacks_failed_total 2"), "{metrics}");
+    assert!(
+        metrics.contains("kennis_callbacks_failed_total 2"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
