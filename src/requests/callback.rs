@@ -285,6 +285,157 @@ pub fn send_again_in(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::requests::{self, Status};
+    use crate::store::Store;
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    /// A run of organisation `org` with a callback, ended at `end` (or still running).
+    fn run(store: &Store, org: u64, end: Option<Timestamp>) -> u64 {
+        store
+            .write(|tx| {
+                let t0 = at("2026-01-01T00:00:00Z");
+                let mut r =
+                    requests::create_run(tx, org, 1, uuid::Uuid::new_v4(), None, "x".into(), t0)?;
+                subscribe_in(tx, &r, "https://example.org/hook")?;
+                if let Some(end) = end {
+                    r.status = Status::Succeeded;
+                    r.updated_at = end;
+                    requests::put(tx, &r)?;
+                }
+                Ok::<_, StoreError>(r.id)
+            })
+            .unwrap()
+    }
+
+    fn fail(status: u16) -> Outcome {
+        Outcome {
+            status,
+            reason: format!("the receiver answered {status}"),
+            final_failure: false,
+        }
+    }
+
+    #[test]
+    fn the_runs_end_releases_its_callback_in_the_same_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let end = at("2026-01-01T00:05:00Z");
+        let waiting = run(&store, 1, None);
+        let ended = run(&store, 1, Some(end));
+        let get = |id| store.read(|tx| get(tx, id)).unwrap().unwrap();
+        assert_eq!(get(waiting).state, State::Waiting);
+        assert_eq!(get(ended).state, State::Pending);
+        assert_eq!(get(ended).next_at, Some(end));
+        let due_at = |now| store.read(|tx| due(tx, now, |_| 10)).unwrap();
+        assert!(due_at(at("2026-01-01T00:04:59Z")).is_empty());
+        assert_eq!(due_at(end), vec![(1, ended)]);
+        // Writing the ended run again does not release it twice.
+        store
+            .write(|tx| {
+                let r = requests::get(tx, ended)?.unwrap();
+                requests::put(tx, &r)
+            })
+            .unwrap();
+        assert_eq!(store.read(|tx| pending_count(tx)).unwrap(), 1);
+    }
+
+    #[test]
+    fn retries_keep_the_id_back_off_and_give_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut now = at("2026-01-01T00:05:00Z");
+        let id = run(&store, 1, Some(now));
+        let webhook_id = store.read(|tx| get(tx, id)).unwrap().unwrap().webhook_id;
+        let mut waits = Vec::new();
+        for n in 1..=MAX_ATTEMPTS {
+            let cb = store
+                .write(|tx| record(tx, id, now, fail(500), 0.5))
+                .unwrap()
+                .unwrap();
+            assert_eq!(cb.webhook_id, webhook_id);
+            assert_eq!(cb.attempts.len() as u32, n);
+            match cb.next_at {
+                Some(next) => {
+                    waits.push(next.duration_since(now));
+                    now = next;
+                }
+                None => assert_eq!((n, cb.state), (MAX_ATTEMPTS, State::Failed)),
+            }
+        }
+        assert!(waits.windows(2).all(|w| w[0] <= w[1]), "{waits:?}");
+        assert!(waits[0] <= SignedDuration::from_secs(60));
+        assert_eq!(store.read(|tx| pending_count(tx)).unwrap(), 0);
+        // A failed callback takes no more attempts …
+        assert!(
+            store
+                .write(|tx| record(tx, id, now, fail(200), 0.5))
+                .unwrap()
+                .is_none()
+        );
+        // … until it is sent again: due at once, same id, a new row of attempts.
+        let cb = store
+            .write(|tx| send_again_in(tx, 1, id, now))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (cb.state, cb.next_at, cb.failures),
+            (State::Pending, Some(now), 0)
+        );
+        let cb = store
+            .write(|tx| record(tx, id, now, fail(204), 0.5))
+            .unwrap()
+            .unwrap();
+        assert_eq!(cb.state, State::Delivered);
+        assert_eq!(cb.attempts.last().unwrap().attempt, MAX_ATTEMPTS + 1);
+        assert_eq!(cb.webhook_id, webhook_id);
+        // Another organisation cannot send it again.
+        assert!(
+            store
+                .write(|tx| send_again_in(tx, 2, id, now))
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_refused_url_is_given_up_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let now = at("2026-01-01T00:05:00Z");
+        let id = run(&store, 1, Some(now));
+        let refused = Outcome {
+            status: 0,
+            reason: "not sent: 10.0.0.1 is inside".into(),
+            final_failure: true,
+        };
+        let cb = store
+            .write(|tx| record(tx, id, now, refused, 0.5))
+            .unwrap()
+            .unwrap();
+        assert_eq!((cb.state, cb.next_at), (State::Failed, None));
+    }
+
+    #[test]
+    fn one_organisations_backlog_does_not_hide_anothers() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let early = at("2026-01-01T00:05:00Z");
+        let busy: Vec<u64> = (0..50).map(|_| run(&store, 7, Some(early))).collect();
+        let other = run(&store, 9, Some(at("2026-01-01T00:06:00Z")));
+        let now = at("2026-01-01T01:00:00Z");
+        let found = store.read(|tx| due(tx, now, |_| 4)).unwrap();
+        assert_eq!(found.iter().filter(|(o, _)| *o == 7).count(), 4);
+        assert!(found.contains(&(9, other)), "{found:?}");
+        assert_eq!(found.first(), Some(&(7, busy[0])));
+        // An organisation at its share gets none read at all.
+        let found = store
+            .read(|tx| due(tx, now, |o| if o == 7 { 0 } else { 4 }))
+            .unwrap();
+        assert_eq!(found, vec![(9, other)]);
+    }
 
     #[test]
     fn backoff_starts_within_a_minute_and_spans_hours() {
