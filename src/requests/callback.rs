@@ -339,7 +339,7 @@ mod tests {
                 requests::put(tx, &r)
             })
             .unwrap();
-        assert_eq!(store.read(|tx| pending_count(tx)).unwrap(), 1);
+        assert_eq!(store.read(pending_count).unwrap(), 1);
     }
 
     #[test]
@@ -367,7 +367,7 @@ mod tests {
         }
         assert!(waits.windows(2).all(|w| w[0] <= w[1]), "{waits:?}");
         assert!(waits[0] <= SignedDuration::from_secs(60));
-        assert_eq!(store.read(|tx| pending_count(tx)).unwrap(), 0);
+        assert_eq!(store.read(pending_count).unwrap(), 0);
         // A failed callback takes no more attempts …
         assert!(
             store
