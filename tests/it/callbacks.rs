@@ -54,6 +54,8 @@ struct Script {
     got: Arc<Mutex<Vec<Got>>>,
     /// Answers in order (status, Location); after the last, 200.
     answers: Arc<Mutex<Vec<Answer>>>,
+    /// How long each answer takes (after the request is recorded).
+    delay: Duration,
 }
 
 /// A receiver on 127.0.0.1 that records every request and answers from its script.
@@ -69,6 +71,15 @@ impl Receiver {
     }
 
     async fn start_on(addr: SocketAddr, answers: Vec<Answer>) -> Receiver {
+        Self::start_with(addr, answers, Duration::ZERO).await
+    }
+
+    /// A receiver that takes `delay` to answer each request.
+    async fn slow(delay: Duration) -> Receiver {
+        Self::start_with("127.0.0.1:0".parse().unwrap(), vec![], delay).await
+    }
+
+    async fn start_with(addr: SocketAddr, answers: Vec<Answer>, delay: Duration) -> Receiver {
         async fn answer(
             State(s): State<Script>,
             uri: axum::http::Uri,
@@ -80,6 +91,7 @@ impl Receiver {
                 headers,
                 body: body.to_vec(),
             });
+            tokio::time::sleep(s.delay).await;
             let next = {
                 let mut a = s.answers.lock().unwrap();
                 if a.is_empty() {
@@ -97,6 +109,7 @@ impl Receiver {
         let script = Script {
             got: Arc::default(),
             answers: Arc::new(Mutex::new(answers)),
+            delay,
         };
         let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -200,6 +213,10 @@ fn add_trigger(t: &TestServer, org: &str, agent: agents::NewAgent, callback: &st
 }
 
 async fn fire(t: &TestServer, trigger: &Value) -> u64 {
+    fire_keyed(t, trigger, "main").await
+}
+
+async fn fire_keyed(t: &TestServer, trigger: &Value, key: &str) -> u64 {
     let r = t
         .client
         .post(t.url(&format!(
@@ -207,6 +224,7 @@ async fn fire(t: &TestServer, trigger: &Value) -> u64 {
             trigger["id"].as_str().unwrap()
         )))
         .bearer_auth(trigger["secret"].as_str().unwrap())
+        .header("X-Service-Event-Key", key)
         .json(&json!({"build": 42}))
         .send()
         .await
@@ -659,4 +677,51 @@ async fn a_redirect_from_the_receiver_is_not_followed() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(rx.got().len(), 2);
     assert!(inside.got().is_empty(), "the redirect was followed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_receiver_holds_only_its_organisations_share() {
+    let t = TestServer::start_with(loopback_allowed()).await;
+    t.seed("Acme", "ann@example.org");
+    t.seed("Bakkerij", "bob@example.org");
+    // Acme's receiver never answers in time; Bakkerij's answers at once.
+    let slow = Receiver::slow(Duration::from_secs(30)).await;
+    let fast = Receiver::start(vec![]).await;
+    let acme = add_trigger(&t, "acme", echo_agent(), &slow.url("/hook"));
+    let bakkerij = add_trigger(&t, "bakkerij", echo_agent(), &fast.url("/hook"));
+    let share = kennis::triggers::callback::PER_ORG;
+    let mut acme_runs = Vec::new();
+    for n in 0..share + 4 {
+        acme_runs.push(fire_keyed(&t, &acme, &format!("k{n}")).await);
+    }
+    slow.wait_for(share).await;
+
+    // Another organisation's callback and the hook endpoint do not wait for Acme's receiver.
+    let started = std::time::Instant::now();
+    let run = fire(&t, &bakkerij).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the hook answered late"
+    );
+    fast.wait_for(1).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "Bakkerij's callback waited {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        attempts(&t, run, 1).await.state,
+        requests::callback::State::Delivered
+    );
+    // Acme has its share in flight and no more.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(slow.got().len(), share);
+
+    // After 10 s without an answer an attempt ends with status 0, to be retried; then the rest
+    // of Acme's callbacks get their turn.
+    let cb = attempts(&t, acme_runs[0], 1).await;
+    assert_eq!(cb.attempts[0].status, 0);
+    assert!(cb.attempts[0].reason.contains("10 seconds"), "{cb:?}");
+    assert_eq!(cb.state, requests::callback::State::Pending);
+    slow.wait_for(share + 4).await;
 }
