@@ -725,3 +725,77 @@ async fn a_slow_receiver_holds_only_its_organisations_share() {
     assert_eq!(cb.state, requests::callback::State::Pending);
     slow.wait_for(share + 4).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_during_the_callback_sends_it_again_after_the_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = dir.path().join("kennis.toml");
+    std::fs::write(&config, "[triggers]\ncallback_allow_http_loopback = true\n").unwrap();
+    let config = config.to_str().unwrap();
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--config", config];
+        all.extend_from_slice(args);
+        run_json(&data, &all, None)
+    };
+    // The first receiver takes the callback and never answers.
+    let hanging = Receiver::slow(Duration::from_secs(60)).await;
+    let addr = hanging.addr;
+    cli(&["org", "create", "Acme", "--json"]);
+    let agent = cli(&[
+        "agent", "add", "acme", "Echo", "--kind", "generic", "--exec", "echo", "--json",
+    ]);
+    let project = cli(&["project", "add", "acme", "Site", "--ready", "--json"]);
+    let trigger = cli(&[
+        "trigger",
+        "add",
+        "acme",
+        "Build",
+        "--agent",
+        &agent["id"].to_string(),
+        "--project",
+        &project["id"].to_string(),
+        "--instructions",
+        "Report.",
+        "--callback-url",
+        &hanging.url("/hook"),
+        "--json",
+    ]);
+    let server = crate::fixture::ServeProcess::spawn(&data, &["--config", config], None);
+    let path = &trigger["url"].as_str().unwrap()
+        [trigger["url"].as_str().unwrap().find("/api/").unwrap()..];
+    let r = crate::fixture::http_client()
+        .post(format!("{}{path}", server.base))
+        .bearer_auth(trigger["secret"].as_str().unwrap())
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let run: u64 = r.json::<Value>().await.unwrap()["featureRequestId"]
+        .as_u64()
+        .unwrap();
+    let first = hanging.wait_for(1).await;
+    // SIGKILL while the attempt waits for its answer: nothing of it was recorded.
+    server.kill9();
+    drop(hanging);
+    let rx = Receiver::start_on(addr, vec![]).await;
+    let again = crate::fixture::ServeProcess::spawn(&data, &["--config", config], None);
+    let got = rx.wait_for(1).await;
+    assert_eq!(got[0].header("webhook-id"), first[0].header("webhook-id"));
+    assert_eq!(got[0].body, first[0].body, "the same run, the same body");
+    assert!(standard_webhooks_verify(
+        trigger["signing_secret"].as_str().unwrap(),
+        &got[0]
+    ));
+    let mut shown = Value::Null;
+    for _ in 0..100 {
+        shown = cli(&["run", "show", &run.to_string(), "--json"]);
+        if shown["callback"]["state"] == "delivered" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(statuses(&shown), [200], "{shown}");
+    assert!(again.terminate().success());
+}
