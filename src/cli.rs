@@ -785,6 +785,24 @@ pub fn human_run(v: &Value) -> String {
         s(&v["updated_at"]),
         s(&v["result"])
     );
+    let cb = &v["callback"];
+    if !cb.is_null() {
+        out.push_str(&format!(
+            "callback to {}: {} (webhook-id {})\n",
+            s(&cb["url"]),
+            s(&cb["state"]),
+            s(&cb["webhook_id"])
+        ));
+        for a in v["callbacks"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "  attempt {} at {}: {} {}\n",
+                a["attempt"],
+                s(&a["at"]),
+                a["status"],
+                s(&a["reason"])
+            ));
+        }
+    }
     let t = &v["transcript"];
     if t.is_null() {
         out.push_str("no transcript yet\n");

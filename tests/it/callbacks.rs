@@ -331,6 +331,12 @@ async fn a_finished_run_is_posted_signed_with_the_read_run_answer() {
     assert!(first["reason"].is_string());
     assert_eq!(shown["callback"]["state"], "delivered");
     assert_eq!(shown["callback"]["webhook_id"], got.header("webhook-id"));
+    let human = crate::fixture::run(t.data_dir(), &["run", "show", &run.to_string()], None);
+    let human = String::from_utf8_lossy(&human.stdout).into_owned();
+    assert!(
+        human.contains("delivered") && human.contains("attempt 1") && human.contains(": 200"),
+        "{human}"
+    );
 
     let metrics = t
         .client
