@@ -615,6 +615,38 @@ async fn refused_callback_urls_are_not_saved_and_never_contacted() {
     // Saved while the switch was on, refused again when sending once it is off: the attempt is
     // kept with the reason and nothing reaches the receiver.
     t.restart_with(loopback_allowed()).await;
+    // With the switch, the portal form saves one and shows it.
+    let mut b = Browser::new(&t);
+    let page = b.login(&admin, "/portal/o/acme/triggers").await;
+    let saved = b
+        .post(
+            "/portal/o/acme/triggers",
+            &[
+                ("csrf_token", &page.csrf()),
+                ("name", "From the portal"),
+                ("instructions", "Report."),
+                ("agent", &a),
+                ("project", &p),
+                ("cooldown", "0"),
+                ("callback_url", &rx.url("/portal")),
+            ],
+        )
+        .await;
+    assert_eq!(saved.status, 200, "{}", saved.body);
+    assert!(saved.body.contains(&rx.url("/portal")), "{}", saved.body);
+    let listed = run_json(t.data_dir(), &["trigger", "list", "acme", "--json"], None);
+    assert_eq!(listed["items"][0]["callback_url"], rx.url("/portal"));
+    let detail = b
+        .get(&format!(
+            "/portal/o/acme/triggers/{}",
+            listed["items"][0]["id"].as_str().unwrap()
+        ))
+        .await;
+    assert!(
+        detail.body.contains("id=\"trigger-callback-url\""),
+        "{}",
+        detail.body
+    );
     let trigger = add_trigger(&t, "acme", echo_agent(), &rx.url("/hook"));
     t.restart().await;
     let run_id = fire(&t, &trigger).await;
