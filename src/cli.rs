@@ -485,6 +485,10 @@ pub enum TriggerCommand {
         /// Seconds after a run starts during which further events are skipped (default 300).
         #[arg(long, value_name = "S")]
         cooldown: Option<u64>,
+        /// POST each run's result here, signed (Standard Webhooks), when the run ends; https
+        /// and a public address only.
+        #[arg(long, value_name = "URL")]
+        callback_url: Option<String>,
         /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
@@ -647,6 +651,7 @@ pub fn run_admin(config: &Config, req: AdminRequest) -> Result<Value, CliError> 
         stop_run: None,
         extractor: crate::app::extractor(config),
         llm_endpoints: config.llm.endpoints.clone(),
+        callback_allow_http_loopback: config.callback_allow_http_loopback,
     };
     Ok(admin::execute(&ctx, req, &mut progress)?)
 }
@@ -914,6 +919,24 @@ pub fn human_run(v: &Value) -> String {
         s(&v["updated_at"]),
         s(&v["result"])
     );
+    let cb = &v["callback"];
+    if !cb.is_null() {
+        out.push_str(&format!(
+            "callback to {}: {} (webhook-id {})\n",
+            s(&cb["url"]),
+            s(&cb["state"]),
+            s(&cb["webhook_id"])
+        ));
+        for a in v["callbacks"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "  attempt {} at {}: {} {}\n",
+                a["attempt"],
+                s(&a["at"]),
+                a["status"],
+                s(&a["reason"])
+            ));
+        }
+    }
     let t = &v["transcript"];
     if t.is_null() {
         out.push_str("no transcript yet\n");

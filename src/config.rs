@@ -130,6 +130,8 @@ pub struct Config {
     pub acme: Option<Acme>,
     /// Tests only: Client ID Metadata Documents may also be `http://127.0.0.1:<port>/…`.
     pub cimd_allow_http_loopback: bool,
+    /// Tests only: a trigger's `callback_url` may also be `http://127.0.0.1:<port>/…`.
+    pub callback_allow_http_loopback: bool,
     /// `[kb] extract_text`: take the text of PDF and Office files when they are stored and
     /// search and show it; off restores the specification's rule 8 exactly.
     pub extract_text: bool,
@@ -367,6 +369,13 @@ pub struct OAuthSettings {
     pub cimd_allow_http_loopback: Option<bool>,
 }
 
+/// The `[triggers]` table.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerSettings {
+    pub callback_allow_http_loopback: Option<bool>,
+}
+
 /// The `[kb]` table.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -419,6 +428,7 @@ pub struct Settings {
     pub kb: Option<KbSettings>,
     pub proxy: Option<ProxySettings>,
     pub llm: Option<LlmTable>,
+    pub triggers: Option<TriggerSettings>,
 }
 
 impl Settings {
@@ -440,6 +450,7 @@ impl Settings {
         let get = |name: &str| lookup(name).filter(|v| !v.is_empty());
         let cimd_allow_http_loopback = env_switch("KENNIS_CIMD_ALLOW_HTTP_LOOPBACK", get)?;
         let extract_text = env_switch("KENNIS_EXTRACT_TEXT", get)?;
+        let callback_allow_http_loopback = env_switch("KENNIS_CALLBACK_ALLOW_HTTP_LOOPBACK", get)?;
         Ok(Self {
             listen: get("KENNIS_LISTEN"),
             public_url: get("KENNIS_PUBLIC_URL"),
@@ -472,6 +483,9 @@ impl Settings {
             }),
             proxy: get("KENNIS_PROXY_HEADER").map(|h| ProxySettings { header: Some(h) }),
             llm: None,
+            triggers: callback_allow_http_loopback.map(|on| TriggerSettings {
+                callback_allow_http_loopback: Some(on),
+            }),
         })
     }
 
@@ -502,6 +516,10 @@ impl Settings {
                 (Some(a), Some(b)) => Some(a.overlay(b)),
                 (a, b) => b.or(a),
             },
+            triggers: over
+                .triggers
+                .filter(|t| t.callback_allow_http_loopback.is_some())
+                .or(self.triggers),
         }
     }
 
@@ -608,6 +626,10 @@ impl Settings {
             cimd_allow_http_loopback: self
                 .oauth
                 .and_then(|o| o.cimd_allow_http_loopback)
+                .unwrap_or(false),
+            callback_allow_http_loopback: self
+                .triggers
+                .and_then(|t| t.callback_allow_http_loopback)
                 .unwrap_or(false),
             extract_text: self.kb.and_then(|k| k.extract_text).unwrap_or(true),
             extract_program: None,
@@ -923,6 +945,38 @@ mod tests {
                 .unwrap()
                 .extract_text
         );
+    }
+
+    #[test]
+    fn callback_loopback_switch_from_file_and_env() {
+        let file: Settings =
+            toml::from_str("[triggers]\ncallback_allow_http_loopback = true").unwrap();
+        assert!(
+            file.clone()
+                .validate()
+                .unwrap()
+                .callback_allow_http_loopback
+        );
+        assert!(
+            !Settings::default()
+                .validate()
+                .unwrap()
+                .callback_allow_http_loopback
+        );
+        let env = |v: &'static str| {
+            Settings::from_env(move |k| {
+                (k == "KENNIS_CALLBACK_ALLOW_HTTP_LOOPBACK").then(|| v.into())
+            })
+        };
+        assert!(
+            !file
+                .overlay(env("false").unwrap())
+                .validate()
+                .unwrap()
+                .callback_allow_http_loopback
+        );
+        assert!(env("yes please").is_err());
+        assert!(toml::from_str::<Settings>("[triggers]\ncallback = true").is_err());
     }
 
     #[test]

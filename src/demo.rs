@@ -181,6 +181,7 @@ fn demo_trigger(
             project_id: project.id,
             instructions: "Vat de melding samen en zeg wat er moet gebeuren.".into(),
             cooldown_secs: Some(10),
+            callback_url: None,
         },
         now,
     )

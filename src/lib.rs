@@ -21,6 +21,7 @@ pub mod identity;
 pub mod kb;
 pub mod metrics;
 pub mod oauth;
+pub mod outbound;
 pub mod portal;
 pub mod progress;
 pub mod ratelimit;

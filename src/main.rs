@@ -432,6 +432,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             project,
             instructions,
             cooldown,
+            callback_url,
             json,
         }) => {
             let trigger = NewTrigger {
@@ -440,6 +441,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 project_id: project,
                 instructions,
                 cooldown_secs: cooldown,
+                callback_url,
             };
             let v = cli::run_admin(&config, AdminRequest::TriggerAdd { org, trigger })?;
             cli::output(json, &v, |v| {
@@ -448,16 +450,32 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 format!(
                     "trigger {id}\n  URL:    {url}\n  secret: {secret}   (shown only now)\n  \
                      signing secret (Standard Webhooks / GitHub signatures instead of the secret): {signing}\n\
-                     Fire it:\n  curl -X POST -H 'Authorization: Bearer {secret}' -H 'Content-Type: application/json' -d '{{}}' {url}",
+                     Fire it:\n  curl -X POST -H 'Authorization: Bearer {secret}' -H 'Content-Type: application/json' -d '{{}}' {url}{callback}",
                     id = v["id"].as_str().unwrap_or(""),
-                    signing = v["signing_secret"].as_str().unwrap_or("")
+                    signing = v["signing_secret"].as_str().unwrap_or(""),
+                    callback = match v["callback_url"].as_str() {
+                        Some(c) => format!(
+                            "\nResults are POSTed to {c}, signed with the signing secret (Standard Webhooks)."
+                        ),
+                        None => String::new(),
+                    }
                 )
             });
         }
         Command::Trigger(TriggerCommand::List { org, json }) => {
             let v = cli::run_admin(&config, AdminRequest::TriggerList { org })?;
             cli::output(json, &v, |v| {
-                cli::human_list(v, &["id", "name", "paused", "cooldown_secs", "url"])
+                cli::human_list(
+                    v,
+                    &[
+                        "id",
+                        "name",
+                        "paused",
+                        "cooldown_secs",
+                        "url",
+                        "callback_url",
+                    ],
+                )
             });
         }
         Command::Trigger(cmd) => {

@@ -1,6 +1,6 @@
 //! Prometheus metrics: requests by route and status, latencies by route, webhook deliveries by
-//! outcome, runs by status, the run queue and run durations, the TLS certificate's expiry,
-//! ACME failures and the records housekeeping removed.
+//! outcome, runs by status, the run queue and run durations, run callbacks (sent, failed,
+//! pending), the TLS certificate's expiry, ACME failures and the records housekeeping removed.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -58,6 +58,12 @@ pub struct Metrics {
     pub acme_failures: Counter,
     /// Records housekeeping removed, by kind (`kennis_records_purged_total{kind}`).
     pub records_purged: Family<KindLabels, Counter>,
+    /// Run callbacks a receiver answered with a 2xx.
+    pub callbacks_sent: Counter,
+    /// Run callbacks given up (every retry failed, or the URL was refused when sending).
+    pub callbacks_failed: Counter,
+    /// Run callbacks waiting for their next attempt.
+    pub callbacks_pending: Gauge,
 }
 
 fn latency_histogram() -> Histogram {
@@ -125,9 +131,30 @@ impl Metrics {
             "Records removed by housekeeping, by kind",
             records_purged.clone(),
         );
+        let callbacks_sent = Counter::default();
+        registry.register(
+            "callbacks_sent",
+            "Run callbacks a receiver answered with a 2xx",
+            callbacks_sent.clone(),
+        );
+        let callbacks_failed = Counter::default();
+        registry.register(
+            "callbacks_failed",
+            "Run callbacks given up after their last retry (or refused when sending)",
+            callbacks_failed.clone(),
+        );
+        let callbacks_pending = Gauge::default();
+        registry.register(
+            "callbacks_pending",
+            "Run callbacks waiting for their next attempt",
+            callbacks_pending.clone(),
+        );
         Metrics {
             registry,
             records_purged,
+            callbacks_sent,
+            callbacks_failed,
+            callbacks_pending,
             tls_cert_expiry,
             acme_failures,
             requests,

@@ -233,6 +233,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
         }));
     }
     workers.push(crate::housekeeping::start(&app, stop_rx.clone()));
+    workers.push(crate::triggers::callback::start(&app, stop_rx.clone()));
     if app.kb_index.with_extracted() {
         workers.push(extraction::start(&app, stop_rx.clone()));
     }
@@ -247,6 +248,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
         public_url: app.public_url.clone(),
         extractor: app.extractor.clone(),
         llm_endpoints: app.config.llm.endpoints.clone(),
+        callback_allow_http_loopback: app.config.callback_allow_http_loopback,
         // Weak: the admin task must not keep the store open past shutdown.
         wake_jobs: Some({
             let app = Arc::downgrade(&app);

@@ -227,6 +227,8 @@ pub struct AdminContext {
     pub extractor: crate::kb::extract::Extractor,
     /// The operator's `[[llm.endpoints]]` (for `agent add --endpoint`).
     pub llm_endpoints: Vec<crate::config::LlmEndpoint>,
+    /// Tests only: trigger callback URLs may be `http://127.0.0.1:<port>/…`.
+    pub callback_allow_http_loopback: bool,
 }
 
 impl From<agents::CancelError> for AdminError {
@@ -247,9 +249,10 @@ fn run_json(store: &Store, id: u64) -> Result<Value, AdminError> {
         let agent = agents::get_agent(tx, r.agent_id)?;
         let org: Option<identity::Org> = tx.get(store::ORGS, &store::key::id(r.org_id))?;
         let transcript = agents::get_transcript(tx, id)?;
-        Ok::<_, StoreError>(Some((r, agent, org, transcript)))
+        let callback = requests::callback::get(tx, id)?;
+        Ok::<_, StoreError>(Some((r, agent, org, transcript, callback)))
     })?;
-    let Some((r, agent, org, transcript)) = found else {
+    let Some((r, agent, org, transcript, callback)) = found else {
         return Err(AdminError::Refused(format!("no run {id}")));
     };
     Ok(json!({
@@ -262,6 +265,13 @@ fn run_json(store: &Store, id: u64) -> Result<Value, AdminError> {
         "created_at": r.created_at.to_string(),
         "updated_at": r.updated_at.to_string(),
         "result": r.result,
+        "callback": callback.as_ref().map(|c| json!({
+            "url": c.url, "webhook_id": c.webhook_id, "state": c.state,
+            "next_attempt_at": c.next_at.map(|t| t.to_string()),
+        })),
+        "callbacks": callback.map(|c| c.attempts).unwrap_or_default().iter().map(|a| json!({
+            "attempt": a.attempt, "at": a.at.to_string(), "status": a.status, "reason": a.reason,
+        })).collect::<Vec<_>>(),
         "transcript": transcript,
     }))
 }
@@ -280,6 +290,7 @@ fn trigger_json(t: &triggers::Trigger, public_url: &str) -> Value {
         "id": t.id, "name": t.name, "url": triggers::trigger_url(public_url, t.id),
         "agent_id": t.agent_id, "project_id": t.project_id,
         "cooldown_secs": t.cooldown_secs, "paused": t.paused,
+        "callback_url": t.callback_url,
         "created_at": t.created_at.to_string(),
     })
 }
@@ -555,13 +566,22 @@ pub fn execute(
             json!({ "items": items })
         }
         AdminRequest::TriggerAdd { org, trigger } => {
-            let c = triggers::add(store, &org, &trigger, now)?;
+            let c =
+                triggers::add_by(
+                store,
+                &OPERATOR,
+                &org,
+                &trigger,
+                ctx.callback_allow_http_loopback,
+                now,
+            )?;
             let server_key = crate::app::load_or_create_key(&ctx.data_dir)?;
             json!({
                 "id": c.trigger.id,
                 "url": triggers::trigger_url(&ctx.public_url, c.trigger.id),
                 "secret": c.secret,
                 "signing_secret": triggers::signing_secret(&server_key, &c.trigger),
+                "callback_url": c.trigger.callback_url,
             })
         }
         AdminRequest::TriggerList { org } => {

@@ -2,9 +2,8 @@
 //! is an https URL names a JSON document describing the client. It is fetched with care, since
 //! the URL comes from whoever sends an authorization request:
 //! - https only, a path, no fragment, no user info, no dot segments;
-//! - the host is resolved first and every address checked (never loopback, private,
-//!   link-local, shared, multicast or unspecified); the connection is pinned to a checked
-//!   address, so a second DNS answer (rebinding) cannot point it inside;
+//! - the host is resolved first and every address checked, and the connection pinned to a
+//!   checked address (`crate::outbound`, shared with trigger callbacks);
 //! - no redirects, at most 5 s, at most 5 KB;
 //! - the document's `client_id` must be the URL itself, and the usual registration rules apply
 //!   to it (redirect allow-list, grant and response types, `none` authentication).
@@ -14,7 +13,6 @@
 //! 24 hours; the next authorization after that fetches it again. Tokens issued to it keep
 //! working with the stored copy.
 
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +21,7 @@ use jiff::{SignedDuration, Timestamp};
 use super::Client;
 use super::clients::{ClientMetadata, MAX_CLIENT_ID_LEN, check_metadata};
 use crate::app::App;
+use crate::outbound::{self, Guard};
 use crate::store::{OAUTH_CLIENTS, StoreError};
 
 /// Largest document read.
@@ -145,95 +144,6 @@ fn check_url(client_id: &str, allow_http_loopback: bool) -> Result<url::Url, Cim
     Ok(url)
 }
 
-/// Whether an address may be fetched from: public unicast only.
-///
-/// IPv4: everything but loopback, private, link-local, shared, benchmarking, documentation,
-/// protocol-assignment, 6to4-relay, multicast, broadcast and reserved ranges. IPv6: only
-/// global unicast (`2000::/3`), less the ranges in it that are not one host on the internet
-/// or that lead elsewhere: `2001::/23` (IETF protocol assignments, Teredo `2001::/32` among
-/// them), `2001:db8::/32` and `3fff::/20` (documentation), `2002::/16` (6to4, whose embedded
-/// IPv4 address may be inside). Outside `2000::/3` lie loopback, unspecified, the
-/// IPv4-compatible `::/96`, NAT64 `64:ff9b::/96` and `64:ff9b:1::/48`, discard `100::/64`,
-/// unique local `fc00::/7`, link-local `fe80::/10`, the old site-local `fec0::/10` and
-/// multicast: all refused. An IPv4-mapped address (`::ffff:a.b.c.d`) is judged as its IPv4
-/// address.
-pub fn is_public(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => {
-            let o = v4.octets();
-            !(v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_multicast()
-                || v4.is_documentation()
-                || o[0] == 0
-                || (o[0] == 100 && (o[1] & 0xc0) == 64) // 100.64.0.0/10, shared address space
-                || (o[0] == 192 && o[1] == 0 && o[2] == 0) // 192.0.0.0/24, protocol assignments
-                || (o[0] == 192 && o[1] == 88 && o[2] == 99) // 192.88.99.0/24, 6to4 relays
-                || (o[0] == 198 && (o[1] & 0xfe) == 18) // 198.18.0.0/15, benchmarking
-                || o[0] >= 240)
-        }
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_public(IpAddr::V4(v4));
-            }
-            let s = v6.segments();
-            let global_unicast = (s[0] & 0xe000) == 0x2000;
-            let special = match s[0] {
-                // 2001::/23 (Teredo 2001::/32 in it) and 2001:db8::/32, documentation.
-                0x2001 => s[1] < 0x0200 || s[1] == 0x0db8,
-                // 6to4.
-                0x2002 => true,
-                // 3fff::/20, documentation.
-                first => (first & 0xfff0) == 0x3ff0,
-            };
-            global_unicast && !special
-        }
-    }
-}
-
-/// At most this many name lookups run at once. The system resolver cannot be interrupted: a
-/// lookup whose fetch timed out is abandoned by the fetch, but its thread runs until the
-/// resolver gives up; the slot stays taken until then, so slow or hostile name servers cannot
-/// pile up blocked threads.
-pub const MAX_LOOKUPS: usize = 8;
-static LOOKUPS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_LOOKUPS);
-
-/// The addresses of `host`, through the system resolver, in one of the [`MAX_LOOKUPS`] slots
-/// (waiting for one while the caller's timeout allows).
-async fn resolve(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
-    use std::net::ToSocketAddrs;
-    let host = host.to_owned();
-    bounded_blocking(&LOOKUPS, move || {
-        (host.as_str(), port)
-            .to_socket_addrs()
-            .map(Iterator::collect)
-    })
-    .await
-}
-
-/// Runs blocking `work` on the blocking pool holding one of `slots` for as long as the work
-/// runs, not only as long as the caller waits: dropping this future (a timeout) leaves the
-/// slot taken until `work` returns.
-async fn bounded_blocking<T: Send + 'static>(
-    slots: &'static tokio::sync::Semaphore,
-    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
-) -> std::io::Result<T> {
-    let permit = slots
-        .acquire()
-        .await
-        .map_err(|_| std::io::Error::other("the resolver is shut down"))?;
-    tokio::task::spawn_blocking(move || {
-        let result = work();
-        drop(permit);
-        result
-    })
-    .await
-    .map_err(|_| std::io::Error::other("the lookup did not finish"))?
-}
-
 struct Fetched {
     body: Vec<u8>,
     fresh_for: SignedDuration,
@@ -250,41 +160,14 @@ async fn fetch(url: &url::Url, allow_http_loopback: bool) -> Result<Fetched, Cim
         url: shown.clone(),
         reason,
     };
-    let host = url.host_str().unwrap_or_default().to_owned();
-    let port = url.port_or_known_default().unwrap_or(443);
-    let loopback_allowed = allow_http_loopback && url.scheme() == "http" && host == "127.0.0.1";
     let work = async {
-        let addrs: Vec<SocketAddr> = match url.host() {
-            Some(url::Host::Ipv4(ip)) => vec![SocketAddr::new(ip.into(), port)],
-            Some(url::Host::Ipv6(ip)) => vec![SocketAddr::new(ip.into(), port)],
-            _ => resolve(&host, port)
-                .await
-                .map_err(|e| failed(format!("cannot resolve {host}: {e}")))?,
-        };
-        let Some(&pinned) = addrs.first() else {
-            return Err(failed(format!("{host} has no address")));
-        };
-        // Every answer must be public: one inside address is enough to refuse, or a second
-        // lookup (by anything but this pinned connection) could be steered to it.
-        if let Some(bad) = addrs
-            .iter()
-            .find(|a| !(is_public(a.ip()) || (loopback_allowed && a.ip().is_loopback())))
-        {
-            return Err(refused(format!(
-                "{host} resolves to {}, an address inside a private network",
-                bad.ip()
-            )));
-        }
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .timeout(FETCH_TIMEOUT)
-            .connect_timeout(FETCH_TIMEOUT)
-            .resolve(&host, pinned)
-            .user_agent(concat!("kennis/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| failed(e.to_string()))?;
+        let pinned = outbound::resolve(url, allow_http_loopback)
+            .await
+            .map_err(|e| match e {
+                Guard::Refused(reason) => refused(reason),
+                Guard::Unresolved(reason) => failed(reason),
+            })?;
+        let client = outbound::client(&pinned, FETCH_TIMEOUT).map_err(failed)?;
         let mut response = client
             .get(url.clone())
             .header(reqwest::header::ACCEPT, "application/json")
@@ -451,115 +334,6 @@ mod tests {
         }
         assert!(check_url("http://127.0.0.1:8080/c.json", true).is_ok());
         assert!(check_url("http://localhost:8080/c.json", true).is_err());
-    }
-
-    #[test]
-    fn only_public_addresses() {
-        for inside in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "169.254.169.254",
-            "100.64.0.1",
-            "0.0.0.0",
-            "::1",
-            "fe80::1",
-            "fd00::1",
-            "::ffff:10.0.0.1",
-            "::ffff:127.0.0.1",
-            "64:ff9b::a00:1",
-            "64:ff9b::808:808",
-            "64:ff9b:1::a00:1",
-            // Site-local (deprecated, still routed inside some networks).
-            "fec0::1",
-            "feff::1",
-            // 6to4 embedding 10.0.0.1, 127.0.0.1 and even a public address.
-            "2002:a00:1::1",
-            "2002:7f00:1::1",
-            "2002:808:808::1",
-            // Teredo, and the rest of the IETF protocol assignments.
-            "2001::1",
-            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
-            "2001:2::1",
-            "2001:10::1",
-            "2001:db8::1",
-            "3fff::1",
-            // IPv4-compatible (deprecated) forms of inside and outside addresses.
-            "::10.0.0.1",
-            "::127.0.0.1",
-            "::8.8.8.8",
-            "100::1",
-            "ff02::1",
-            "::",
-            "192.88.99.1",
-            "198.18.0.1",
-            "255.255.255.255",
-            "240.0.0.1",
-        ] {
-            assert!(!is_public(inside.parse().unwrap()), "{inside}");
-        }
-        for outside in [
-            "93.184.215.14",
-            "2606:4700::1111",
-            "2a00:1450:4001::1",
-            "2001:4860:4860::8888",
-            "::ffff:8.8.8.8",
-        ] {
-            assert!(is_public(outside.parse().unwrap()), "{outside}");
-        }
-    }
-
-    /// A lookup abandoned at its timeout keeps its slot until the resolver returns, and when
-    /// every slot is taken a new lookup waits (and so meets its caller's timeout) instead of
-    /// starting another thread.
-    #[tokio::test]
-    async fn abandoned_lookups_keep_their_slot_until_they_end() {
-        static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
-        let (release, hold) = std::sync::mpsc::channel::<()>();
-        let hold = std::sync::Arc::new(std::sync::Mutex::new(hold));
-        let started = std::sync::Arc::new(AtomicUsize::new(0));
-        let slow = || {
-            let (hold, started) = (hold.clone(), started.clone());
-            move || {
-                started.fetch_add(1, Ordering::SeqCst);
-                let _ = hold.lock().map(|h| h.recv());
-                Ok(())
-            }
-        };
-        for _ in 0..2 {
-            let r =
-                tokio::time::timeout(Duration::from_millis(50), bounded_blocking(&SLOTS, slow()))
-                    .await;
-            assert!(r.is_err(), "the lookup is abandoned at the timeout");
-        }
-        // Both abandoned lookups still hold their slot: a third does not start.
-        assert_eq!(SLOTS.available_permits(), 0);
-        let third =
-            tokio::time::timeout(Duration::from_millis(100), bounded_blocking(&SLOTS, slow()))
-                .await;
-        assert!(third.is_err());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(
-            started.load(Ordering::SeqCst) <= 2,
-            "no third thread was started"
-        );
-        // When the resolver answers, the slots come back.
-        release.send(()).unwrap();
-        release.send(()).unwrap();
-        let until = std::time::Instant::now() + Duration::from_secs(5);
-        while SLOTS.available_permits() < 2 {
-            assert!(std::time::Instant::now() < until, "slots not given back");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert_eq!(bounded_blocking(&SLOTS, || Ok(7)).await.unwrap(), 7);
-    }
-
-    #[tokio::test]
-    async fn resolve_answers_for_an_address_literal() {
-        let addrs = resolve("127.0.0.1", 443).await.unwrap();
-        assert_eq!(addrs, vec![SocketAddr::from(([127, 0, 0, 1], 443))]);
-        assert_eq!(LOOKUPS.available_permits(), MAX_LOOKUPS);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! A run's page (organisation admins): status, result, and what the agent did — the
 //! transcript with the model's messages, each tool call with its arguments and shortened
-//! result, tokens and timings — with a button that cancels a queued or running run.
+//! result, tokens and timings — with a button that cancels a queued or running run, and the
+//! run's result callback (every attempt, "send again").
 
 use std::sync::Arc;
 
@@ -14,6 +15,7 @@ use super::{CsrfForm, OrgAdmin, csrf_field, layout, page, problem_page, see_othe
 use crate::agents::{self, Step, Transcript};
 use crate::app::App;
 use crate::http::error::ToProblem;
+use crate::requests::callback::{Callback, State as CallbackState};
 use crate::requests::{self, Kind, Request};
 use crate::triggers;
 
@@ -88,7 +90,44 @@ fn transcript_table(tr: &Transcript) -> Markup {
     }
 }
 
-fn load(app: &App, org_id: u64, id: &str) -> Option<(Request, String, Option<Transcript>)> {
+/// A run's result callback: where it goes, how it stands, every attempt, and "send again".
+fn callback_section(cb: &Callback, action: &str, csrf: &str) -> Markup {
+    let state = match cb.state {
+        CallbackState::Waiting => "callback-state-waiting",
+        CallbackState::Pending => "callback-state-pending",
+        CallbackState::Delivered => "callback-state-delivered",
+        CallbackState::Failed => "callback-state-failed",
+    };
+    html! {
+        h2 { (t("run-callbacks")) }
+        dl #run-callback .facts {
+            dt { (t("run-callback-url")) } dd { code { (cb.url) } }
+            dt { (t("col-state")) } dd #run-callback-state data-state=(cb.state.as_str()) { (t(state)) }
+            dt { "webhook-id" } dd { code { (cb.webhook_id) } }
+            @if let Some(at) = cb.next_at { dt { (t("run-callback-next")) } dd { (i18n::moment(at)) } }
+        }
+        @if cb.attempts.is_empty() {
+            p.muted { (t("run-callback-none")) }
+        } @else {
+            div.table-wrap { table #run-callbacks {
+                thead { tr { th scope="col" .num { (t("col-attempt")) } th scope="col" { (t("col-time")) } th scope="col" .num { (t("col-http-status")) } th scope="col" { (t("col-reason")) } } }
+                tbody { @for a in &cb.attempts {
+                    tr { td.num { (a.attempt) } td.date { (i18n::moment(a.at)) } td.num { (a.status) } td { span lang="en" { (a.reason) } } }
+                } }
+            } }
+        }
+        @if cb.state != CallbackState::Waiting {
+            form #run-callback-again-form method="post" action=(action) {
+                (csrf_field(csrf))
+                button.secondary type="submit" { (t("run-callback-again")) }
+            }
+        }
+    }
+}
+
+type Loaded = (Request, String, Option<Transcript>, Option<Callback>);
+
+fn load(app: &App, org_id: u64, id: &str) -> Option<Loaded> {
     let id: u64 = id.parse().ok()?;
     app.store
         .read(|tx| {
@@ -99,7 +138,8 @@ fn load(app: &App, org_id: u64, id: &str) -> Option<(Request, String, Option<Tra
                 .map(|a| format!("{} ({})", a.name, a.executor.name()))
                 .unwrap_or_else(|| "—".into());
             let t = agents::get_transcript(tx, id)?;
-            Ok::<_, crate::store::StoreError>(Some((r, agent, t)))
+            let cb = requests::callback::get(tx, id)?;
+            Ok::<_, crate::store::StoreError>(Some((r, agent, t, cb)))
         })
         .ok()
         .flatten()
@@ -138,7 +178,9 @@ pub(super) async fn run_page(
     Path((_slug, id)): Path<(String, String)>,
 ) -> Response {
     let org_id = m.0.org.id;
-    let Some((r, agent, transcript)) = app.blocking(move |app| load(app, org_id, &id)).await else {
+    let Some((r, agent, transcript, callback)) =
+        app.blocking(move |app| load(app, org_id, &id)).await
+    else {
         return not_found(&m);
     };
     let base = format!("/portal/o/{}/runs/{}", m.0.org.slug, r.id);
@@ -177,6 +219,7 @@ pub(super) async fn run_page(
                 }
             }
         }
+        @if let Some(cb) = &callback { (callback_section(cb, &format!("{base}/callback-again"), &m.0.user.csrf)) }
         h2 { (t("run-instructions")) }
         pre #run-instructions { (r.instructions) }
         h2 { (t("run-events")) }
@@ -232,6 +275,13 @@ pub(super) async fn act(
             "run-again",
             triggers::run_again(&app, m.0.actor(), org_id, id, now)
                 .await
+                .map_err(|e| e.problem()),
+        ),
+        "callback-again" => (
+            "run-callback-again",
+            triggers::callback::send_again(&app, org_id, id, now)
+                .await
+                .map(|()| id)
                 .map_err(|e| e.problem()),
         ),
         _ => return not_found(&m),

@@ -126,6 +126,8 @@ fn list_page(
                     @for p in &ready { option value=(p.id) { (p.name) } }
                 } }
                 label { (t("field-cooldown")) input type="number" name="cooldown" value=(triggers::DEFAULT_COOLDOWN_SECS) min="0"; }
+                label { (t("field-callback-url")) input type="url" name="callback_url" maxlength=(triggers::callback::MAX_URL_LEN) placeholder="https://ci.example.com/kennis-result"; }
+                p.muted { (t("field-callback-url-explain")) }
                 button type="submit" { (t("trigger-create")) }
             }
         }
@@ -181,6 +183,7 @@ fn secret_page(app: &App, m: &OrgAdmin, tr: &Trigger, secret: &str, renewed: boo
             dt { "URL" } dd { code #trigger-url { (url) } }
             dt { (t("trigger-secret")) } dd { code #secret { (secret) } }
             dt { (t("trigger-signing-secret")) } dd { code { (signing) } }
+            @if let Some(c) = &tr.callback_url { dt { (t("field-callback-url")) } dd { code { (c) } } }
         }
         label for="curl" { (t("trigger-fire-it")) }
         textarea #curl readonly rows="3" cols="80" { (curl) }
@@ -215,11 +218,19 @@ pub(super) async fn create(State(app): State<Arc<App>>, m: OrgAdmin, form: CsrfF
                 Err(_) => Some(u64::MAX),
             },
         },
+        callback_url: form.field("callback_url").map(str::to_owned),
     };
     let (slug, org_id, by) = (m.0.org.slug.clone(), m.0.org.id, m.0.actor());
     let result = app
         .blocking(move |app| {
-            let r = triggers::add_by(&app.store, &by, &slug, &new, app.clock.now());
+            let r = triggers::add_by(
+                &app.store,
+                &by,
+                &slug,
+                &new,
+                app.config.callback_allow_http_loopback,
+                app.clock.now(),
+            );
             (r, load(app, &slug, org_id))
         })
         .await;
@@ -411,6 +422,7 @@ pub(super) async fn detail(
             dt { "URL" } dd { code { (triggers::trigger_url(&app.public_url, tr.id)) } }
             dt { (t("col-state")) } dd { (state_badge(tr.paused)) }
             dt { (t("col-cooldown")) } dd { (seconds(tr.cooldown_secs)) }
+            @if let Some(c) = &tr.callback_url { dt { (t("field-callback-url")) } dd { code #trigger-callback-url { (c) } } }
         }
         h2 { (t("run-instructions-plain")) }
         pre { (tr.instructions) }

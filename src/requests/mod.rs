@@ -6,10 +6,12 @@
 //! `#[serde(default)]`, so run records written before them still read without a migration.
 //! [`apps`] holds the apps requests are filed for, [`feature`] the rules of a feature request's
 //! life (limits, answers, status transitions, agent events), [`attachments`] what the portal
-//! adds to a request, and [`service`] the operations the connector and the portal share.
+//! adds to a request, [`callback`] the result callbacks of runs, and [`service`] the
+//! operations the connector and the portal share.
 
 pub mod apps;
 pub mod attachments;
+pub mod callback;
 pub mod feature;
 pub mod service;
 
@@ -301,8 +303,10 @@ pub fn get(tx: &impl crate::store::Read, id: u64) -> Result<Option<Request>, Sto
 }
 
 /// Writes a changed request back (and, for a feature request, its place in the
-/// organisation's list).
+/// organisation's list). A run written with a final status releases its result callback in
+/// this same transaction ([`callback::release_in`]).
 pub fn put(tx: &mut WriteTx, request: &Request) -> Result<(), StoreError> {
+    callback::release_in(tx, request)?;
     if request.kind == Kind::FeatureRequest {
         tx.put(
             FEATURE_REQUESTS,

@@ -105,6 +105,11 @@ pub const TRIGGER_SLOTS: Table = Table::new("trigger_slots");
 pub const TRIGGER_RUNS: Table = Table::new("trigger_runs");
 /// Signed deliveries already seen by (trigger UUID bytes, delivery id).
 pub const TRIGGER_DELIVERIES: Table = Table::new("trigger_deliveries");
+/// Result callbacks of trigger runs (`requests::callback`) by run id: the URL, the webhook id
+/// and every attempt.
+pub const RUN_CALLBACKS: Table = Table::new("run_callbacks");
+/// Callbacks waiting to be sent by (due time in Unix milliseconds, run id); values are `true`.
+pub const RUN_CALLBACKS_DUE: Table = Table::new("run_callbacks_due");
 
 /// Invitations to an organisation by the SHA-256 of their one-time token.
 pub const INVITATIONS: Table = Table::new("invitations");
@@ -143,6 +148,8 @@ pub const ALL_TABLES: &[Table] = &[
     TRIGGER_SLOTS,
     TRIGGER_RUNS,
     TRIGGER_DELIVERIES,
+    RUN_CALLBACKS,
+    RUN_CALLBACKS_DUE,
     OAUTH_CLIENTS,
     OAUTH_CODES,
     OAUTH_GRANTS,

@@ -12,6 +12,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
+pub mod callback;
 mod deliver;
 mod retention;
 mod signature;
@@ -63,6 +64,9 @@ pub struct Trigger {
     pub deleted: bool,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
+    /// Where its runs' results are POSTed when they end (`callback`); checked when saved.
+    #[serde(default)]
+    pub callback_url: Option<String>,
 }
 
 /// State of one slot: the last run it started and when.
@@ -361,6 +365,9 @@ pub fn fire_in(
         instructions,
         now,
     )?;
+    if let Some(url) = &trigger.callback_url {
+        requests::callback::subscribe_in(tx, &run, url)?;
+    }
     tx.put(
         TRIGGER_SLOTS,
         &skey,
@@ -440,6 +447,9 @@ pub struct NewTrigger {
     pub instructions: String,
     #[serde(default)]
     pub cooldown_secs: Option<u64>,
+    /// Where the results of its runs are POSTed (https; see [`callback::check_url`]).
+    #[serde(default)]
+    pub callback_url: Option<String>,
 }
 
 /// A saved trigger and its secret, which is shown only now.
@@ -449,23 +459,26 @@ pub struct Created {
 }
 
 /// Saves a trigger for a generic agent and a ready project of the organisation `org` (the
-/// operator's).
+/// operator's); a `callback_url` must pass [`callback::check_url`] without the test switch.
 pub fn add(
     store: &Store,
     org: &str,
     new: &NewTrigger,
     now: Timestamp,
 ) -> Result<Created, TriggerError> {
-    add_by(store, &Actor::Operator, org, new, now)
+    add_by(store, &Actor::Operator, org, new, false, now)
 }
 
 /// Saves a trigger for a generic agent and a ready project of the organisation `org`: an
 /// agent or project of another organisation is unknown here. Audited (`trigger.add`).
+/// `callback_allow_http_loopback` (tests only) lets an `http://127.0.0.1:<port>/…` callback
+/// URL through.
 pub fn add_by(
     store: &Store,
     by: &Actor,
     org: &str,
     new: &NewTrigger,
+    callback_allow_http_loopback: bool,
     now: Timestamp,
 ) -> Result<Created, TriggerError> {
     let name = new.name.trim();
@@ -485,6 +498,10 @@ pub fn add_by(
             "cooldown must be 0 to {MAX_COOLDOWN_SECS} seconds"
         )));
     }
+    let callback_url = match new.callback_url.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(u) => Some(callback::check_url(u, callback_allow_http_loopback)?),
+    };
     let (secret, secret_hash) = new_secret();
     store.write(|tx| {
         let org_id = identity::org_by_slug(tx, org)?
@@ -515,6 +532,7 @@ pub fn add_by(
             deleted: false,
             created_at: now,
             updated_at: now,
+            callback_url: callback_url.clone(),
         };
         tx.put(TRIGGERS, trigger.id.as_bytes(), &trigger)?;
         let target = format!(
@@ -690,6 +708,7 @@ mod tests {
             deleted: false,
             created_at: Timestamp::UNIX_EPOCH,
             updated_at: Timestamp::UNIX_EPOCH,
+            callback_url: None,
         };
         assert!(t.secret_matches(&s));
         assert!(!t.secret_matches("kb_trg_wrong"));

@@ -85,7 +85,7 @@ fn within_window(timestamp: &str, now: Timestamp) -> bool {
 }
 
 #[allow(clippy::expect_used, reason = "HMAC takes keys of any length")]
-fn key_bytes(server_key: &[u8; 32], trigger: &Trigger) -> [u8; 32] {
+pub(super) fn key_bytes(server_key: &[u8; 32], trigger: &Trigger) -> [u8; 32] {
     let mut mac = Hmac::<Sha256>::new_from_slice(server_key).expect("any key length");
     mac.update(b"kennis trigger signing key\0");
     mac.update(trigger.id.as_bytes());
@@ -104,6 +104,19 @@ pub fn signing_secret(server_key: &[u8; 32], trigger: &Trigger) -> String {
 #[allow(clippy::expect_used, reason = "HMAC takes keys of any length")]
 fn mac_with(key: &[u8]) -> Hmac<Sha256> {
     Hmac::<Sha256>::new_from_slice(key).expect("any key length")
+}
+
+/// The Standard Webhooks signature of a message kennis sends (a run's callback):
+/// `v1,<base64 HMAC-SHA256 of "id.timestamp.body">` with the key the receiver gets by
+/// base64-decoding the signing secret after `whsec_`.
+pub fn sign_standard(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
+    let mut mac = mac_with(key);
+    mac.update(id.as_bytes());
+    mac.update(b".");
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()))
 }
 
 /// Checks a signed delivery; any fault is `InvalidToken` (401), like a wrong secret.
@@ -210,5 +223,44 @@ mod tests {
             signature: format!("sha256={}", "ac".repeat(32)),
         };
         assert_ne!(lower.delivery_id(), other.delivery_id());
+    }
+
+    #[test]
+    fn a_callback_signature_verifies_with_the_shown_signing_secret() {
+        let trigger = Trigger {
+            id: uuid::Uuid::new_v4(),
+            org_id: 1,
+            name: "t".into(),
+            instructions: "i".into(),
+            agent_id: 1,
+            project_id: 1,
+            cooldown_secs: 0,
+            secret_hash: "ab".repeat(32),
+            paused: false,
+            deleted: false,
+            created_at: Timestamp::UNIX_EPOCH,
+            updated_at: Timestamp::UNIX_EPOCH,
+            callback_url: None,
+        };
+        let server_key = [7u8; 32];
+        let now = Timestamp::from_second(1_780_000_000).unwrap();
+        let body = br#"{"type":"run.finished"}"#;
+        let key = key_bytes(&server_key, &trigger);
+        let sig = sign_standard(&key, "msg_1", now.as_second(), body);
+        // The key a receiver takes from the shown secret: base64 after `whsec_`.
+        let shown = signing_secret(&server_key, &trigger);
+        let decoded = STANDARD
+            .decode(shown.strip_prefix(PREFIX).unwrap())
+            .unwrap();
+        assert_eq!(decoded, key);
+        // kennis's own check of incoming Standard Webhooks deliveries accepts it too.
+        let standard = Signature::Standard {
+            id: "msg_1".into(),
+            timestamp: now.as_second().to_string(),
+            signatures: sig.clone(),
+        };
+        assert!(verify(&server_key, &trigger, &standard, body, now).is_ok());
+        assert!(verify(&server_key, &trigger, &standard, b"{}", now).is_err());
+        assert!(sig.starts_with("v1,"));
     }
 }

@@ -216,6 +216,7 @@ fn hook(t: &TestServer, s: &Seeded, agent: NewAgent, cooldown: u64) -> (uuid::Uu
             project_id: p.id,
             instructions: "Handle it.".into(),
             cooldown_secs: Some(cooldown),
+            callback_url: None,
         },
         now,
     )

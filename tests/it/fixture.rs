@@ -793,6 +793,7 @@ impl TestServer {
             project_id: p.id,
             instructions: instructions.into(),
             cooldown_secs: cooldown,
+            callback_url: None,
         };
         kennis::triggers::add(&app.store, org, &new, now).unwrap()
     }

@@ -317,6 +317,7 @@ const DOMAIN: &[&str] = &[
     "config",
     "ratelimit",
     "metrics",
+    "outbound",
     "audit",
     "identity",
     "kb",

@@ -282,6 +282,7 @@ fn trigger(x: &Setup, agent: &agents::Agent) -> Hook {
             project_id: p.id,
             instructions: "Beantwoord de vraag uit de melding.".into(),
             cooldown_secs: Some(0),
+            callback_url: None,
         },
         now,
     )

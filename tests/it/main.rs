@@ -6,6 +6,7 @@ mod acme;
 mod attacks;
 mod backup;
 mod boundary;
+mod callbacks;
 mod cimd;
 mod cli;
 mod conformance;

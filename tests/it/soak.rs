@@ -146,6 +146,7 @@ fn prepare(data: &Path, public_url: &str) -> (String, String, String, u64) {
             project_id: p.id,
             instructions: "x".into(),
             cooldown_secs: Some(0),
+            callback_url: None,
         },
         now,
     )

@@ -57,6 +57,7 @@ fn hook(t: &TestServer, org: &str, agent: NewAgent, cooldown: Option<u64>) -> Ho
             project_id: p.id,
             instructions: "Handle the event.".into(),
             cooldown_secs: cooldown,
+            callback_url: None,
         },
         now,
     )

@@ -1,0 +1,351 @@
+//! Requests to addresses that other people name (a client's metadata document, a trigger's
+//! callback URL), guarded against server-side request forgery:
+//! - the host is resolved first and every address checked (never loopback, private,
+//!   link-local, shared, multicast or unspecified): one inside address is enough to refuse;
+//! - the connection is pinned to a checked address, so a second DNS answer (rebinding) cannot
+//!   point it inside;
+//! - redirects are never followed, and no proxy from the environment is used.
+//!
+//! The only exception is for tests: with a switch (`cimd_allow_http_loopback`,
+//! `callback_allow_http_loopback`) an `http://127.0.0.1:<port>/…` URL may be used.
+
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+/// Why an address is not used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Guard {
+    /// The address is inside a private network (or otherwise not public): never contacted.
+    Refused(String),
+    /// The name could not be resolved.
+    Unresolved(String),
+}
+
+impl std::fmt::Display for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Guard::Refused(s) | Guard::Unresolved(s) => f.write_str(s),
+        }
+    }
+}
+
+/// A checked address to connect to, and the host name the request is made for.
+#[derive(Debug, Clone)]
+pub struct Pinned {
+    pub host: String,
+    pub addr: SocketAddr,
+}
+
+/// Whether an address may be contacted: public unicast only.
+///
+/// IPv4: everything but loopback, private, link-local, shared, benchmarking, documentation,
+/// protocol-assignment, 6to4-relay, multicast, broadcast and reserved ranges. IPv6: only
+/// global unicast (`2000::/3`), less the ranges in it that are not one host on the internet
+/// or that lead elsewhere: `2001::/23` (IETF protocol assignments, Teredo `2001::/32` among
+/// them), `2001:db8::/32` and `3fff::/20` (documentation), `2002::/16` (6to4, whose embedded
+/// IPv4 address may be inside). Outside `2000::/3` lie loopback, unspecified, the
+/// IPv4-compatible `::/96`, NAT64 `64:ff9b::/96` and `64:ff9b:1::/48`, discard `100::/64`,
+/// unique local `fc00::/7`, link-local `fe80::/10`, the old site-local `fec0::/10` and
+/// multicast: all refused. An IPv4-mapped address (`::ffff:a.b.c.d`) is judged as its IPv4
+/// address.
+pub fn is_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            !(v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_multicast()
+                || v4.is_documentation()
+                || o[0] == 0
+                || (o[0] == 100 && (o[1] & 0xc0) == 64) // 100.64.0.0/10, shared address space
+                || (o[0] == 192 && o[1] == 0 && o[2] == 0) // 192.0.0.0/24, protocol assignments
+                || (o[0] == 192 && o[1] == 88 && o[2] == 99) // 192.88.99.0/24, 6to4 relays
+                || (o[0] == 198 && (o[1] & 0xfe) == 18) // 198.18.0.0/15, benchmarking
+                || o[0] >= 240)
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_public(IpAddr::V4(v4));
+            }
+            let s = v6.segments();
+            let global_unicast = (s[0] & 0xe000) == 0x2000;
+            let special = match s[0] {
+                // 2001::/23 (Teredo 2001::/32 in it) and 2001:db8::/32, documentation.
+                0x2001 => s[1] < 0x0200 || s[1] == 0x0db8,
+                // 6to4.
+                0x2002 => true,
+                // 3fff::/20, documentation.
+                first => (first & 0xfff0) == 0x3ff0,
+            };
+            global_unicast && !special
+        }
+    }
+}
+
+/// At most this many name lookups run at once. The system resolver cannot be interrupted: a
+/// lookup whose fetch timed out is abandoned by the fetch, but its thread runs until the
+/// resolver gives up; the slot stays taken until then, so slow or hostile name servers cannot
+/// pile up blocked threads.
+pub const MAX_LOOKUPS: usize = 8;
+static LOOKUPS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_LOOKUPS);
+
+/// The addresses of `host`, through the system resolver, in one of the [`MAX_LOOKUPS`] slots
+/// (waiting for one while the caller's timeout allows).
+async fn lookup(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+    use std::net::ToSocketAddrs;
+    let host = host.to_owned();
+    bounded_blocking(&LOOKUPS, move || {
+        (host.as_str(), port)
+            .to_socket_addrs()
+            .map(Iterator::collect)
+    })
+    .await
+}
+
+/// Runs blocking `work` on the blocking pool holding one of `slots` for as long as the work
+/// runs, not only as long as the caller waits: dropping this future (a timeout) leaves the
+/// slot taken until `work` returns.
+async fn bounded_blocking<T: Send + 'static>(
+    slots: &'static tokio::sync::Semaphore,
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    let permit = slots
+        .acquire()
+        .await
+        .map_err(|_| std::io::Error::other("the resolver is shut down"))?;
+    tokio::task::spawn_blocking(move || {
+        let result = work();
+        drop(permit);
+        result
+    })
+    .await
+    .map_err(|_| std::io::Error::other("the lookup did not finish"))?
+}
+
+/// Whether the test switch lets this URL through: `http://127.0.0.1:<port>` only.
+pub fn loopback_allowed(url: &url::Url, allow_http_loopback: bool) -> bool {
+    allow_http_loopback && url.scheme() == "http" && url.host_str() == Some("127.0.0.1")
+}
+
+/// The addresses a URL's host names without asking DNS (an IP literal), else `None`.
+fn literal(url: &url::Url, port: u16) -> Option<Vec<SocketAddr>> {
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => Some(vec![SocketAddr::new(ip.into(), port)]),
+        Some(url::Host::Ipv6(ip)) => Some(vec![SocketAddr::new(ip.into(), port)]),
+        _ => None,
+    }
+}
+
+/// Every answer must be public: one inside address is enough to refuse, or a second lookup (by
+/// anything but the pinned connection) could be steered to it. Returns the address to pin.
+fn check(
+    url: &url::Url,
+    host: &str,
+    addrs: &[SocketAddr],
+    allow_http_loopback: bool,
+) -> Result<Pinned, Guard> {
+    let loopback = loopback_allowed(url, allow_http_loopback);
+    let Some(&pinned) = addrs.first() else {
+        return Err(Guard::Unresolved(format!("{host} has no address")));
+    };
+    if let Some(bad) = addrs
+        .iter()
+        .find(|a| !(is_public(a.ip()) || (loopback && a.ip().is_loopback())))
+    {
+        return Err(Guard::Refused(format!(
+            "{host} resolves to {}, an address inside a private network",
+            bad.ip()
+        )));
+    }
+    Ok(Pinned {
+        host: host.to_owned(),
+        addr: pinned,
+    })
+}
+
+/// Resolves the URL's host once and checks every address (see the module's rules).
+pub async fn resolve(url: &url::Url, allow_http_loopback: bool) -> Result<Pinned, Guard> {
+    let host = url.host_str().unwrap_or_default().to_owned();
+    let port = url.port_or_known_default().unwrap_or(443);
+    let addrs = match literal(url, port) {
+        Some(a) => a,
+        None => lookup(&host, port)
+            .await
+            .map_err(|e| Guard::Unresolved(format!("cannot resolve {host}: {e}")))?,
+    };
+    check(url, &host, &addrs, allow_http_loopback)
+}
+
+/// [`resolve`] for callers outside the async runtime (saving a setting).
+pub fn resolve_blocking(url: &url::Url, allow_http_loopback: bool) -> Result<Pinned, Guard> {
+    use std::net::ToSocketAddrs;
+    let host = url.host_str().unwrap_or_default().to_owned();
+    let port = url.port_or_known_default().unwrap_or(443);
+    let addrs = match literal(url, port) {
+        Some(a) => a,
+        None => (host.as_str(), port)
+            .to_socket_addrs()
+            .map_err(|e| Guard::Unresolved(format!("cannot resolve {host}: {e}")))?
+            .collect(),
+    };
+    check(url, &host, &addrs, allow_http_loopback)
+}
+
+/// An HTTP client that connects only to the pinned address, follows no redirect, uses no
+/// proxy and gives up after `timeout`.
+pub fn client(pinned: &Pinned, timeout: Duration) -> Result<reqwest::Client, String> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .resolve(&pinned.host, pinned.addr)
+        .user_agent(concat!("kennis/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn only_public_addresses() {
+        for inside in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "fe80::1",
+            "fd00::1",
+            "::ffff:10.0.0.1",
+            "::ffff:127.0.0.1",
+            "64:ff9b::a00:1",
+            "64:ff9b::808:808",
+            "64:ff9b:1::a00:1",
+            // Site-local (deprecated, still routed inside some networks).
+            "fec0::1",
+            "feff::1",
+            // 6to4 embedding 10.0.0.1, 127.0.0.1 and even a public address.
+            "2002:a00:1::1",
+            "2002:7f00:1::1",
+            "2002:808:808::1",
+            // Teredo, and the rest of the IETF protocol assignments.
+            "2001::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "2001:2::1",
+            "2001:10::1",
+            "2001:db8::1",
+            "3fff::1",
+            // IPv4-compatible (deprecated) forms of inside and outside addresses.
+            "::10.0.0.1",
+            "::127.0.0.1",
+            "::8.8.8.8",
+            "100::1",
+            "ff02::1",
+            "::",
+            "192.88.99.1",
+            "198.18.0.1",
+            "255.255.255.255",
+            "240.0.0.1",
+        ] {
+            assert!(!is_public(inside.parse().unwrap()), "{inside}");
+        }
+        for outside in [
+            "93.184.215.14",
+            "2606:4700::1111",
+            "2a00:1450:4001::1",
+            "2001:4860:4860::8888",
+            "::ffff:8.8.8.8",
+        ] {
+            assert!(is_public(outside.parse().unwrap()), "{outside}");
+        }
+    }
+
+    /// A lookup abandoned at its timeout keeps its slot until the resolver returns, and when
+    /// every slot is taken a new lookup waits (and so meets its caller's timeout) instead of
+    /// starting another thread.
+    #[tokio::test]
+    async fn abandoned_lookups_keep_their_slot_until_they_end() {
+        static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+        let (release, hold) = std::sync::mpsc::channel::<()>();
+        let hold = std::sync::Arc::new(std::sync::Mutex::new(hold));
+        let started = std::sync::Arc::new(AtomicUsize::new(0));
+        let slow = || {
+            let (hold, started) = (hold.clone(), started.clone());
+            move || {
+                started.fetch_add(1, Ordering::SeqCst);
+                let _ = hold.lock().map(|h| h.recv());
+                Ok(())
+            }
+        };
+        for _ in 0..2 {
+            let r =
+                tokio::time::timeout(Duration::from_millis(50), bounded_blocking(&SLOTS, slow()))
+                    .await;
+            assert!(r.is_err(), "the lookup is abandoned at the timeout");
+        }
+        // Both abandoned lookups still hold their slot: a third does not start.
+        assert_eq!(SLOTS.available_permits(), 0);
+        let third =
+            tokio::time::timeout(Duration::from_millis(100), bounded_blocking(&SLOTS, slow()))
+                .await;
+        assert!(third.is_err());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            started.load(Ordering::SeqCst) <= 2,
+            "no third thread was started"
+        );
+        // When the resolver answers, the slots come back.
+        release.send(()).unwrap();
+        release.send(()).unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while SLOTS.available_permits() < 2 {
+            assert!(std::time::Instant::now() < until, "slots not given back");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(bounded_blocking(&SLOTS, || Ok(7)).await.unwrap(), 7);
+    }
+
+    #[tokio::test]
+    async fn resolve_answers_for_an_address_literal() {
+        let addrs = lookup("127.0.0.1", 443).await.unwrap();
+        assert_eq!(addrs, vec![SocketAddr::from(([127, 0, 0, 1], 443))]);
+        assert_eq!(LOOKUPS.available_permits(), MAX_LOOKUPS);
+    }
+
+    #[test]
+    fn literals_are_checked_without_dns_and_loopback_only_with_the_switch() {
+        let u = |s: &str| url::Url::parse(s).unwrap();
+        assert!(matches!(
+            resolve_blocking(&u("https://10.0.0.1/hook"), true),
+            Err(Guard::Refused(_))
+        ));
+        assert!(matches!(
+            resolve_blocking(&u("https://[::1]/hook"), true),
+            Err(Guard::Refused(_))
+        ));
+        assert!(matches!(
+            resolve_blocking(&u("http://127.0.0.1:9/hook"), false),
+            Err(Guard::Refused(_))
+        ));
+        let ok = resolve_blocking(&u("http://127.0.0.1:9/hook"), true).unwrap();
+        assert_eq!(ok.addr, "127.0.0.1:9".parse().unwrap());
+        let public = resolve_blocking(&u("https://93.184.215.14/hook"), false).unwrap();
+        assert_eq!(public.addr.port(), 443);
+    }
+}
