@@ -566,8 +566,7 @@ pub fn execute(
             json!({ "items": items })
         }
         AdminRequest::TriggerAdd { org, trigger } => {
-            let c =
-                triggers::add_by(
+            let c = triggers::add_by(
                 store,
                 &OPERATOR,
                 &org,

@@ -109,10 +109,11 @@ impl Executor {
             Executor::Command { program, .. } => format!("exec=command program={program}"),
             Executor::Http { url } => format!("exec=http url={}", without_secrets(url)),
             Executor::Llm(l) => {
-                let key = match (&l.api_key_env, &l.api_key_file) {
-                    (Some(env), _) => format!(" api_key_env={env}"),
-                    (None, Some(file)) => format!(" api_key_file={file}"),
-                    (None, None) => String::new(),
+                let key = match (&l.endpoint, &l.api_key_env, &l.api_key_file) {
+                    (Some(id), _, _) => format!(" endpoint={id}"),
+                    (None, Some(env), _) => format!(" api_key_env={env}"),
+                    (None, None, Some(file)) => format!(" api_key_file={file}"),
+                    (None, None, None) => String::new(),
                 };
                 format!(
                     "exec=llm url={} model={}{key}",
@@ -574,15 +575,6 @@ pub fn add_project(
     let name = check_name("project", name)?;
     let org_id = store.read(|tx| org_id(tx, org))?;
     store.write(|tx| {
-        let taken = tx
-            .scan::<Project>(PROJECTS, b"")?
-            .into_iter()
-            .any(|(_, p)| p.org_id == org_id && p.name.to_lowercase() == name.to_lowercase());
-        if taken {
-            return Err(AgentError::InvalidInput(format!(
-                "this organisation has a project named `{name}` already (`kennis project list {org}`)"
-            )));
-        }
         let project = Project {
             id: tx.next_id("project")?,
             org_id,
@@ -638,6 +630,7 @@ mod tests {
         let cmd = Executor::Command {
             program: "/usr/bin/agent".into(),
             args: vec!["--token".into(), "geheim".into()],
+            env: vec!["GEHEIM".into()],
         };
         assert_eq!(cmd.describe(), "exec=command program=/usr/bin/agent");
     }

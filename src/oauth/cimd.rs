@@ -315,7 +315,6 @@ fn client_from_document(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[test]
     fn urls_must_be_https_with_a_plain_path() {

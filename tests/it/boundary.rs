@@ -482,7 +482,24 @@ async fn an_org_admin_reaches_nothing_of_another_org_by_id() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_portal_admin_action_is_audited_with_the_admin_as_actor() {
-    let mut t = TestServer::start().await;
+    // The operator offers one model endpoint; its key never appears in the audit.
+    let keys = tempfile::tempdir().unwrap();
+    let key_file = keys.path().join("operator.key");
+    std::fs::write(&key_file, "sk-operator-geheim").unwrap();
+    let mut t = TestServer::start_with(kennis::config::Settings {
+        llm: Some(kennis::config::LlmTable {
+            endpoints: Some(vec![kennis::config::LlmEndpoint {
+                id: "huis".into(),
+                url: "http://127.0.0.1:9/v1".into(),
+                api_key_env: None,
+                api_key_file: Some(key_file.clone()),
+                orgs: vec!["*".into()],
+            }]),
+            ..kennis::config::LlmTable::default()
+        }),
+        ..kennis::config::Settings::default()
+    })
+    .await;
     let b = t.seed("Org B", "bob@example.org");
     let app = t.app().clone();
     let now = app.clock.now();
@@ -574,9 +591,8 @@ async fn every_portal_admin_action_is_audited_with_the_admin_as_actor() {
                 ("name", "Model"),
                 ("exec", "llm"),
                 ("kind", "generic"),
-                ("url", "http://127.0.0.1:9/v1"),
+                ("endpoint", "huis"),
                 ("model", "m"),
-                ("api_key_env", "KENNIS_LLM_TEST"),
             ],
         )
         .await;
@@ -648,6 +664,7 @@ async fn every_portal_admin_action_is_audited_with_the_admin_as_actor() {
             project_id: project.id,
             instructions: "Wacht".into(),
             cooldown_secs: Some(0),
+            callback_url: None,
         },
         now,
     )
@@ -697,7 +714,7 @@ async fn every_portal_admin_action_is_audited_with_the_admin_as_actor() {
         ),
         (
             "agent.add",
-            "exec=llm url=http://127.0.0.1:9/v1 model=m api_key_env=KENNIS_LLM_TEST".into(),
+            "exec=llm url=http://127.0.0.1:9/v1 model=m endpoint=huis".into(),
         ),
         ("trigger.add", format!("trigger {tid} Offerte")),
         ("trigger.pause", format!("trigger {tid} Offerte")),

@@ -111,7 +111,19 @@ impl Receiver {
             answers: Arc::new(Mutex::new(answers)),
             delay,
         };
-        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+        // A receiver started again on the same port waits for the dropped one's listener to
+        // close (its task ends asynchronously).
+        let mut tries = 0;
+        let listener = loop {
+            match tokio::net::TcpListener::bind(addr).await {
+                Ok(l) => break l,
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 100 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("bind {addr}: {e}"),
+            }
+        };
         let addr = listener.local_addr().unwrap();
         let app = axum::Router::new()
             .fallback(answer)

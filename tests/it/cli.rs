@@ -306,7 +306,7 @@ fn demo_prints_credentials_once_and_they_work() {
 
 /// What a newcomer meets first: a read-only command on a mistyped data directory creates
 /// nothing; agents and projects can be listed with the ids other commands take; a second agent
-/// or project of the same name is refused; `GET /` leads to the portal.
+/// of the same name is refused; `GET /` leads to the portal.
 #[test]
 fn a_newcomer_finds_ids_and_makes_no_accidental_data_directory() {
     let dir = tempfile::tempdir().unwrap();
@@ -344,16 +344,12 @@ fn a_newcomer_finds_ids_and_makes_no_accidental_data_directory() {
     assert_eq!(projects["items"][0]["id"], project["id"]);
     assert_eq!(projects["items"][0]["rollout"], "ready");
 
-    for args in [
-        &[
-            "agent", "add", "acme", "echo", "--kind", "generic", "--exec", "echo",
-        ][..],
-        &["project", "add", "acme", "WEBSITE"],
-    ] {
-        let out = run(d, args, None);
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
-        assert!(stderr(&out).contains("already"), "{}", stderr(&out));
-    }
+    let args = [
+        "agent", "add", "acme", "echo", "--kind", "generic", "--exec", "echo",
+    ];
+    let out = run(d, &args, None);
+    assert_eq!(out.status.code(), Some(1), "{args:?}");
+    assert!(stderr(&out).contains("already"), "{}", stderr(&out));
     assert_eq!(
         run_json(d, &["agent", "list", "acme", "--json"], None)["items"]
             .as_array()

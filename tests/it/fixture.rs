@@ -908,10 +908,20 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// `name` made unique in this test process (an organisation refuses a second agent of the
+/// same name): `Echo 1`, `Echo 2`, …
+pub fn unique_name(name: &str) -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    format!(
+        "{name} {}",
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
 /// An agent that echoes its job (the generic `echo` executor).
 pub fn echo_agent() -> kennis::agents::NewAgent {
     kennis::agents::NewAgent {
-        name: "Echo".into(),
+        name: unique_name("Echo"),
         kind: kennis::agents::AgentKind::Generic,
         exec: "echo".into(),
         program: None,

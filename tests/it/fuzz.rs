@@ -159,6 +159,7 @@ fn signed_delivery_timestamps_and_signatures_never_panic() {
         deleted: false,
         created_at: now0,
         updated_at: now0,
+        callback_url: None,
     };
     let secret = signing_secret(&key, &trigger);
     let sign_key = base64::engine::general_purpose::STANDARD

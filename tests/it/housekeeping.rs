@@ -45,14 +45,21 @@ async fn expired_invitation_and_reset_links_are_purged_a_day_after_expiry() {
     let t0 = app.clock.now();
     let (_, invitation) = identity::invite(
         &app.store,
+        &kennis::audit::Actor::Operator,
         s.org.id,
         "new@example.org",
         Role::Member,
-        Some(s.person.id),
         t0,
     )
     .unwrap();
-    let reset = identity::issue_reset(&app.store, "annie@example.org", t0).unwrap();
+    let reset = kennis::oauth::issue_reset(
+        &app.store,
+        &kennis::audit::Actor::Operator,
+        None,
+        "annie@example.org",
+        t0,
+    )
+    .unwrap();
     let (inv, rst) = (format!("/invite/{invitation}"), format!("/reset/{reset}"));
     assert_eq!((status(&t, &inv).await, status(&t, &rst).await), (200, 200));
     let purge = || run_once(&app).unwrap();

@@ -242,7 +242,7 @@ fn add_llm(x: &Setup, a: LlmAgent) -> agents::Agent {
         &kennis::audit::Actor::Operator,
         &x.s.org.slug,
         &NewAgent {
-            name: "Model".into(),
+            name: crate::fixture::unique_name("Model"),
             kind: a.kind,
             exec: "llm".into(),
             program: None,
@@ -1596,8 +1596,9 @@ fn the_cli_adds_agents_on_the_operators_endpoints_and_command_agents_with_env() 
         .to_owned();
     assert_eq!(slug, "acme");
     let add = |extra: &[&str]| {
+        let name = crate::fixture::unique_name("A");
         let mut all = vec![
-            "--config", cfg, "agent", "add", "acme", "A", "--kind", "generic",
+            "--config", cfg, "agent", "add", "acme", &name, "--kind", "generic",
         ];
         all.extend(extra);
         run(&d, &all, None)

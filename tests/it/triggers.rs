@@ -33,7 +33,7 @@ fn echo() -> NewAgent {
 
 fn command(program: &Path, timeout: u64) -> NewAgent {
     NewAgent {
-        name: "Script".into(),
+        name: crate::fixture::unique_name("Script"),
         kind: AgentKind::Generic,
         exec: "command".into(),
         program: Some(program.to_str().unwrap().into()),
