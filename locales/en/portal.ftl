@@ -186,6 +186,7 @@ problem-link_used = This link has been used already.
 problem-link_expired = This link has expired.
 problem-link_unknown = This link is not valid.
 problem-last_admin = An organisation keeps at least one admin: make someone else admin first.
+problem-account_disabled = This account is disabled; ask an administrator.
 problem-bad_credentials = Wrong password.
 problem-already_member = This person is a member already.
 

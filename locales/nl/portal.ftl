@@ -186,6 +186,7 @@ problem-link_used = Deze link is al gebruikt.
 problem-link_expired = Deze link is verlopen.
 problem-link_unknown = Deze link is niet geldig.
 problem-last_admin = Een organisatie houdt minstens één beheerder: maak eerst iemand anders beheerder.
+problem-account_disabled = Dit account is uitgeschakeld; vraag het een beheerder.
 problem-bad_credentials = Onjuist wachtwoord.
 problem-already_member = Deze persoon is al lid.
 

@@ -116,6 +116,7 @@ impl ToProblem for IdentityError {
             I::NotMember(_) => (StatusCode::NOT_FOUND, "not_member"),
             I::AlreadyMember(_) => (StatusCode::CONFLICT, "already_member"),
             I::LastAdmin => (StatusCode::CONFLICT, "last_admin"),
+            I::Disabled => (StatusCode::FORBIDDEN, "account_disabled"),
             I::LinkUnknown => (StatusCode::NOT_FOUND, "link_unknown"),
             I::LinkUsed => (StatusCode::GONE, "link_used"),
             I::LinkExpired => (StatusCode::GONE, "link_expired"),

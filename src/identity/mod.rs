@@ -54,6 +54,8 @@ pub enum IdentityError {
     AlreadyMember(String),
     #[error("an organisation keeps at least one admin: make someone else admin first")]
     LastAdmin,
+    #[error("this account is disabled; ask an administrator")]
+    Disabled,
     #[error("this link is not valid")]
     LinkUnknown,
     #[error("this link has been used already")]
@@ -157,6 +159,9 @@ pub struct Person {
     #[serde(default)]
     pub last_login: Option<Timestamp>,
     pub created_at: Timestamp,
+    /// Since when the person may not sign in (`kennis user disable`); `None`: they may.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled_at: Option<Timestamp>,
 }
 
 impl Person {
@@ -186,6 +191,8 @@ pub enum AccessDenied {
     SecondFactorRequired,
     #[error("terms not accepted")]
     TermsNotAccepted,
+    #[error("account disabled")]
+    Disabled,
 }
 
 /// Sets (or with `None` clears) the portal language a person chose.
@@ -373,6 +380,7 @@ pub(crate) fn create_person_in(
         language: None,
         last_login: None,
         created_at: now,
+        disabled_at: None,
     };
     tx.put(PEOPLE, &key::id(person.id), &person)?;
     tx.put(PEOPLE_BY_EMAIL, person.email.as_bytes(), &person.id)?;
@@ -434,7 +442,11 @@ pub fn set_password(store: &Store, email: &str, password: &str) -> Result<(), Id
 pub fn verify_login(store: &Store, email: &str, password: &str) -> Result<Person, IdentityError> {
     let person = store.read(|tx| person_by_email(tx, email))?;
     match person {
-        Some(p) if verify_password_hash(&p.password_hash, password) => Ok(p),
+        // A disabled person learns it only with the right password.
+        Some(p) if verify_password_hash(&p.password_hash, password) => match p.disabled_at {
+            Some(_) => Err(IdentityError::Disabled),
+            None => Ok(p),
+        },
         Some(_) => Err(IdentityError::BadCredentials),
         None => {
             password::burn_equivalent_time(password);
@@ -641,6 +653,9 @@ pub fn connector_access(
     let (Some(m), Some(org), Some(person)) = (m, org, person) else {
         return Ok(Err(AccessDenied::NotMember));
     };
+    if person.disabled_at.is_some() {
+        return Ok(Err(AccessDenied::Disabled));
+    }
     let allowed = match org.connector_access {
         ConnectorAccess::AllMembers => true,
         ConnectorAccess::SelectedMembers => m.may_connect,

@@ -12,6 +12,7 @@ pub mod blob;
 mod group;
 pub mod key;
 mod migrate;
+mod rewrite;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
@@ -111,6 +112,10 @@ pub const INVITATIONS: Table = Table::new("invitations");
 /// Admin-issued password-reset links by the SHA-256 of their one-time token.
 pub const RESET_LINKS: Table = Table::new("reset_links");
 
+/// Organisations and people whose removal has begun and not yet ended, by `o` or `p` and their
+/// id: what an interrupted `org delete` or `user delete` (and the next start) finishes.
+pub const ERASING: Table = Table::new("erasing");
+
 /// Every table, in the order backups copy them.
 pub const ALL_TABLES: &[Table] = &[
     META,
@@ -149,6 +154,7 @@ pub const ALL_TABLES: &[Table] = &[
     OAUTH_TOKENS,
     OAUTH_LAST_USED,
     SESSIONS,
+    ERASING,
 ];
 
 /// File name of the database inside the data directory.
@@ -317,10 +323,12 @@ impl Store {
             })
     }
 
-    /// Rewrites the content table in key order (its pages fill) and gives the file's free
-    /// pages back to the file system (redb compaction). Waits for open transactions to end
-    /// without blocking new ones (up to `wait`), then holds every other transaction back
-    /// while it works: under a second for 100 MB of documents.
+    /// Writes the store anew: every table is copied in key order into a fresh file (its pages
+    /// fill), which then takes the old file's place. Nothing that was deleted survives in the
+    /// data directory, not even in free pages (redb's own compaction moves pages but leaves
+    /// freed ones as they were). Waits for open transactions to end without blocking new ones
+    /// (up to `wait`), then holds every other transaction back while it works: about a second
+    /// for 100 MB of documents.
     pub fn compact(&self, wait: Duration) -> Result<Compaction, StoreError> {
         let bytes_before = self.file_size()?;
         let deadline = Instant::now() + wait;
@@ -338,46 +346,15 @@ impl Store {
                 }
             }
         };
-        repack(&db, KB_CONTENT)?;
-        // A round of compaction can leave more to give back; redb says when it is done.
-        while db
-            .compact()
-            .map_err(|e| StoreError::Db(format!("compaction failed: {e}")))?
-        {}
+        let fresh = rewrite::rewrite(&db, &self.path)?;
+        // The old file is gone from the directory already; dropping it closes it.
+        *db = fresh;
         drop(db);
         Ok(Compaction {
             bytes_before,
             bytes_after: self.file_size()?,
         })
     }
-}
-
-/// Rewrites a table in key order, so its pages are full. Content is keyed by hash, so it is
-/// inserted in random order, which leaves the B-tree's pages about half full (redb's
-/// compaction moves pages but does not refill them); written in order, they fill.
-fn repack(db: &Database, table: Table) -> Result<(), StoreError> {
-    const SPARE: Table = Table::new("repack");
-    let txn = db.begin_write()?;
-    {
-        let src = txn.open_table(table)?;
-        let mut dst = txn.open_table(SPARE)?;
-        for row in src.iter()? {
-            let (k, v) = row?;
-            dst.insert(k.value(), v.value())?;
-        }
-    }
-    txn.delete_table(table)?;
-    {
-        let src = txn.open_table(SPARE)?;
-        let mut dst = txn.open_table(table)?;
-        for row in src.iter()? {
-            let (k, v) = row?;
-            dst.insert(k.value(), v.value())?;
-        }
-    }
-    txn.delete_table(SPARE)?;
-    txn.commit()?;
-    Ok(())
 }
 
 /// Creates the directory if needed and restricts it to the owner: it holds secrets.
