@@ -169,7 +169,7 @@ pub fn delete_person(store: &Store, email: &str) -> Result<PersonErased, EraseEr
 /// The one transaction that erases the person's own records.
 fn erase_in(tx: &mut WriteTx, p: &Person) -> Result<(), EraseError> {
     let orgs: Vec<Membership> = tx
-        .scan::<Membership>(MEMBERSHIPS_BY_PERSON, &key::id(p.id))
+        .scan::<()>(MEMBERSHIPS_BY_PERSON, &key::id(p.id))
         .map(|rows| rows.into_iter().map(|(k, _)| k))?
         .into_iter()
         .filter_map(|k| key::id_at(&k, 8))

@@ -13,6 +13,7 @@ mod crash;
 mod docs;
 mod documents;
 mod domain;
+mod erase;
 mod extract;
 mod fuzz;
 mod kb;
