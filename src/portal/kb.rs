@@ -726,7 +726,7 @@ async fn audit_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Respo
                                     (c.map(|c| c.client_name.clone()).unwrap_or_else(|| format!("#{}", r.grant_id)))
                                 }
                             }
-                            td { @if r.person_id == 0 { "—" } @else { (c.map(|c| c.person_email.clone()).unwrap_or_else(|| format!("#{}", r.person_id))) } }
+                            td { @if r.person_id == 0 { "—" } @else { (c.map(|c| c.person_email.clone()).filter(|e| !e.is_empty()).unwrap_or_else(|| crate::erase::pseudonym(r.person_id))) } }
                             td { code { (r.tool) } }
                             td { (r.target.clone().unwrap_or_default()) }
                             td {

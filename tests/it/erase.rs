@@ -657,6 +657,13 @@ async fn a_deleted_person_is_erased_and_the_audit_names_a_pseudonym() {
     );
     assert!(lines.contains("\"person\":\"anna@bouw.nl\""), "{lines}");
     assert!(!lines.contains("lex@bouw.nl"), "{lines}");
+    // The portal's audit page names the pseudonym too.
+    let mut b = Browser::new(&t);
+    b.login(&admin, "/portal").await;
+    let page = b.get(&format!("/portal/o/{}/audit", admin.org.slug)).await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains(&alias), "{}", page.body);
+    assert!(!page.body.contains("lex@bouw.nl"));
     // The address is free again.
     let v = run_json(
         t.data_dir(),
@@ -678,4 +685,63 @@ async fn a_deleted_person_is_erased_and_the_audit_names_a_pseudonym() {
             String::from_utf8_lossy(&v)
         );
     }
+}
+
+/// A removal whose first transaction committed before the process died is finished by the
+/// next start of the server.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_next_start_finishes_an_interrupted_removal() {
+    let mut t = TestServer::start().await;
+    let gone = t.seed("Half Weg", "hanna@halfweg.nl");
+    let stays = t.seed("Heel Gebleven", "henk@heel.nl");
+    write_doc(
+        &t,
+        &gone,
+        "half/weg.md",
+        b"HALFWEG tekst",
+        kb::Expect::Create,
+    );
+    write_doc(&t, &stays, "heel.md", b"HEEL tekst", kb::Expect::Create);
+    t.stop().await;
+    {
+        // What `org delete` leaves when killed right after its first transaction.
+        let store = kennis::store::Store::open(t.data_dir()).unwrap();
+        let mut k = vec![b'o'];
+        k.extend_from_slice(&gone.org.id.to_be_bytes());
+        store
+            .write(|tx| {
+                tx.put(kennis::store::ERASING, &k, &json!({"org": gone.org}))?;
+                tx.delete(kennis::store::ORGS, &gone.org.id.to_be_bytes())
+            })
+            .unwrap();
+    }
+    t.restart().await;
+    let store = t.app().store.clone();
+    let mut pending = u64::MAX;
+    for _ in 0..200 {
+        pending = store.read(|tx| tx.count(kennis::store::ERASING)).unwrap();
+        if pending == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(pending, 0, "the removal was not finished at start");
+    let docs = |org: u64| {
+        store
+            .read(|tx| tx.scan_keys(kennis::store::KB_DOCS, &org.to_be_bytes(), 10))
+            .unwrap()
+            .len()
+    };
+    assert_eq!(docs(gone.org.id), 0);
+    assert_eq!(docs(stays.org.id), 1);
+    // Its slug is free again; the other organisation's members are untouched.
+    let v = run_json(t.data_dir(), &["org", "create", "Half Weg", "--json"], None);
+    assert_eq!(v["slug"], gone.org.slug.as_str());
+    assert_ne!(v["id"], gone.org.id);
+    let members = run_json(
+        t.data_dir(),
+        &["member", "list", &stays.org.slug, "--json"],
+        None,
+    );
+    assert_eq!(members["items"].as_array().unwrap().len(), 1);
 }
