@@ -308,15 +308,12 @@ fn hide(tx: &mut WriteTx, id: u64) -> Result<(Org, Vec<u64>), EraseError> {
 }
 
 /// The keys (as `pick` makes them) of the records of `table` that belong to organisation `id`.
-fn ids_where<R: serde::de::DeserializeOwned, F: Fn(&[u8], &R) -> Vec<u8>>(
+fn ids_where<R: serde::de::DeserializeOwned + HasOwner, F: Fn(&[u8], &R) -> Vec<u8>>(
     store: &Store,
     table: Table,
     id: u64,
     pick: F,
-) -> Result<Vec<Vec<u8>>, StoreError>
-where
-    R: HasOwner,
-{
+) -> Result<Vec<Vec<u8>>, StoreError> {
     store.read(|tx| {
         Ok(tx
             .scan::<R>(table, b"")?

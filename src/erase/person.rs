@@ -169,10 +169,9 @@ pub fn delete_person(store: &Store, email: &str) -> Result<PersonErased, EraseEr
 /// The one transaction that erases the person's own records.
 fn erase_in(tx: &mut WriteTx, p: &Person) -> Result<(), EraseError> {
     let orgs: Vec<Membership> = tx
-        .scan::<()>(MEMBERSHIPS_BY_PERSON, &key::id(p.id))
-        .map(|rows| rows.into_iter().map(|(k, _)| k))?
+        .scan::<()>(MEMBERSHIPS_BY_PERSON, &key::id(p.id))?
         .into_iter()
-        .filter_map(|k| key::id_at(&k, 8))
+        .filter_map(|(k, ())| key::id_at(&k, 8))
         .map(|org| tx.get::<Membership>(MEMBERSHIPS, &key::pair(org, p.id)))
         .collect::<Result<Vec<_>, _>>()?
         .into_iter()
