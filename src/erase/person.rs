@@ -27,10 +27,7 @@ use crate::store::{
 
 const PERSON: u8 = b'p';
 
-/// The name that stands for an erased person in the records that stay.
-pub fn pseudonym(person_id: u64) -> String {
-    format!("deleted-{person_id}")
-}
+pub use crate::identity::pseudonym;
 
 /// How the audit names the person of a record: their email, the pseudonym of an erased person,
 /// or `None` for an agent's call (person 0).

@@ -207,6 +207,11 @@ pub fn set_language(
     })
 }
 
+/// The name that stands for an erased person (`kennis user delete`) in the records that stay.
+pub fn pseudonym(person_id: u64) -> String {
+    format!("deleted-{person_id}")
+}
+
 /// Normalises an email address for uniqueness checks: trimmed, lower case.
 pub fn normalize_email(email: &str) -> Result<String, IdentityError> {
     let email = email.trim().to_lowercase();

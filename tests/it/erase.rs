@@ -607,6 +607,49 @@ async fn a_deleted_person_is_erased_and_the_audit_names_a_pseudonym() {
     .unwrap();
     let token = t.grant(&leaver, SCOPE);
     t.mcp(&token).ok("kennisbank_list", json!({})).await;
+    // A feature request with a message of theirs: the conversation names its author.
+    let shop = kennis::requests::apps::add_by_slug(
+        &app.store,
+        &admin.org.slug,
+        "Webshop",
+        kennis::requests::apps::AppStatus::Live,
+        app.clock.now(),
+    )
+    .unwrap();
+    let filed = kennis::requests::service::create(
+        &app,
+        admin.org.id,
+        leaver.person.id,
+        &kennis::requests::feature::NewRequest {
+            app_id: shop.app_id,
+            title: "Filter".into(),
+            description: "Filter op merk".into(),
+        },
+    )
+    .unwrap();
+    kennis::requests::service::reply(
+        &app,
+        admin.org.id,
+        leaver.person.id,
+        filed.id,
+        Some("Graag snel"),
+        &[],
+    )
+    .unwrap();
+    let author = |app: &kennis::app::App| {
+        let r = app
+            .store
+            .read(|tx| kennis::requests::get(tx, filed.id))
+            .unwrap()
+            .unwrap();
+        r.conversation
+            .iter()
+            .find(|m| m.text == "Graag snel")
+            .unwrap()
+            .author
+            .clone()
+    };
+    assert_eq!(author(&app), "lex");
     t.mcp(&t.grant(&admin, SCOPE))
         .ok("kennisbank_list", json!({}))
         .await;
@@ -657,6 +700,7 @@ async fn a_deleted_person_is_erased_and_the_audit_names_a_pseudonym() {
     );
     assert!(lines.contains("\"person\":\"anna@bouw.nl\""), "{lines}");
     assert!(!lines.contains("lex@bouw.nl"), "{lines}");
+    assert_eq!(author(&app), alias);
     // The portal's audit page names the pseudonym too.
     let mut b = Browser::new(&t);
     b.login(&admin, "/portal").await;
