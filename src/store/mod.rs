@@ -756,6 +756,43 @@ mod tests {
     }
 
     #[test]
+    fn compaction_leaves_no_deleted_bytes_in_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store
+            .write(|tx| {
+                for i in 0u64..2000 {
+                    tx.put_raw(KB_CONTENT, &key::id(i), &[b'x'; 300])?;
+                }
+                tx.put_raw(KB_DOCS, b"k", b"QQZ-deleted-marker")?;
+                tx.put_raw(KB_DOCS, b"l", b"kept-marker")
+            })
+            .unwrap();
+        store.write(|tx| tx.delete(KB_DOCS, b"k")).unwrap();
+        let c = store.compact(Duration::from_secs(1)).unwrap();
+        let bytes = std::fs::read(store.path()).unwrap();
+        let holds = |m: &[u8]| bytes.windows(m.len()).any(|w| w == m);
+        assert!(!holds(b"QQZ-deleted-marker"));
+        assert!(holds(b"kept-marker"));
+        assert!(c.bytes_after <= c.bytes_before);
+        // The store goes on working on the new file, and it survives a reopen.
+        store
+            .write(|tx| tx.put_raw(KB_DOCS, b"m", b"after"))
+            .unwrap();
+        drop(store);
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.read(|tx| tx.count(KB_CONTENT)).unwrap(), 2000);
+        assert_eq!(
+            store
+                .read(|tx| tx.get_raw(KB_DOCS, b"m"))
+                .unwrap()
+                .as_deref(),
+            Some(&b"after"[..])
+        );
+        assert!(!dir.path().join("kennis.redb.compact").exists());
+    }
+
+    #[test]
     fn scan_stops_at_prefix_end() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
