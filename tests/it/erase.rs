@@ -236,6 +236,9 @@ async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
         );
     }
     assert!(!files_holding(t.data_dir(), b"ZQXMARKER kozijn").is_empty());
+    // The index's files hold its paths too (so looking for them there after compaction means
+    // something).
+    assert!(!files_holding(&t.data_dir().join("index"), b"zqxgeheim/notitie.md").is_empty());
 
     // Without --yes nothing happens.
     let out = run(t.data_dir(), &["org", "delete", &gone.org.slug], None);
