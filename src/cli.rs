@@ -209,6 +209,20 @@ pub enum OrgCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Remove an organisation and everything of it for good: memberships, documents and their
+    /// history, content no other organisation has, search entries, triggers, runs, agents,
+    /// projects, apps, feature requests, audit, grants and tokens (people stay). Run it again
+    /// to finish a removal that was interrupted.
+    Delete {
+        /// The organisation's slug.
+        org: String,
+        /// Confirm the removal (without it nothing happens: exit status 2).
+        #[arg(long)]
+        yes: bool,
+        /// Print one JSON object on stdout instead of text for people.
+        #[arg(long)]
+        json: bool,
+    },
     /// Change an organisation's connector policy (ORG is its slug).
     Set {
         /// The organisation's slug.
@@ -244,6 +258,36 @@ pub enum UserCommand {
     },
     /// Every person with their organisations.
     List {
+        /// Print one JSON object on stdout instead of text for people.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop a person from signing in: their portal sessions end and their connections are
+    /// revoked at once.
+    Disable {
+        /// The person's email address.
+        email: String,
+        /// Print one JSON object on stdout instead of text for people.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Let a disabled person sign in again (they connect their assistants anew).
+    Enable {
+        /// The person's email address.
+        email: String,
+        /// Print one JSON object on stdout instead of text for people.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Erase a person for good: name, email, password, second factor, memberships, sessions,
+    /// connections. Audit records stay and name them `deleted-<id>`. Refused while they are
+    /// an organisation's last admin.
+    Delete {
+        /// The person's email address.
+        email: String,
+        /// Confirm the erasure (without it nothing happens: exit status 2).
+        #[arg(long)]
+        yes: bool,
         /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,

@@ -13,6 +13,7 @@ pub mod clock;
 pub mod config;
 pub mod connector;
 pub mod demo;
+pub mod erase;
 pub mod extraction;
 pub mod hooks;
 pub mod housekeeping;

@@ -77,6 +77,56 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 )
             });
         }
+        Command::Org(OrgCommand::Delete { org, yes, json }) => {
+            if !yes {
+                return Err(CliError::Usage(format!(
+                    "`org delete {org}` removes the organisation and everything of it for good; add --yes to confirm"
+                )));
+            }
+            let v = cli::run_admin(&config, AdminRequest::OrgDelete { org })?;
+            cli::output(json, &v, |v| {
+                format!(
+                    "removed organisation {} (id {}): {} records, {} contents ({} kept: another organisation has them)",
+                    v["slug"].as_str().unwrap_or(""),
+                    v["id"],
+                    v["records"],
+                    v["content_removed"],
+                    v["content_kept"]
+                )
+            });
+        }
+        Command::User(UserCommand::Disable { email, json }) => {
+            let v = cli::run_admin(&config, AdminRequest::UserDisable { email })?;
+            cli::output(json, &v, |v| {
+                format!(
+                    "disabled {}: {} sessions ended, {} connections revoked",
+                    v["email"].as_str().unwrap_or(""),
+                    v["sessions_ended"],
+                    v["grants_revoked"]
+                )
+            });
+        }
+        Command::User(UserCommand::Enable { email, json }) => {
+            let v = cli::run_admin(&config, AdminRequest::UserEnable { email })?;
+            cli::output(json, &v, |v| {
+                format!("enabled {}", v["email"].as_str().unwrap_or(""))
+            });
+        }
+        Command::User(UserCommand::Delete { email, yes, json }) => {
+            if !yes {
+                return Err(CliError::Usage(format!(
+                    "`user delete {email}` erases the person for good; add --yes to confirm"
+                )));
+            }
+            let v = cli::run_admin(&config, AdminRequest::UserDelete { email })?;
+            cli::output(json, &v, |v| {
+                format!(
+                    "erased person {}; the audit names them {}",
+                    v["id"],
+                    v["pseudonym"].as_str().unwrap_or("")
+                )
+            });
+        }
         Command::Org(OrgCommand::Set {
             org,
             connector_access,

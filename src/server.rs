@@ -234,6 +234,17 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
     }
     workers.push(crate::housekeeping::start(&app, stop_rx.clone()));
     workers.push(crate::triggers::callback::start(&app, stop_rx.clone()));
+    // Removals an interruption left unfinished (`org delete`, `user delete`) finish now.
+    workers.push({
+        let app = app.clone();
+        tokio::task::spawn_blocking(move || {
+            match crate::erase::finish_pending(&app.store, &app.kb_index, &mut |_| {}) {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(removals = n, "finished interrupted removals"),
+                Err(e) => tracing::error!(error = %e, "could not finish an interrupted removal"),
+            }
+        })
+    });
     if app.kb_index.with_extracted() {
         workers.push(extraction::start(&app, stop_rx.clone()));
     }

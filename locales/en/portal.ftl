@@ -187,6 +187,7 @@ problem-link_expired = This link has expired.
 problem-link_unknown = This link is not valid.
 problem-last_admin = An organisation keeps at least one admin: make someone else admin first.
 problem-member_elsewhere = This person also belongs to another organisation, so a new password would open that organisation too. Only the server's operator can reset their password (kennis user reset).
+problem-account_disabled = This account is disabled; ask an administrator.
 problem-bad_credentials = Wrong password.
 problem-already_member = This person is a member already.
 

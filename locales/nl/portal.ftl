@@ -187,6 +187,7 @@ problem-link_expired = Deze link is verlopen.
 problem-link_unknown = Deze link is niet geldig.
 problem-last_admin = Een organisatie houdt minstens één beheerder: maak eerst iemand anders beheerder.
 problem-member_elsewhere = Deze persoon hoort ook bij een andere organisatie; een nieuw wachtwoord zou ook die organisatie openen. Alleen de beheerder van de server kan dit wachtwoord herstellen (kennis user reset).
+problem-account_disabled = Dit account is uitgeschakeld; vraag het een beheerder.
 problem-bad_credentials = Onjuist wachtwoord.
 problem-already_member = Deze persoon is al lid.
 

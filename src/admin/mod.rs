@@ -33,6 +33,11 @@ pub enum AdminRequest {
         name: String,
     },
     OrgList,
+    /// Removes an organisation and everything of it (or finishes a removal an interruption
+    /// left); see `erase`.
+    OrgDelete {
+        org: String,
+    },
     OrgSet {
         slug: String,
         connector_access: Option<ConnectorAccess>,
@@ -44,6 +49,17 @@ pub enum AdminRequest {
         password: String,
     },
     UserList,
+    /// No sign-in from now on: sessions end, grants are revoked.
+    UserDisable {
+        email: String,
+    },
+    UserEnable {
+        email: String,
+    },
+    /// Erases a person; the audit names them `deleted-<id>`.
+    UserDelete {
+        email: String,
+    },
     UserTotp {
         email: String,
     },
@@ -276,6 +292,16 @@ fn run_json(store: &Store, id: u64) -> Result<Value, AdminError> {
     }))
 }
 
+impl From<crate::erase::EraseError> for AdminError {
+    fn from(e: crate::erase::EraseError) -> Self {
+        match e {
+            crate::erase::EraseError::Store(s)
+            | crate::erase::EraseError::Identity(IdentityError::Store(s)) => AdminError::Store(s),
+            other => AdminError::Refused(other.to_string()),
+        }
+    }
+}
+
 impl From<KbError> for AdminError {
     fn from(e: KbError) -> Self {
         match e {
@@ -326,6 +352,15 @@ pub fn execute(
             let items: Vec<Value> = identity::list_orgs(store)?.iter().map(org_json).collect();
             json!({ "items": items })
         }
+        AdminRequest::OrgDelete { org } => {
+            let stop = |id: u64| {
+                if let Some(stop) = &ctx.stop_run {
+                    stop(id);
+                }
+            };
+            let r = crate::erase::delete_org(store, &ctx.kb_index, &org, &stop, progress)?;
+            serde_json::to_value(r).unwrap_or_default()
+        }
         AdminRequest::OrgSet {
             slug,
             connector_access,
@@ -361,12 +396,23 @@ pub fn execute(
                     json!({
                         "id": p.id, "email": p.email, "name": p.name,
                         "second_factor": p.has_second_factor(),
+                        "disabled": p.disabled_at.is_some(),
                         "accepted_terms": p.accepted_terms,
                         "created_at": p.created_at.to_string(),
                     })
                 })
                 .collect();
             json!({ "items": items })
+        }
+        AdminRequest::UserDisable { email } => {
+            serde_json::to_value(crate::erase::disable_person(store, &email, now)?)
+                .unwrap_or_default()
+        }
+        AdminRequest::UserEnable { email } => {
+            serde_json::to_value(crate::erase::enable_person(store, &email)?).unwrap_or_default()
+        }
+        AdminRequest::UserDelete { email } => {
+            serde_json::to_value(crate::erase::delete_person(store, &email)?).unwrap_or_default()
         }
         AdminRequest::UserTotp { email } => {
             let e = identity::reset_totp_by(store, &OPERATOR, &email, now)?;
@@ -487,7 +533,19 @@ pub fn execute(
                 Some(s) => Some(parse_time(&s)?),
                 None => None,
             };
-            let items = store.read(|tx| crate::audit::records(tx, org.id, since))?;
+            let items = store.read(|tx| {
+                let mut items = Vec::new();
+                for r in crate::audit::records(tx, org.id, since)? {
+                    // The person by email, or by pseudonym once erased.
+                    let person = crate::erase::person_label(tx, r.person_id)?;
+                    let mut item = serde_json::to_value(&r).unwrap_or_default();
+                    if let (Some(person), Some(map)) = (person, item.as_object_mut()) {
+                        map.insert("person".into(), Value::String(person));
+                    }
+                    items.push(item);
+                }
+                Ok::<_, StoreError>(items)
+            })?;
             json!({ "items": items })
         }
         AdminRequest::AgentAdd {

@@ -117,6 +117,7 @@ impl ToProblem for IdentityError {
             I::AlreadyMember(_) => (StatusCode::CONFLICT, "already_member"),
             I::LastAdmin => (StatusCode::CONFLICT, "last_admin"),
             I::MemberElsewhere(_) => (StatusCode::FORBIDDEN, "member_elsewhere"),
+            I::Disabled => (StatusCode::FORBIDDEN, "account_disabled"),
             I::LinkUnknown => (StatusCode::NOT_FOUND, "link_unknown"),
             I::LinkUsed => (StatusCode::GONE, "link_used"),
             I::LinkExpired => (StatusCode::GONE, "link_expired"),

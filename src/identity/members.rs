@@ -282,6 +282,9 @@ pub fn accept_invitation(
         if !verify_password_hash(&p.password_hash, password) {
             return Err(IdentityError::BadCredentials);
         }
+        if p.disabled_at.is_some() {
+            return Err(IdentityError::Disabled);
+        }
         None
     } else {
         let name = check_name("name", name, 200)?;

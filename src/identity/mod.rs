@@ -59,6 +59,8 @@ pub enum IdentityError {
     MemberElsewhere(String),
     #[error("an organisation keeps at least one admin: make someone else admin first")]
     LastAdmin,
+    #[error("this account is disabled; ask an administrator")]
+    Disabled,
     #[error("this link is not valid")]
     LinkUnknown,
     #[error("this link has been used already")]
@@ -183,6 +185,9 @@ pub struct Person {
     #[serde(default)]
     pub last_login: Option<Timestamp>,
     pub created_at: Timestamp,
+    /// Since when the person may not sign in (`kennis user disable`); `None`: they may.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled_at: Option<Timestamp>,
 }
 
 impl Person {
@@ -212,6 +217,8 @@ pub enum AccessDenied {
     SecondFactorRequired,
     #[error("terms not accepted")]
     TermsNotAccepted,
+    #[error("account disabled")]
+    Disabled,
 }
 
 /// Sets (or with `None` clears) the portal language a person chose.
@@ -224,6 +231,11 @@ pub fn set_language(
         p.language = language.map(str::to_owned);
         Ok(())
     })
+}
+
+/// The name that stands for an erased person (`kennis user delete`) in the records that stay.
+pub fn pseudonym(person_id: u64) -> String {
+    format!("deleted-{person_id}")
 }
 
 /// Normalises an email address for uniqueness checks: trimmed, lower case.
@@ -410,6 +422,7 @@ pub(crate) fn create_person_in(
         language: None,
         last_login: None,
         created_at: now,
+        disabled_at: None,
     };
     tx.put(PEOPLE, &key::id(person.id), &person)?;
     tx.put(PEOPLE_BY_EMAIL, person.email.as_bytes(), &person.id)?;
@@ -501,7 +514,11 @@ pub fn org_ids_of(tx: &impl Read, person_id: u64) -> Result<Vec<u64>, StoreError
 pub fn verify_login(store: &Store, email: &str, password: &str) -> Result<Person, IdentityError> {
     let person = store.read(|tx| person_by_email(tx, email))?;
     match person {
-        Some(p) if verify_password_hash(&p.password_hash, password) => Ok(p),
+        // A disabled person learns it only with the right password.
+        Some(p) if verify_password_hash(&p.password_hash, password) => match p.disabled_at {
+            Some(_) => Err(IdentityError::Disabled),
+            None => Ok(p),
+        },
         Some(_) => Err(IdentityError::BadCredentials),
         None => {
             password::burn_equivalent_time(password);
@@ -735,6 +752,9 @@ pub fn connector_access(
     let (Some(m), Some(org), Some(person)) = (m, org, person) else {
         return Ok(Err(AccessDenied::NotMember));
     };
+    if person.disabled_at.is_some() {
+        return Ok(Err(AccessDenied::Disabled));
+    }
     let allowed = match org.connector_access {
         ConnectorAccess::AllMembers => true,
         ConnectorAccess::SelectedMembers => m.may_connect,

@@ -62,8 +62,9 @@ pub fn load(
         let p: Option<Person> = tx.get(PEOPLE, &key::id(s.person_id))?;
         Ok(p.map(|p| (s, p)))
     })?;
+    // A disabled person has no session, whatever cookie they hold.
     Ok(found
-        .filter(|(s, _)| now < s.expires_at)
+        .filter(|(s, p)| now < s.expires_at && p.disabled_at.is_none())
         .map(|(s, p)| (hash, s, p)))
 }
 

@@ -549,11 +549,28 @@ impl SearchIndex {
         let all: u64 = segments.iter().map(|s| u64::from(s.max_doc())).sum();
         let ids = self.index.searchable_segment_ids().map_err(index_err)?;
         let worth = ids.len() > 8 || deleted * 10 > all;
-        if ids.len() > 1 && (always || worth) {
+        // One segment is merged too when documents were deleted from it: only a merge takes
+        // their text out of the files (an organisation's removal relies on it).
+        if (ids.len() > 1 || deleted > 0) && (always || worth) {
             writer.merge(&ids).wait().map_err(index_err)?;
         }
         writer.garbage_collect_files().wait().map_err(index_err)?;
         self.reader.reload().map_err(index_err)
+    }
+
+    /// Removes every entry of an organisation (its removal) and commits at once; the text
+    /// leaves the files at the next [`compact`](Self::compact).
+    pub fn remove_org(&self, org_id: u64) -> Result<(), KbError> {
+        let mut guard = self.writer();
+        let applied = guard.pending.take().unwrap_or_else(|| self.applied());
+        guard
+            .tantivy
+            .delete_query(Box::new(TermQuery::new(
+                Term::from_field_u64(self.fields.org, org_id),
+                IndexRecordOption::Basic,
+            )))
+            .map_err(index_err)?;
+        self.commit(&mut guard.tantivy, applied)
     }
 
     /// Bytes the index's files take.

@@ -731,7 +731,7 @@ async fn audit_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Respo
                             td {
                                 @if let Some(actor) = &r.actor { (actor) }
                                 @else if r.person_id == 0 { "—" }
-                                @else { (c.map(|c| c.person_email.clone()).unwrap_or_else(|| format!("#{}", r.person_id))) }
+                                @else { (c.map(|c| c.person_email.clone()).filter(|e| !e.is_empty()).unwrap_or_else(|| crate::erase::pseudonym(r.person_id))) }
                             }
                             td { code { (r.action.as_deref().unwrap_or(&r.tool)) } }
                             td {

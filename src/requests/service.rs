@@ -24,7 +24,8 @@ pub fn person_label(tx: &ReadTx, person_id: u64) -> Result<String, StoreError> {
     Ok(match person {
         Some(p) if !p.name.trim().is_empty() => p.name,
         Some(p) => p.email,
-        None => format!("person {person_id}"),
+        // Erased (`kennis user delete`): the pseudonym the audit uses too.
+        None => crate::identity::pseudonym(person_id),
     })
 }
 

@@ -15,6 +15,7 @@ mod crash;
 mod docs;
 mod documents;
 mod domain;
+mod erase;
 mod extract;
 mod fuzz;
 mod housekeeping;
