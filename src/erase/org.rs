@@ -24,8 +24,8 @@ use crate::store::{
     ACTIVE_RUNS, AGENTS, APPS, ATTACHMENT_CONTENT, ATTACHMENTS, AUDIT, ERASING, FEATURE_REQUESTS,
     INVITATIONS, KB_CHANGES, KB_CONTENT, KB_DOCS, KB_EXTRACTION, KB_TEXT, KB_VERSIONS, MEMBERSHIPS,
     MEMBERSHIPS_BY_PERSON, OAUTH_CODES, OAUTH_GRANTS, OAUTH_LAST_USED, OAUTH_TOKENS, ORG_SLUGS,
-    ORGS, PROJECTS, REQUESTS, RUN_TRANSCRIPTS, Store, StoreError, TRIGGER_DELIVERIES, TRIGGER_RUNS,
-    TRIGGER_SLOTS, TRIGGERS, Table, WriteTx, key,
+    ORGS, PROJECTS, REQUESTS, RUN_CALLBACKS, RUN_CALLBACKS_DUE, RUN_TRANSCRIPTS, Store, StoreError,
+    TRIGGER_DELIVERIES, TRIGGER_RUNS, TRIGGER_SLOTS, TRIGGERS, Table, WriteTx, key,
 };
 use crate::triggers::Trigger;
 
@@ -56,6 +56,8 @@ pub const TABLES: &[(&str, &str)] = &[
     ("requests", "org_id"),
     ("active_runs", "its requests"),
     ("run_transcripts", "its requests"),
+    ("run_callbacks", "its requests (runs)"),
+    ("run_callbacks_due", "key starts with the organisation"),
     ("feature_requests", "key starts with the organisation"),
     ("apps", "key starts with the organisation"),
     ("attachments", "its requests"),
@@ -152,6 +154,7 @@ pub(super) fn finish(
             for r in chunk {
                 n += u64::from(tx.delete(ACTIVE_RUNS, r)?);
                 n += u64::from(tx.delete(RUN_TRANSCRIPTS, r)?);
+                n += u64::from(tx.delete(RUN_CALLBACKS, r)?);
                 for table in [ATTACHMENTS, ATTACHMENT_CONTENT] {
                     for k in tx.scan_keys(table, r, usize::MAX)? {
                         n += u64::from(tx.delete(table, &k)?);
@@ -200,6 +203,7 @@ pub(super) fn finish(
         KB_VERSIONS,
         KB_DOCS,
         AUDIT,
+        RUN_CALLBACKS_DUE,
         FEATURE_REQUESTS,
         APPS,
         MEMBERSHIPS,

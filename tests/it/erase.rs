@@ -187,10 +187,10 @@ async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
     .unwrap();
     identity::invite(
         &app.store,
+        &kennis::audit::Actor::Operator,
         gone.org.id,
         "nieuw@verdwijnt.nl",
         Role::Member,
-        None,
         now,
     )
     .unwrap();
@@ -600,12 +600,14 @@ async fn a_deleted_person_is_erased_and_the_audit_names_a_pseudonym() {
     let app = t.app().clone();
     identity::set_member(
         &app.store,
+        &kennis::audit::Actor::Operator,
         admin.org.id,
         leaver.person.id,
         identity::MemberChange {
             role: Some(Role::Member),
             may_connect: None,
         },
+        app.clock.now(),
     )
     .unwrap();
     let token = t.grant(&leaver, SCOPE);
