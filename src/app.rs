@@ -105,9 +105,16 @@ impl App {
         f: impl FnOnce(&App) -> T + Send + 'static,
     ) -> T {
         let app = self.clone();
-        tokio::task::spawn_blocking(move || f(&app))
-            .await
-            .expect("blocking task panicked")
+        match tokio::task::spawn_blocking(move || f(&app)).await {
+            Ok(v) => v,
+            // The work panicked: the same panic goes on in the caller (a request's handler,
+            // where the catch-panic layer answers 500). Cancelled happens only while the
+            // runtime shuts down.
+            Err(e) => match e.try_into_panic() {
+                Ok(payload) => std::panic::resume_unwind(payload),
+                Err(e) => std::panic::resume_unwind(Box::new(format!("blocking task: {e}"))),
+            },
+        }
     }
 
     /// The connector's URL: the OAuth audience and what people paste into an assistant.

@@ -1057,7 +1057,8 @@ pub fn serve(config: Config, demo: bool) -> Result<(), CliError> {
                 crate::demo::describe(&setup, &app.connector_url(), &app.public_url)
             );
         }
-        let signal = crate::server::shutdown_signal();
+        let signal =
+            crate::server::shutdown_signal().map_err(|e| CliError::Failed(e.to_string()))?;
         // The address it listens on (what a local client or proxy connects to), then the public
         // URL when that is another (behind a proxy, or with ACME).
         let scheme = if serves_tls { "https" } else { "http" };

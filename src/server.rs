@@ -34,6 +34,8 @@ pub enum ServerError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Open(#[from] crate::app::OpenError),
+    #[error("{0}")]
+    Startup(String),
     #[error(transparent)]
     Admin(#[from] admin::SocketError),
 }
@@ -216,7 +218,9 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
         let clock = clock.clone();
         tokio::task::spawn_blocking(move || App::open(config, public_url, clock))
             .await
-            .expect("open task")?
+            .map_err(|e| {
+                ServerError::Startup(format!("opening the data directory stopped: {e}"))
+            })??
     };
     if let Some(t) = file_expiry {
         app.metrics.tls_cert_expiry.set(t);
@@ -321,14 +325,18 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
 /// A future that resolves on SIGINT or SIGTERM. The handlers are installed when this is
 /// called, not when the future is first polled, so call it before announcing that the server
 /// is up: a signal sent right after the announcement then stops it cleanly.
-pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+pub fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, ServerError> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
-    async move {
+    let handler = |kind, name| {
+        signal(kind)
+            .map_err(|e| ServerError::Startup(format!("installing the {name} handler: {e}")))
+    };
+    let mut term = handler(SignalKind::terminate(), "SIGTERM")?;
+    let mut int = handler(SignalKind::interrupt(), "SIGINT")?;
+    Ok(async move {
         tokio::select! {
             _ = term.recv() => {},
             _ = int.recv() => {},
         }
-    }
+    })
 }

@@ -359,7 +359,7 @@ async fn worker_job(app: &Arc<App>, id: u64) {
         })
         .await;
     match failed {
-        Ok(true) => app.metrics.runs_finished(Status::Failed, 0.0),
+        Ok(true) => app.metrics.runs_finished(Status::Failed.as_str(), 0.0),
         Ok(false) => {}
         Err(e) => tracing::error!(run = id, error = %e, "could not fail a run after a panic"),
     }
@@ -466,7 +466,7 @@ async fn execute_run(app: &Arc<App>, id: u64) {
         }
         Ok(Claim::Skip) => return,
         Ok(Claim::Failed) => {
-            app.metrics.runs_finished(Status::Failed, 0.0);
+            app.metrics.runs_finished(Status::Failed.as_str(), 0.0);
             return;
         }
         Err(e) => {
@@ -495,7 +495,7 @@ async fn execute_run(app: &Arc<App>, id: u64) {
         );
         save_transcript(app, run.id, done).await;
         app.metrics
-            .runs_finished(Status::Cancelled, started.elapsed().as_secs_f64());
+            .runs_finished(Status::Cancelled.as_str(), started.elapsed().as_secs_f64());
         return;
     };
     let (status, result) = match outcome {
@@ -544,7 +544,7 @@ async fn execute_run(app: &Arc<App>, id: u64) {
         })
         .await;
     match saved {
-        Ok(()) => app.metrics.runs_finished(status, elapsed),
+        Ok(()) => app.metrics.runs_finished(status.as_str(), elapsed),
         Err(e) => tracing::error!(run = run_id, error = %e, "could not store a run's result"),
     }
 }
