@@ -134,6 +134,8 @@ pub struct Config {
     /// The program started as `kennis extract-worker`; `None`: this executable. Not a
     /// setting (tests, whose executable is not kennis, set it).
     pub extract_program: Option<PathBuf>,
+    /// `[retention]`: what housekeeping purges, and when.
+    pub retention: Retention,
 }
 
 /// Let's Encrypt's production directory, the default ACME directory.
@@ -191,6 +193,82 @@ pub struct KbSettings {
     pub extract_text: Option<bool>,
 }
 
+/// The `[retention]` table: how many days records are kept (0: for ever).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionSettings {
+    pub runs_days: Option<u32>,
+    pub audit_days: Option<u32>,
+    pub trash_days: Option<u32>,
+}
+
+impl RetentionSettings {
+    fn overlay(self, over: RetentionSettings) -> RetentionSettings {
+        RetentionSettings {
+            runs_days: over.runs_days.or(self.runs_days),
+            audit_days: over.audit_days.or(self.audit_days),
+            trash_days: over.trash_days.or(self.trash_days),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.runs_days.is_none() && self.audit_days.is_none() && self.trash_days.is_none()
+    }
+}
+
+/// How long housekeeping keeps finished runs, audit records and trashed documents, in days;
+/// 0 keeps them for ever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    pub runs_days: u32,
+    pub audit_days: u32,
+    pub trash_days: u32,
+}
+
+/// The longest retention one can set: a century.
+pub const MAX_RETENTION_DAYS: u32 = 36_500;
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            runs_days: 90,
+            audit_days: 365,
+            trash_days: 30,
+        }
+    }
+}
+
+fn validate_retention(r: RetentionSettings) -> Result<Retention, ConfigError> {
+    let d = Retention::default();
+    let days = |field: &'static str, v: Option<u32>, default: u32| match v {
+        Some(n) if n > MAX_RETENTION_DAYS => Err(invalid(
+            field,
+            format!("{n} is more than {MAX_RETENTION_DAYS} days (0 keeps for ever)"),
+        )),
+        Some(n) => Ok(n),
+        None => Ok(default),
+    };
+    Ok(Retention {
+        runs_days: days("retention.runs_days", r.runs_days, d.runs_days)?,
+        audit_days: days("retention.audit_days", r.audit_days, d.audit_days)?,
+        trash_days: days("retention.trash_days", r.trash_days, d.trash_days)?,
+    })
+}
+
+/// A number of days from the environment, or an error naming the variable.
+fn env_days(
+    name: &'static str,
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<Option<u32>, ConfigError> {
+    get(name)
+        .map(|v| {
+            v.trim()
+                .parse::<u32>()
+                .map_err(|_| invalid(name, format!("`{v}` is not a number of days")))
+        })
+        .transpose()
+}
+
 /// PEM files for TLS.
 #[derive(Debug, Clone)]
 pub struct TlsFiles {
@@ -217,6 +295,7 @@ pub struct Settings {
     pub acme: Option<AcmeSettings>,
     pub oauth: Option<OAuthSettings>,
     pub kb: Option<KbSettings>,
+    pub retention: Option<RetentionSettings>,
 }
 
 impl Settings {
@@ -238,6 +317,11 @@ impl Settings {
         let get = |name: &str| lookup(name).filter(|v| !v.is_empty());
         let cimd_allow_http_loopback = env_switch("KENNIS_CIMD_ALLOW_HTTP_LOOPBACK", get)?;
         let extract_text = env_switch("KENNIS_EXTRACT_TEXT", get)?;
+        let retention = RetentionSettings {
+            runs_days: env_days("KENNIS_RETENTION_RUNS_DAYS", get)?,
+            audit_days: env_days("KENNIS_RETENTION_AUDIT_DAYS", get)?,
+            trash_days: env_days("KENNIS_RETENTION_TRASH_DAYS", get)?,
+        };
         Ok(Self {
             listen: get("KENNIS_LISTEN"),
             public_url: get("KENNIS_PUBLIC_URL"),
@@ -268,6 +352,7 @@ impl Settings {
             kb: extract_text.map(|on| KbSettings {
                 extract_text: Some(on),
             }),
+            retention: Some(retention).filter(|r| !r.is_empty()),
         })
     }
 
@@ -293,6 +378,10 @@ impl Settings {
                 .filter(|o| o.cimd_allow_http_loopback.is_some())
                 .or(self.oauth),
             kb: over.kb.filter(|k| k.extract_text.is_some()).or(self.kb),
+            retention: match (self.retention, over.retention) {
+                (Some(a), Some(b)) => Some(a.overlay(b)),
+                (a, b) => b.or(a),
+            },
         }
     }
 
@@ -368,6 +457,7 @@ impl Settings {
         };
         let redirect = self.redirect.unwrap_or_default();
         validate_redirect(&redirect)?;
+        let retention = validate_retention(self.retention.unwrap_or_default())?;
         Ok(Config {
             listen,
             public_url,
@@ -385,6 +475,7 @@ impl Settings {
                 .unwrap_or(false),
             extract_text: self.kb.and_then(|k| k.extract_text).unwrap_or(true),
             extract_program: None,
+            retention,
         })
     }
 }

@@ -34,6 +34,12 @@ pub struct StatusLabels {
     pub status: &'static str,
 }
 
+/// What housekeeping purged: `run`, `audit`, `document`, ….
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub requests: Family<RequestLabels, Counter>,
@@ -51,6 +57,8 @@ pub struct Metrics {
     pub tls_cert_expiry: Gauge,
     /// ACME orders and cache operations that failed.
     pub acme_failures: Counter,
+    /// Records housekeeping purged, by kind (`kennis_records_purged_total{kind=…}`).
+    pub records_purged: Family<KindLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -112,8 +120,15 @@ impl Metrics {
             "ACME orders and certificate cache operations that failed",
             acme_failures.clone(),
         );
+        let records_purged = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "records_purged",
+            "Records housekeeping removed past their retention, by kind",
+            records_purged.clone(),
+        );
         Metrics {
             registry,
+            records_purged,
             tls_cert_expiry,
             acme_failures,
             requests,
@@ -147,6 +162,13 @@ impl Metrics {
             })
             .inc();
         self.run_duration.observe(seconds);
+    }
+
+    /// Counts `n` records of `kind` purged by housekeeping.
+    pub fn purged(&self, kind: &'static str, n: usize) {
+        self.records_purged
+            .get_or_create(&KindLabels { kind })
+            .inc_by(n as u64);
     }
 
     /// The Prometheus text exposition.
