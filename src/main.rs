@@ -326,7 +326,10 @@ fn run(cli: Cli) -> Result<(), CliError> {
             let dir = cli::absolute(&dir)?;
             let v = cli::run_admin(&config, AdminRequest::KbExport { org, dir })?;
             cli::output(json, &v, |v| {
-                format!("{} documents exported, {} bytes", v["documents"], v["bytes"])
+                format!(
+                    "{} documents exported, {} bytes",
+                    v["documents"], v["bytes"]
+                )
             });
         }
         Command::Reindex { org, json } => {

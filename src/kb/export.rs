@@ -151,11 +151,7 @@ pub fn export_dir(
 
 /// Writes every live document of the organisation into a zip archive on `out`, which need not
 /// seek (a response body): text deflated, binary files (compressed already) stored.
-pub fn export_zip<W: Write>(
-    store: &Store,
-    org_id: u64,
-    out: W,
-) -> Result<ExportSummary, KbError> {
+pub fn export_zip<W: Write>(store: &Store, org_id: u64, out: W) -> Result<ExportSummary, KbError> {
     use zip::CompressionMethod;
     use zip::write::SimpleFileOptions;
     let zip_error = |e: zip::result::ZipError| match e {
@@ -202,7 +198,15 @@ mod tests {
             std::path::PathBuf::from("a/b.md")
         );
         for bad in [
-            "", "/etc/passwd", "../x", "a/../../x", "a//b", "./a", "a/.", "a\\b", "a\0b",
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../../x",
+            "a//b",
+            "./a",
+            "a/.",
+            "a\\b",
+            "a\0b",
         ] {
             assert!(safe_relative(bad).is_none(), "{bad:?}");
         }
