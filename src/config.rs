@@ -703,6 +703,31 @@ mod tests {
         assert!(toml::from_str::<Settings>("[acme]\ndomain = [\"x\"]").is_err());
         assert!(toml::from_str::<Settings>("[oauth]\ncimd = true").is_err());
         assert!(toml::from_str::<Settings>("[kb]\nextract = false").is_err());
+        assert!(toml::from_str::<Settings>("[retention]\nrun_days = 5").is_err());
+    }
+
+    #[test]
+    fn retention_defaults_file_env_and_limits() {
+        let r = Settings::default().validate().unwrap().retention;
+        assert_eq!((r.runs_days, r.audit_days, r.trash_days), (90, 365, 30));
+        let file: Settings = toml::from_str("[retention]\nruns_days = 7\ntrash_days = 0").unwrap();
+        let env = Settings::from_env(|k| {
+            (k == "KENNIS_RETENTION_AUDIT_DAYS" || k == "KENNIS_RETENTION_RUNS_DAYS")
+                .then(|| "14".to_owned())
+        })
+        .unwrap();
+        let r = file.clone().validate().unwrap().retention;
+        assert_eq!((r.runs_days, r.audit_days, r.trash_days), (7, 365, 0));
+        let r = file.overlay(env).validate().unwrap().retention;
+        assert_eq!((r.runs_days, r.audit_days, r.trash_days), (14, 14, 0));
+        let err = Settings::from_env(|k| (k == "KENNIS_RETENTION_TRASH_DAYS").then(|| "-1".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("KENNIS_RETENTION_TRASH_DAYS"), "{err}");
+        assert!(toml::from_str::<Settings>("[retention]\nruns_days = -3").is_err());
+        let far: Settings = toml::from_str("[retention]\naudit_days = 99999").unwrap();
+        let err = far.validate().unwrap_err().to_string();
+        assert!(err.contains("retention.audit_days"), "{err}");
     }
 
     #[test]
