@@ -653,3 +653,84 @@ async fn retention_purges_old_runs_audit_and_trash_with_their_content() {
     assert_eq!(r, kennis::housekeeping::Retained::default());
     t.stop().await;
 }
+
+/// SIGKILL of the server in the middle of a large export (which the server runs, the command
+/// going through its admin socket) leaves the store whole: after a restart every document is
+/// there and exports byte for byte, and the half-written folder is refused, not mixed into.
+#[test]
+fn sigkill_during_an_export_leaves_the_store_consistent() {
+    use crate::fixture::ServeProcess;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let src = dir.path().join("bron");
+    for i in 0..300 {
+        let folder = src.join(format!("map-{:02}", i % 12));
+        std::fs::create_dir_all(&folder).unwrap();
+        let bytes: Vec<u8> = (0..128 * 1024).map(|_| rand::random::<u8>()).collect();
+        std::fs::write(folder.join(format!("tekening-{i:03}.bin")), bytes).unwrap();
+    }
+    let expected = tree(&src);
+    let server = ServeProcess::spawn(&data, &[], None);
+    let org = run_json(&data, &["org", "create", "Groot BV", "--json"], None);
+    let slug = org["slug"].as_str().unwrap().to_owned();
+    let v = run_json(
+        &data,
+        &["kb", "import", &slug, src.to_str().unwrap(), "--json"],
+        None,
+    );
+    assert_eq!(v["created"], 300, "{v}");
+
+    let half = dir.path().join("half");
+    let mut export = crate::fixture::kennis(&data)
+        .args(["kb", "export", &slug, half.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !half.join("map-00").exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    server.kill9();
+    let status = export.wait().unwrap();
+    let written = if half.exists() { tree(&half).len() } else { 0 };
+    eprintln!("export killed after {written} of 300 files (exit {status})");
+
+    // The next start succeeds; every document is there and exports whole.
+    let server = ServeProcess::spawn(&data, &[], None);
+    let full = dir.path().join("full");
+    let v = run_json(
+        &data,
+        &["kb", "export", &slug, full.to_str().unwrap(), "--json"],
+        None,
+    );
+    assert_eq!(v["documents"], 300, "{v}");
+    assert_eq!(tree(&full), expected);
+    if written > 0 {
+        let out = run(
+            &data,
+            &["kb", "export", &slug, half.to_str().unwrap()],
+            None,
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "a half-written folder is refused"
+        );
+    }
+    // The store still takes writes and moves.
+    let v = run_json(
+        &data,
+        &[
+            "kb",
+            "move",
+            &slug,
+            "map-00/tekening-000.bin",
+            "archief/0.bin",
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(v["to"], "archief/0.bin");
+    server.terminate();
+}
