@@ -535,3 +535,7 @@ col-deleted = Deleted
 col-deleted-by = Deleted by
 deleted-by-operator = the operator
 action-restore = Restore
+refused-no-document = “{ $path }” does not exist.
+refused-path-taken = “{ $path }” is taken by a live document (version { $version }); move or delete that one first.
+refused-not-in-trash = “{ $path }” is not in the trash.
+refused-same-path = “{ $path }” is already at that path.

@@ -535,3 +535,7 @@ col-deleted = Verwijderd
 col-deleted-by = Verwijderd door
 deleted-by-operator = de beheerder van de server
 action-restore = Terugzetten
+refused-no-document = “{ $path }” bestaat niet.
+refused-path-taken = Op “{ $path }” staat al een document (versie { $version }); verplaats of verwijder dat eerst.
+refused-not-in-trash = “{ $path }” staat niet in de prullenbak.
+refused-same-path = “{ $path }” staat al op die plek.

@@ -67,13 +67,7 @@ fn take_out(tx: &mut WriteTx, doc: &Document) -> Result<Vec<Version>, StoreError
 /// Puts a document and its versions in at `doc.path`, which must be free.
 fn put_in(tx: &mut WriteTx, doc: &Document, all: &[Version]) -> Result<(), KbError> {
     if let Some(live) = get_document(tx, doc.org_id, &doc.path)? {
-        return Err(KbError::VersionConflict {
-            message: format!(
-                "`{}` is taken by a live document (version {}); move or delete that one first",
-                doc.path, live.version
-            ),
-            current_version: Some(live.version),
-        });
+        return Err(path_taken(&doc.path, live.version));
     }
     if let Some(folder) = folder_conflict(tx, doc.org_id, &doc.path)? {
         return Err(KbError::InvalidInput(format!(
@@ -92,8 +86,26 @@ fn put_in(tx: &mut WriteTx, doc: &Document, all: &[Version]) -> Result<(), KbErr
     Ok(())
 }
 
-fn missing(p: &str) -> KbError {
+/// The refusals of this module (the portal translates each: `portal::refusal`).
+pub(crate) fn missing(p: &str) -> KbError {
     KbError::NotFound(format!("`{p}` does not exist"))
+}
+
+pub(crate) fn path_taken(p: &str, version: u64) -> KbError {
+    KbError::VersionConflict {
+        message: format!(
+            "`{p}` is taken by a live document (version {version}); move or delete that one first"
+        ),
+        current_version: Some(version),
+    }
+}
+
+pub(crate) fn not_in_trash(p: &str) -> KbError {
+    KbError::NotFound(format!("`{p}` is not in the trash"))
+}
+
+pub(crate) fn same_path(p: &str) -> KbError {
+    KbError::InvalidInput(format!("`{p}` is already at that path"))
 }
 
 /// Moves the document at `path` to the trash with its whole history; the search index forgets
@@ -163,7 +175,7 @@ pub fn restore(
             .into_iter()
             .rev()
             .find(|(_, t)| t.doc.path == p)
-            .ok_or_else(|| KbError::NotFound(format!("`{p}` is not in the trash")))?;
+            .ok_or_else(|| not_in_trash(&p))?;
         put_in(tx, &t.doc, &t.versions)?;
         tx.delete(KB_TRASH, &k)?;
         Ok::<_, KbError>(TrashItem {
@@ -198,9 +210,7 @@ pub fn move_document(
     let from = path::normalize(from)?;
     let to = path::normalize(to)?;
     if from == to {
-        return Err(KbError::InvalidInput(format!(
-            "`{from}` is already at that path"
-        )));
+        return Err(same_path(&from));
     }
     let moved = store.write(|tx| {
         let doc = get_document(tx, org_id, &from)?.ok_or_else(|| missing(&from))?;
