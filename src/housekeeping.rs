@@ -104,14 +104,26 @@ pub fn purge_runs(store: &Store, cutoff: Timestamp) -> Result<usize, StoreError>
         };
         from = last.clone();
         from.push(0);
-        let done: Vec<&Request> = batch
+        let expired =
+            |r: &Request| r.kind == Kind::Run && r.status.is_final() && r.updated_at < cutoff;
+        let done: Vec<u64> = batch
             .iter()
             .map(|(_, r)| r)
-            .filter(|r| r.kind == Kind::Run && r.status.is_final() && r.updated_at < cutoff)
+            .filter(|r| expired(r))
+            .map(|r| r.id)
             .collect();
         if !done.is_empty() {
-            store.write(|tx| {
-                for r in &done {
+            purged += store.write(|tx| {
+                let mut n = 0;
+                for id in &done {
+                    // Read again in this transaction: a run changed since is judged anew.
+                    let Some(r) = tx.get::<Request>(REQUESTS, &key::id(*id))? else {
+                        continue;
+                    };
+                    if !expired(&r) {
+                        continue;
+                    }
+                    n += 1;
                     tx.delete(REQUESTS, &key::id(r.id))?;
                     tx.delete(RUN_TRANSCRIPTS, &key::id(r.id))?;
                     tx.delete(ACTIVE_RUNS, &key::id(r.id))?;
@@ -121,9 +133,8 @@ pub fn purge_runs(store: &Store, cutoff: Timestamp) -> Result<usize, StoreError>
                         tx.delete(TRIGGER_RUNS, &rk)?;
                     }
                 }
-                Ok::<_, StoreError>(())
+                Ok::<_, StoreError>(n)
             })?;
-            purged += done.len();
         }
         if batch.len() < CHUNK {
             break;

@@ -1,8 +1,9 @@
 //! Export of an organisation's knowledge base: the latest version of every live document, byte
 //! for byte, as a folder tree (`kennis kb export ORG DIR`) or as one zip archive (the portal's
-//! download for admins). Both stream: the list of documents is read once (paths and hashes
-//! only), then each document's content is read, decompressed and written on its own, so memory
-//! stays bounded by the largest document whatever the size of the knowledge base.
+//! download for admins). Both stream: the documents are listed a page at a time (paths and
+//! hashes only), and each document's content is read, decompressed and written on its own, so
+//! the export's memory stays bounded by the largest document whatever the size of the
+//! knowledge base (the store's own page cache, shared with every reader, comes on top).
 //!
 //! Paths are checked again before anything is written (kb paths are validated when stored,
 //! but a file outside the target must be impossible whatever the store holds).
@@ -29,26 +30,48 @@ pub struct ExportSummary {
     pub bytes: u64,
 }
 
-/// One document to export, as listed before any content is read.
-struct Entry {
-    path: String,
-    hash: String,
-    kind: DocKind,
+/// Documents read per page of the listing, so not even the list is whole in memory.
+const PAGE: usize = 256;
+
+/// Calls `each` with every live document of the organisation in path order, a page of records
+/// (no content) at a time, each page its own read transaction.
+fn each_document(
+    store: &Store,
+    org_id: u64,
+    mut each: impl FnMut(Document) -> Result<(), KbError>,
+) -> Result<(), KbError> {
+    let prefix = doc_key(org_id, "");
+    let mut from = prefix.clone();
+    loop {
+        let page: Vec<(Vec<u8>, Document)> = store.read(|tx| tx.range(KB_DOCS, &from, PAGE))?;
+        let full = page.len() == PAGE;
+        let mut last = None;
+        for (k, doc) in page {
+            if !k.starts_with(&prefix) {
+                return Ok(());
+            }
+            each(doc)?;
+            last = Some(k);
+        }
+        match last {
+            Some(mut k) if full => {
+                k.push(0);
+                from = k;
+            }
+            _ => return Ok(()),
+        }
+    }
 }
 
-/// The organisation's live documents in path order (no content).
-fn manifest(store: &Store, org_id: u64) -> Result<Vec<Entry>, StoreError> {
-    store.read(|tx| {
-        Ok(tx
-            .scan::<Document>(KB_DOCS, &doc_key(org_id, ""))?
-            .into_iter()
-            .map(|(_, d)| Entry {
-                path: d.path,
-                hash: d.hash,
-                kind: d.kind,
-            })
-            .collect())
-    })
+/// How many documents there are, every path checked before anything is written.
+fn count_checked(store: &Store, org_id: u64) -> Result<u64, KbError> {
+    let mut n = 0;
+    each_document(store, org_id, |doc| {
+        safe_relative(&doc.path).ok_or_else(|| unsafe_path(&doc.path))?;
+        n += 1;
+        Ok(())
+    })?;
+    Ok(n)
 }
 
 /// `path` as a relative file system path of normal components only, or `None` when it could
@@ -119,16 +142,12 @@ pub fn export_dir(
         }
         Err(e) => return Err(io_error(dir, e)),
     }
-    let docs = manifest(store, org_id)?;
-    // Every path is checked before the first file is written.
-    let targets: Vec<PathBuf> = docs
-        .iter()
-        .map(|d| safe_relative(&d.path).ok_or_else(|| unsafe_path(&d.path)))
-        .collect::<Result<_, _>>()?;
-    let total = docs.len() as u64;
+    let total = count_checked(store, org_id)?;
     let mut summary = ExportSummary::default();
+    let mut done = 0;
     progress(0, total);
-    for (n, (doc, rel)) in docs.iter().zip(targets).enumerate() {
+    each_document(store, org_id, |doc| {
+        let rel = safe_relative(&doc.path).ok_or_else(|| unsafe_path(&doc.path))?;
         if let Some(bytes) = bytes_of(store, &doc.hash)? {
             let target = dir.join(rel);
             if let Some(parent) = target.parent() {
@@ -144,8 +163,10 @@ pub fn export_dir(
             summary.documents += 1;
             summary.bytes += bytes.len() as u64;
         }
-        report(progress, n as u64 + 1, total);
-    }
+        done += 1;
+        report(progress, done, total.max(done));
+        Ok(())
+    })?;
     Ok(summary)
 }
 
@@ -158,15 +179,15 @@ pub fn export_zip<W: Write>(store: &Store, org_id: u64, out: W) -> Result<Export
         zip::result::ZipError::Io(e) => io_error(Path::new("zip"), e),
         other => KbError::InvalidInput(format!("zip: {other}")),
     };
-    let docs = manifest(store, org_id)?;
+    count_checked(store, org_id)?;
     let mut zip = zip::ZipWriter::new_stream(out);
     let mut summary = ExportSummary::default();
-    for doc in &docs {
+    each_document(store, org_id, |doc| {
         if safe_relative(&doc.path).is_none() {
             return Err(unsafe_path(&doc.path));
         }
         let Some(bytes) = bytes_of(store, &doc.hash)? else {
-            continue;
+            return Ok(());
         };
         let method = match doc.kind {
             DocKind::Text => CompressionMethod::Deflated,
@@ -182,7 +203,8 @@ pub fn export_zip<W: Write>(store: &Store, org_id: u64, out: W) -> Result<Export
             .map_err(|e| io_error(Path::new(&doc.path), e))?;
         summary.documents += 1;
         summary.bytes += bytes.len() as u64;
-    }
+        Ok(())
+    })?;
     zip.finish().map_err(zip_error)?;
     Ok(summary)
 }
