@@ -77,8 +77,17 @@ async fn deleted_documents_vanish_everywhere_and_come_back_whole() {
         "{}",
         p.body
     );
+    // A download link handed out before the deletion.
+    let at = p.body.find("/files/").unwrap();
+    let link = p.body[at..at + p.body[at..].find('"').unwrap()].to_owned();
+    assert_eq!(b.get_bytes(&link).await.0, 200);
     let p = b.submit(&doc_page, &[("action", "delete")]).await;
     assert_eq!(p.status, 303, "{}", p.body);
+    assert_ne!(
+        b.get_bytes(&link).await.0,
+        200,
+        "the link no longer gives it"
+    );
 
     // Gone from list, read and search (the index at once), in the tools and the portal.
     let list = mcp
@@ -105,6 +114,14 @@ async fn deleted_documents_vanish_everywhere_and_come_back_whole() {
     assert_eq!(p.status, 200);
     assert!(
         p.body.contains(path) && p.body.contains("name=\"action\" value=\"restore\""),
+        "{}",
+        p.body
+    );
+    let mut nl = Browser::speaking(&t, "nl");
+    nl.login(&s, "/portal").await;
+    let p = nl.get(&format!("/portal/o/{slug}/trash")).await;
+    assert!(
+        p.body.contains("Prullenbak") && p.body.contains("Terugzetten"),
         "{}",
         p.body
     );
