@@ -78,25 +78,6 @@ fn codecs(docs: &[(String, String)]) {
     }
 }
 
-/// Writes the scaled corpus below `dir`; returns (documents, bytes).
-fn write_scaled(docs: &[(String, String)], target: u64, dir: &Path) -> (usize, u64) {
-    let one: u64 = docs.iter().map(|(_, t)| t.len() as u64).sum();
-    let copies = target.div_ceil(one.max(1)).max(1);
-    let mut bytes = 0;
-    let mut n = 0;
-    for k in 0..copies {
-        for (path, text) in docs {
-            let p = dir.join(format!("kopie-{k:02}")).join(path);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            let text = format!("{text}\nKopie {k} van {path}.\n");
-            bytes += text.len() as u64;
-            n += 1;
-            std::fs::write(p, text).unwrap();
-        }
-    }
-    (n, bytes)
-}
-
 fn dir_size(dir: &Path) -> u64 {
     let mut total = 0;
     for e in std::fs::read_dir(dir).unwrap().flatten() {
@@ -130,7 +111,7 @@ fn main() {
         .unwrap_or(100);
     let work = tempfile::tempdir().unwrap();
     let src = work.path().join("documents");
-    let (n, bytes) = write_scaled(&corpus, target_mb * 1_000_000, &src);
+    let (n, bytes) = common::write_scaled(&corpus, target_mb * 1_000_000, &src);
     println!("\n## Import: {n} documents, {:.1} MB", mb(bytes));
     let data = work.path().join("data");
     let kennis = env!("CARGO_BIN_EXE_kennis");

@@ -150,6 +150,56 @@ pub enum KbCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Move a document to the trash (its versions are kept; `kb restore` brings it back).
+    Delete {
+        /// The organisation's slug.
+        org: String,
+        /// The document's path.
+        path: String,
+        /// Print one JSON object on stdout instead of text for people.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List an organisation's deleted documents.
+    Trash {
+        /// The organisation's slug.
+        org: String,
+        /// Print one JSON object on stdout instead of text for people.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Bring a deleted document back with its whole history.
+    Restore {
+        /// The organisation's slug.
+        org: String,
+        /// The deleted document's path.
+        path: String,
+        /// Print one JSON object on stdout instead of text for people.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move or rename a document (its history moves with it).
+    Move {
+        /// The organisation's slug.
+        org: String,
+        /// The document's path now.
+        from: String,
+        /// Its new path (no live document may hold it).
+        to: String,
+        /// Print one JSON object on stdout instead of text for people.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write the latest version of every document as files under a new or empty folder.
+    Export {
+        /// The organisation's slug.
+        org: String,
+        /// The folder to write into (created; refused when not empty).
+        dir: PathBuf,
+        /// Print one JSON object on stdout instead of text for people.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

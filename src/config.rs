@@ -140,6 +140,8 @@ pub struct Config {
     pub extract_program: Option<PathBuf>,
     /// `[llm]`: the operator's model endpoints and the bounds of every `llm` run.
     pub llm: LlmConfig,
+    /// `[retention]`: what housekeeping purges, and when.
+    pub retention: Retention,
 }
 
 /// Default of `[llm] max_reply_bytes`: the largest answer read from a model endpoint.
@@ -400,6 +402,82 @@ pub struct ProxySettings {
     pub header: Option<String>,
 }
 
+/// The `[retention]` table: how many days records are kept (0: for ever).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionSettings {
+    pub runs_days: Option<u32>,
+    pub audit_days: Option<u32>,
+    pub trash_days: Option<u32>,
+}
+
+impl RetentionSettings {
+    fn overlay(self, over: RetentionSettings) -> RetentionSettings {
+        RetentionSettings {
+            runs_days: over.runs_days.or(self.runs_days),
+            audit_days: over.audit_days.or(self.audit_days),
+            trash_days: over.trash_days.or(self.trash_days),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.runs_days.is_none() && self.audit_days.is_none() && self.trash_days.is_none()
+    }
+}
+
+/// How long housekeeping keeps finished runs, audit records and trashed documents, in days;
+/// 0 keeps them for ever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    pub runs_days: u32,
+    pub audit_days: u32,
+    pub trash_days: u32,
+}
+
+/// The longest retention one can set: a century.
+pub const MAX_RETENTION_DAYS: u32 = 36_500;
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            runs_days: 90,
+            audit_days: 365,
+            trash_days: 30,
+        }
+    }
+}
+
+fn validate_retention(r: RetentionSettings) -> Result<Retention, ConfigError> {
+    let d = Retention::default();
+    let days = |field: &'static str, v: Option<u32>, default: u32| match v {
+        Some(n) if n > MAX_RETENTION_DAYS => Err(invalid(
+            field,
+            format!("{n} is more than {MAX_RETENTION_DAYS} days (0 keeps for ever)"),
+        )),
+        Some(n) => Ok(n),
+        None => Ok(default),
+    };
+    Ok(Retention {
+        runs_days: days("retention.runs_days", r.runs_days, d.runs_days)?,
+        audit_days: days("retention.audit_days", r.audit_days, d.audit_days)?,
+        trash_days: days("retention.trash_days", r.trash_days, d.trash_days)?,
+    })
+}
+
+/// A number of days from the environment, or an error naming the variable.
+fn env_days(
+    name: &'static str,
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<Option<u32>, ConfigError> {
+    get(name)
+        .map(|v| {
+            v.trim()
+                .parse::<u32>()
+                .map_err(|_| invalid(name, format!("`{v}` is not a number of days")))
+        })
+        .transpose()
+}
+
 /// PEM files for TLS.
 #[derive(Debug, Clone)]
 pub struct TlsFiles {
@@ -429,6 +507,7 @@ pub struct Settings {
     pub proxy: Option<ProxySettings>,
     pub llm: Option<LlmTable>,
     pub triggers: Option<TriggerSettings>,
+    pub retention: Option<RetentionSettings>,
 }
 
 impl Settings {
@@ -451,6 +530,11 @@ impl Settings {
         let cimd_allow_http_loopback = env_switch("KENNIS_CIMD_ALLOW_HTTP_LOOPBACK", get)?;
         let extract_text = env_switch("KENNIS_EXTRACT_TEXT", get)?;
         let callback_allow_http_loopback = env_switch("KENNIS_CALLBACK_ALLOW_HTTP_LOOPBACK", get)?;
+        let retention = RetentionSettings {
+            runs_days: env_days("KENNIS_RETENTION_RUNS_DAYS", get)?,
+            audit_days: env_days("KENNIS_RETENTION_AUDIT_DAYS", get)?,
+            trash_days: env_days("KENNIS_RETENTION_TRASH_DAYS", get)?,
+        };
         Ok(Self {
             listen: get("KENNIS_LISTEN"),
             public_url: get("KENNIS_PUBLIC_URL"),
@@ -486,6 +570,7 @@ impl Settings {
             triggers: callback_allow_http_loopback.map(|on| TriggerSettings {
                 callback_allow_http_loopback: Some(on),
             }),
+            retention: Some(retention).filter(|r| !r.is_empty()),
         })
     }
 
@@ -520,6 +605,10 @@ impl Settings {
                 .triggers
                 .filter(|t| t.callback_allow_http_loopback.is_some())
                 .or(self.triggers),
+            retention: match (self.retention, over.retention) {
+                (Some(a), Some(b)) => Some(a.overlay(b)),
+                (a, b) => b.or(a),
+            },
         }
     }
 
@@ -611,6 +700,7 @@ impl Settings {
         let redirect = self.redirect.unwrap_or_default();
         validate_redirect(&redirect)?;
         let llm = validate_llm(self.llm.unwrap_or_default())?;
+        let retention = validate_retention(self.retention.unwrap_or_default())?;
         Ok(Config {
             listen,
             public_url,
@@ -634,6 +724,7 @@ impl Settings {
             extract_text: self.kb.and_then(|k| k.extract_text).unwrap_or(true),
             extract_program: None,
             llm,
+            retention,
         })
     }
 }
@@ -861,6 +952,7 @@ mod tests {
         assert!(toml::from_str::<Settings>("[acme]\ndomain = [\"x\"]").is_err());
         assert!(toml::from_str::<Settings>("[oauth]\ncimd = true").is_err());
         assert!(toml::from_str::<Settings>("[kb]\nextract = false").is_err());
+        assert!(toml::from_str::<Settings>("[retention]\nrun_days = 5").is_err());
         assert!(toml::from_str::<Settings>("[proxy]\nheaders = \"forwarded\"").is_err());
     }
 
@@ -908,6 +1000,30 @@ mod tests {
             err.contains("`proxy.header`") && err.contains("x-real-ip"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn retention_defaults_file_env_and_limits() {
+        let r = Settings::default().validate().unwrap().retention;
+        assert_eq!((r.runs_days, r.audit_days, r.trash_days), (90, 365, 30));
+        let file: Settings = toml::from_str("[retention]\nruns_days = 7\ntrash_days = 0").unwrap();
+        let env = Settings::from_env(|k| {
+            (k == "KENNIS_RETENTION_AUDIT_DAYS" || k == "KENNIS_RETENTION_RUNS_DAYS")
+                .then(|| "14".to_owned())
+        })
+        .unwrap();
+        let r = file.clone().validate().unwrap().retention;
+        assert_eq!((r.runs_days, r.audit_days, r.trash_days), (7, 365, 0));
+        let r = file.overlay(env).validate().unwrap().retention;
+        assert_eq!((r.runs_days, r.audit_days, r.trash_days), (14, 14, 0));
+        let err = Settings::from_env(|k| (k == "KENNIS_RETENTION_TRASH_DAYS").then(|| "-1".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("KENNIS_RETENTION_TRASH_DAYS"), "{err}");
+        assert!(toml::from_str::<Settings>("[retention]\nruns_days = -3").is_err());
+        let far: Settings = toml::from_str("[retention]\naudit_days = 99999").unwrap();
+        let err = far.validate().unwrap_err().to_string();
+        assert!(err.contains("retention.audit_days"), "{err}");
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! Removes records nobody can use any more — expired authorization codes, access and refresh
 //! tokens, portal sessions, invitation and password-reset links, stale metadata-document
 //! (CIMD) clients, idle dynamically registered clients, and delivery records past the replay
-//! window — so the store does not grow for ever on a server that is never looked after. Runs
-//! when the server starts and then every hour; `/metrics` counts what it removed as
-//! `kennis_records_purged_total{kind}`.
+//! window — so the store does not grow for ever on a server that is never looked after; and
+//! applies the `[retention]` settings (finished runs, audit records and trashed documents past
+//! theirs, then content no version refers to). Runs when the server starts and then every
+//! hour; `/metrics` counts what it removed as `kennis_records_purged_total{kind}`.
 //!
 //! Records are kept for a day past their expiry: a code or refresh token that comes back soon
 //! after it expired still meets its record (and its replay detection) rather than nothing, and
@@ -19,9 +20,10 @@ use serde::Deserialize;
 use tokio::sync::watch;
 
 use crate::app::App;
-use crate::store::{
-    INVITATIONS, OAUTH_CODES, OAUTH_TOKENS, RESET_LINKS, SESSIONS, Store, StoreError, Table,
-};
+use crate::config::Retention;
+use crate::kb::{self, KbError};
+use crate::requests::{Kind, Request};
+use crate::store::{ACTIVE_RUNS, AUDIT, INVITATIONS, OAUTH_CODES, OAUTH_TOKENS, REQUESTS, RESET_LINKS, RUN_CALLBACKS, RUN_TRANSCRIPTS, SESSIONS, Store, StoreError, TRIGGER_RUNS, Table, key};
 
 /// How long an expired record is kept.
 pub const KEEP_AFTER_EXPIRY: SignedDuration = SignedDuration::from_hours(24);
@@ -112,6 +114,153 @@ pub fn run_once(app: &App) -> Result<Purged, StoreError> {
     Ok(purged)
 }
 
+/// Where retention counts from: `days` before `now`, or `None` for 0 (keep for ever).
+fn retention_cutoff(now: Timestamp, days: u32) -> Option<Timestamp> {
+    if days == 0 {
+        return None;
+    }
+    now.checked_sub(SignedDuration::from_hours(i64::from(days) * 24))
+        .ok()
+}
+
+/// What one retention purge removed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Retained {
+    pub runs: usize,
+    pub audit: usize,
+    pub documents: usize,
+}
+
+/// Removes runs (not feature requests) that reached a final status before `cutoff`, with their
+/// transcripts and their entries in the trigger's run list.
+pub fn purge_runs(store: &Store, cutoff: Timestamp) -> Result<usize, StoreError> {
+    let mut purged = 0;
+    let mut from = key::id(0).to_vec();
+    loop {
+        let batch: Vec<(Vec<u8>, Request)> = store.read(|tx| tx.range(REQUESTS, &from, CHUNK))?;
+        let Some((last, _)) = batch.last() else {
+            break;
+        };
+        from = last.clone();
+        from.push(0);
+        let expired =
+            |r: &Request| r.kind == Kind::Run && r.status.is_final() && r.updated_at < cutoff;
+        let done: Vec<u64> = batch
+            .iter()
+            .map(|(_, r)| r)
+            .filter(|r| expired(r))
+            .map(|r| r.id)
+            .collect();
+        if !done.is_empty() {
+            purged += store.write(|tx| {
+                let mut n = 0;
+                for id in &done {
+                    // Read again in this transaction: a run changed since is judged anew.
+                    let Some(r) = tx.get::<Request>(REQUESTS, &key::id(*id))? else {
+                        continue;
+                    };
+                    if !expired(&r) {
+                        continue;
+                    }
+                    // A result callback still on its way keeps its run until it arrives or
+                    // is given up; then its record goes with the run.
+                    if let Some(cb) = crate::requests::callback::get(tx, r.id)? {
+                        if cb.next_at.is_some() {
+                            continue;
+                        }
+                        tx.delete(RUN_CALLBACKS, &key::id(r.id))?;
+                    }
+                    n += 1;
+                    tx.delete(REQUESTS, &key::id(r.id))?;
+                    tx.delete(RUN_TRANSCRIPTS, &key::id(r.id))?;
+                    tx.delete(ACTIVE_RUNS, &key::id(r.id))?;
+                    if let Some(trigger) = r.trigger_id {
+                        let mut rk = trigger.as_bytes().to_vec();
+                        rk.extend_from_slice(&key::id(r.id));
+                        tx.delete(TRIGGER_RUNS, &rk)?;
+                    }
+                }
+                Ok::<_, StoreError>(n)
+            })?;
+        }
+        if batch.len() < CHUNK {
+            break;
+        }
+    }
+    Ok(purged)
+}
+
+/// Removes audit records made before `cutoff`. Each organisation's records are keyed by time
+/// (`audit::record_key`), so only the oldest keys of each are read.
+pub fn purge_audit(store: &Store, cutoff: Timestamp) -> Result<usize, StoreError> {
+    let cutoff_ns = cutoff.as_nanosecond().max(0) as u64;
+    let mut purged = 0;
+    let mut org = 0u64;
+    loop {
+        // The next organisation with audit records.
+        let next: Vec<(Vec<u8>, serde::de::IgnoredAny)> =
+            store.read(|tx| tx.range(AUDIT, &key::id(org), 1))?;
+        let Some(found) = next.first().and_then(|(k, _)| key::id_at(k, 0)) else {
+            break;
+        };
+        org = found;
+        loop {
+            let keys = store.read(|tx| tx.scan_keys(AUDIT, &key::id(org), CHUNK))?;
+            let expired: Vec<&Vec<u8>> = keys
+                .iter()
+                .take_while(|k| key::id_at(k, 8).is_some_and(|at| at < cutoff_ns))
+                .collect();
+            if !expired.is_empty() {
+                store.write(|tx| {
+                    for k in &expired {
+                        tx.delete(AUDIT, k)?;
+                    }
+                    Ok::<_, StoreError>(())
+                })?;
+                purged += expired.len();
+            }
+            if expired.len() < CHUNK {
+                break;
+            }
+        }
+        match org.checked_add(1) {
+            Some(n) => org = n,
+            None => break,
+        }
+    }
+    Ok(purged)
+}
+
+/// Applies the `[retention]` settings at `now`: finished runs, audit records and trashed
+/// documents past theirs are removed (with content no version refers to any more).
+pub fn purge_retained(
+    store: &Store,
+    retention: &Retention,
+    now: Timestamp,
+) -> Result<Retained, KbError> {
+    let mut out = Retained::default();
+    if let Some(cutoff) = retention_cutoff(now, retention.runs_days) {
+        out.runs = purge_runs(store, cutoff)?;
+    }
+    if let Some(cutoff) = retention_cutoff(now, retention.audit_days) {
+        out.audit = purge_audit(store, cutoff)?;
+    }
+    if let Some(cutoff) = retention_cutoff(now, retention.trash_days) {
+        out.documents = kb::trash::purge_trash(store, cutoff)?;
+    }
+    Ok(out)
+}
+
+/// One retention round on the server's data, counted on `/metrics`
+/// (`kennis_records_purged_total`).
+pub fn retain(app: &App) -> Result<Retained, KbError> {
+    let r = purge_retained(&app.store, &app.config.retention, app.clock.now())?;
+    app.metrics.purged("run", r.runs);
+    app.metrics.purged("audit", r.audit);
+    app.metrics.purged("document", r.documents);
+    Ok(r)
+}
+
 /// Purges now and then every [`INTERVAL`] until `stop` turns true.
 pub fn start(app: &Arc<App>, mut stop: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
     let app = app.clone();
@@ -137,6 +286,16 @@ pub fn start(app: &Arc<App>, mut stop: watch::Receiver<bool>) -> tokio::task::Jo
                 ),
                 Ok(_) => {}
                 Err(e) => tracing::error!(error = %e, "could not remove expired records"),
+            }
+            match app.blocking(retain).await {
+                Ok(r) if r != Retained::default() => tracing::info!(
+                    runs = r.runs,
+                    audit = r.audit,
+                    documents = r.documents,
+                    "removed records past their retention"
+                ),
+                Ok(_) => {}
+                Err(e) => tracing::error!(error = %e, "could not apply the retention settings"),
             }
         }
     })

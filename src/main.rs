@@ -331,6 +331,57 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 )
             });
         }
+        Command::Kb(KbCommand::Delete { org, path, json }) => {
+            let v = cli::run_admin(&config, AdminRequest::KbDelete { org, path })?;
+            cli::output(json, &v, |v| {
+                format!(
+                    "{} (version {}) moved to the trash; `kennis kb restore` brings it back",
+                    v["path"].as_str().unwrap_or(""),
+                    v["version"]
+                )
+            });
+        }
+        Command::Kb(KbCommand::Trash { org, json }) => {
+            let v = cli::run_admin(&config, AdminRequest::KbTrash { org })?;
+            cli::output(json, &v, |v| {
+                cli::human_list(v, &["path", "version", "deleted_at", "deleted_by"])
+            });
+        }
+        Command::Kb(KbCommand::Restore { org, path, json }) => {
+            let v = cli::run_admin(&config, AdminRequest::KbRestore { org, path })?;
+            cli::output(json, &v, |v| {
+                format!(
+                    "{} restored at version {}",
+                    v["path"].as_str().unwrap_or(""),
+                    v["version"]
+                )
+            });
+        }
+        Command::Kb(KbCommand::Move {
+            org,
+            from,
+            to,
+            json,
+        }) => {
+            let v = cli::run_admin(&config, AdminRequest::KbMove { org, from, to })?;
+            cli::output(json, &v, |v| {
+                format!(
+                    "{} moved to {}",
+                    v["from"].as_str().unwrap_or(""),
+                    v["to"].as_str().unwrap_or("")
+                )
+            });
+        }
+        Command::Kb(KbCommand::Export { org, dir, json }) => {
+            let dir = cli::absolute(&dir)?;
+            let v = cli::run_admin(&config, AdminRequest::KbExport { org, dir })?;
+            cli::output(json, &v, |v| {
+                format!(
+                    "{} documents exported, {} bytes",
+                    v["documents"], v["bytes"]
+                )
+            });
+        }
         Command::Reindex { org, json } => {
             let v = cli::run_admin(&config, AdminRequest::Reindex { org })?;
             cli::output(json, &v, |v| {

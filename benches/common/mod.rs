@@ -34,6 +34,28 @@ pub fn read_corpus(dir: &Path) -> Vec<(String, String)> {
     out
 }
 
+/// Writes the corpus below `dir`, copied until it holds about `target` bytes, each copy made
+/// unique (its own folder and a line of its own in every document, so nothing deduplicates);
+/// returns (documents, bytes).
+#[allow(dead_code)]
+pub fn write_scaled(docs: &[(String, String)], target: u64, dir: &Path) -> (usize, u64) {
+    let one: u64 = docs.iter().map(|(_, t)| t.len() as u64).sum();
+    let copies = target.div_ceil(one.max(1)).max(1);
+    let mut bytes = 0;
+    let mut n = 0;
+    for k in 0..copies {
+        for (path, text) in docs {
+            let p = dir.join(format!("kopie-{k:02}")).join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            let text = format!("{text}\nKopie {k} van {path}.\n");
+            bytes += text.len() as u64;
+            n += 1;
+            std::fs::write(p, text).unwrap();
+        }
+    }
+    (n, bytes)
+}
+
 /// The queries the search benchmarks time: common and rare words, phrases, accents, case.
 #[allow(dead_code)]
 pub const QUERIES: &[&str] = &[

@@ -109,6 +109,32 @@ pub enum AdminRequest {
         dir: PathBuf,
         prefix: Option<String>,
     },
+    /// Moves a document to the trash (with its whole history).
+    KbDelete {
+        org: String,
+        path: String,
+    },
+    /// An organisation's deleted documents.
+    KbTrash {
+        org: String,
+    },
+    /// Brings a deleted document back with its whole history.
+    KbRestore {
+        org: String,
+        path: String,
+    },
+    /// Moves (renames) a document with its history.
+    KbMove {
+        org: String,
+        from: String,
+        to: String,
+    },
+    /// Writes the latest version of every live document under `dir` (absolute; created, or
+    /// empty).
+    KbExport {
+        org: String,
+        dir: PathBuf,
+    },
     /// Extracts the text of binary documents not extracted yet (retrying failed ones), then
     /// rebuilds the search index from the store.
     Reindex {
@@ -493,6 +519,49 @@ pub fn execute(
             let org = identity::find_org(store, &org)?;
             let summary = import::import_dir(ctx, org.id, &dir, prefix.as_deref(), progress)?;
             serde_json::to_value(summary).expect("summary serialises")
+        }
+        AdminRequest::KbDelete { org, path } => {
+            let org = identity::find_org(store, &org)?;
+            let item = kb::trash::delete(store, &ctx.kb_index, org.id, &path, None, now)?;
+            json!({"path": item.path, "version": item.version, "deleted": true})
+        }
+        AdminRequest::KbTrash { org } => {
+            let org = identity::find_org(store, &org)?;
+            let items = store.read(|tx| {
+                let mut out = Vec::new();
+                for item in kb::trash::trash(tx, org.id)? {
+                    let by = match item.deleted_by {
+                        Some(id) => identity::person(tx, id)?.map(|p| p.email),
+                        None => None,
+                    };
+                    out.push(json!({
+                        "path": item.path, "version": item.version,
+                        "deleted_at": item.deleted_at.to_string(), "deleted_by": by,
+                    }));
+                }
+                Ok::<_, StoreError>(out)
+            })?;
+            json!({ "items": items })
+        }
+        AdminRequest::KbRestore { org, path } => {
+            let org = identity::find_org(store, &org)?;
+            let item = kb::trash::restore(store, &ctx.kb_index, org.id, &path)?;
+            json!({"path": item.path, "version": item.version, "restored": true})
+        }
+        AdminRequest::KbMove { org, from, to } => {
+            let org = identity::find_org(store, &org)?;
+            let moved = kb::trash::move_document(store, &ctx.kb_index, org.id, &from, &to)?;
+            json!({"from": moved.from, "to": moved.to, "version": moved.version})
+        }
+        AdminRequest::KbExport { org, dir } => {
+            if !dir.is_absolute() {
+                return Err(AdminError::Refused("export folder must be absolute".into()));
+            }
+            let org = identity::find_org(store, &org)?;
+            let summary = kb::export::export_dir(store, org.id, &dir, &mut |done, total| {
+                progress(Progress::step("exporting documents", done, total))
+            })?;
+            json!({"documents": summary.documents, "bytes": summary.bytes})
         }
         AdminRequest::Reindex { org } => {
             let org_id = match org {

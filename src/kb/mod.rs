@@ -5,6 +5,7 @@
 //! redb transaction, so a crash never leaves a version pointing at missing content; the search
 //! index is derived from the change log and catches up after a crash.
 
+pub mod export;
 pub mod extract;
 pub mod extracted;
 pub mod fold;
@@ -12,6 +13,7 @@ pub mod index;
 pub mod link;
 pub mod path;
 pub mod search;
+pub mod trash;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};

@@ -16,6 +16,7 @@ use axum::routing::get;
 use maud::{Markup, PreEscaped, html};
 use serde::Deserialize;
 
+use super::form::CsrfForm;
 use super::i18n::{bytes as fmt_bytes, decimal, moment, number, t, ta};
 use super::{OrgAdmin, OrgMember, csrf_field, csrf_rejected, layout, page, see_other, verify_csrf};
 use crate::app::App;
@@ -34,7 +35,12 @@ pub fn router() -> Router<Arc<App>> {
         .route("/portal/o/{slug}/kb", get(browse))
         // The old address of a document page (`?path=`) still leads there.
         .route("/portal/o/{slug}/kb/doc", get(old_document_url))
-        .route("/portal/o/{slug}/kb/{*path}", get(document))
+        .route(
+            "/portal/o/{slug}/kb/{*path}",
+            get(document).post(document_action),
+        )
+        .route("/portal/o/{slug}/trash", get(trash_page).post(trash_action))
+        .route("/portal/o/{slug}/export", get(export_zip))
         .route(
             "/portal/o/{slug}/kb/upload",
             get(upload_named_document)
@@ -223,6 +229,13 @@ async fn browse(
                 p.muted { (t("upload-hint")) }
             }
             button type="submit" { (ta("upload-to", &[("folder", if here.is_empty() { t("kb-top") } else { here.clone() })])) }
+        }
+        @if m.is_admin() {
+            p #kb-admin-links {
+                a #kb-trash-link href={ "/portal/o/" (slug) "/trash" } { (t("kb-trash-link")) }
+                " · "
+                a #kb-export-link href={ "/portal/o/" (slug) "/export" } download { (t("kb-export-link")) }
+            }
         }
         p.muted { (t("connector-url")) " " code { (app.connector_url()) } }
     };
@@ -557,11 +570,225 @@ async fn show_document(app: &Arc<App>, m: &OrgMember, raw_path: String, q: &DocQ
                 (diff(old, new))
             }
         }
+        @if m.is_admin() {
+            h2 #manage-heading { (t("kb-manage-heading")) }
+            form #move-form .row method="post" action=(doc_url(slug, &doc.path)) {
+                (csrf_field(&m.user.csrf))
+                input type="hidden" name="action" value="move";
+                label { (t("kb-move-to")) " " input type="text" name="to" value=(doc.path) required maxlength="1024"; }
+                button type="submit" { (t("action-move")) }
+            }
+            form #delete-form .row method="post" action=(doc_url(slug, &doc.path)) {
+                (csrf_field(&m.user.csrf))
+                p.muted { (t("kb-delete-explain")) }
+                button.danger type="submit" name="action" value="delete" { (t("action-delete")) }
+            }
+        }
     };
     page(
         StatusCode::OK,
         layout(&doc.path, Some(&m.user), Some(&m.org), body),
     )
+}
+
+/// The forms of a document page for admins: `action=delete` (to the trash) and `action=move`
+/// (with `to`).
+async fn document_action(
+    State(app): State<Arc<App>>,
+    OrgAdmin(m): OrgAdmin,
+    Path((_, doc_path)): Path<(String, String)>,
+    form: CsrfForm,
+) -> Response {
+    let (org_id, by) = (m.org.id, m.user.person.id);
+    match form.field("action") {
+        Some("delete") => {
+            let r = app
+                .blocking(move |app| {
+                    kb::trash::delete(
+                        &app.store,
+                        &app.kb_index,
+                        org_id,
+                        &doc_path,
+                        Some(by),
+                        app.clock.now(),
+                    )
+                })
+                .await;
+            match r {
+                Ok(item) => {
+                    let folder = item.path.rsplit_once('/').map(|(f, _)| f).unwrap_or("");
+                    see_other(&kb_url(&m.org.slug, folder))
+                }
+                Err(e) => refused(&m, &e),
+            }
+        }
+        Some("move") => {
+            let to = form.field("to").unwrap_or_default().to_owned();
+            let r = app
+                .blocking(move |app| {
+                    kb::trash::move_document(&app.store, &app.kb_index, org_id, &doc_path, &to)
+                })
+                .await;
+            match r {
+                Ok(moved) => see_other(&doc_url(&m.org.slug, &moved.to)),
+                Err(e) => refused(&m, &e),
+            }
+        }
+        _ => error_page(&m, StatusCode::BAD_REQUEST, &t("kb-unknown-action")),
+    }
+}
+
+/// `/portal/o/<org>/trash`: the deleted documents, each with a restore button (admins).
+async fn trash_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Response {
+    let org_id = m.org.id;
+    let found = app
+        .blocking(move |app| {
+            app.store.read(|tx| {
+                let items = kb::trash::trash(tx, org_id)?;
+                let mut people = HashMap::new();
+                for id in items.iter().filter_map(|i| i.deleted_by) {
+                    if let Some(p) = identity::person(tx, id)? {
+                        people.insert(id, p);
+                    }
+                }
+                Ok::<_, StoreError>((items, people))
+            })
+        })
+        .await;
+    let (items, people) = match found {
+        Ok(f) => f,
+        Err(e) => return refused(&m, &e),
+    };
+    let slug = &m.org.slug;
+    let body = html! {
+        p.muted { (ta("trash-caption", &[("days", app.config.retention.trash_days.to_string())])) }
+        @if items.is_empty() { p.muted #trash-empty { (t("trash-empty")) } }
+        @else { div.table-wrap {
+            table #trash {
+                thead { tr {
+                    th scope="col" { (t("col-path")) } th scope="col" .num { (t("col-version")) }
+                    th scope="col" { (t("col-deleted")) } th scope="col" { (t("col-deleted-by")) } th scope="col" {}
+                } }
+                tbody {
+                    @for item in &items {
+                        tr {
+                            td { code { (item.path) } }
+                            td.num { (item.version) }
+                            td.date { (moment(item.deleted_at)) }
+                            td { @match item.deleted_by.and_then(|id| people.get(&id)) {
+                                Some(p) => { (p.email) }
+                                None => span.muted { (t("deleted-by-operator")) }
+                            } }
+                            td {
+                                form.restore-form method="post" action={ "/portal/o/" (slug) "/trash" } {
+                                    (csrf_field(&m.user.csrf))
+                                    input type="hidden" name="path" value=(item.path);
+                                    button type="submit" name="action" value="restore" { (t("action-restore")) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        } }
+        p { a href=(kb_url(slug, "")) { (t("kb-back")) } }
+    };
+    page(
+        StatusCode::OK,
+        layout(&t("trash-title"), Some(&m.user), Some(&m.org), body),
+    )
+}
+
+/// `action=restore` with `path`: the document comes back with its whole history.
+async fn trash_action(
+    State(app): State<Arc<App>>,
+    OrgAdmin(m): OrgAdmin,
+    form: CsrfForm,
+) -> Response {
+    if form.field("action") != Some("restore") {
+        return error_page(&m, StatusCode::BAD_REQUEST, &t("kb-unknown-action"));
+    }
+    let doc_path = form.field("path").unwrap_or_default().to_owned();
+    let org_id = m.org.id;
+    let r = app
+        .blocking(move |app| kb::trash::restore(&app.store, &app.kb_index, org_id, &doc_path))
+        .await;
+    match r {
+        Ok(item) => see_other(&doc_url(&m.org.slug, &item.path)),
+        Err(e) => refused(&m, &e),
+    }
+}
+
+/// Bytes handed from the zip writer (a blocking thread) to the response body, a bounded queue
+/// of chunks: the archive is never whole in memory, and a client that stops reading stops the
+/// export.
+struct ChunkSender {
+    tx: tokio::sync::mpsc::Sender<Result<axum::body::Bytes, std::io::Error>>,
+    buf: Vec<u8>,
+}
+
+/// Bytes per chunk of the zip download.
+const ZIP_CHUNK: usize = 64 * 1024;
+
+impl std::io::Write for ChunkSender {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= ZIP_CHUNK {
+            self.flush()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = axum::body::Bytes::from(std::mem::take(&mut self.buf));
+        self.tx
+            .blocking_send(Ok(chunk))
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "download ended"))
+    }
+}
+
+/// `/portal/o/<org>/export`: every live document as one zip archive, streamed (admins).
+async fn export_zip(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Response {
+    use axum::response::IntoResponse;
+    let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+    let org_id = m.org.id;
+    let worker = app.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut out = ChunkSender {
+            tx: tx.clone(),
+            buf: Vec::with_capacity(ZIP_CHUNK),
+        };
+        let r = kb::export::export_zip(&worker.store, org_id, &mut out).and_then(|s| {
+            std::io::Write::flush(&mut out)
+                .map(|_| s)
+                .map_err(|e| KbError::InvalidInput(e.to_string()))
+        });
+        if let Err(e) = r {
+            tracing::warn!(error = %e, org_id, "the zip export stopped");
+            // The client sees a broken download rather than a short archive taken as whole.
+            let _ = tx.blocking_send(Err(std::io::Error::other("export failed")));
+        }
+    });
+    let stream = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    let name = format!("{}-kennisbank.zip", m.org.slug);
+    (
+        [
+            (
+                axum::http::header::CONTENT_TYPE,
+                "application/zip".to_owned(),
+            ),
+            (
+                axum::http::header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{name}\""),
+            ),
+            (axum::http::header::CACHE_CONTROL, "no-store".to_owned()),
+        ],
+        axum::body::Body::from_stream(stream),
+    )
+        .into_response()
 }
 
 async fn upload(State(app): State<Arc<App>>, m: OrgMember, mut form: Multipart) -> Response {

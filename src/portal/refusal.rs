@@ -332,6 +332,27 @@ const SENTENCES: &[(&str, &str, &str)] = &[
         "folder `{path}` does not exist",
         "refused-no-folder",
     ),
+    // Trash, restore and move (`kb::trash`).
+    (
+        "not_found",
+        "`{path}` does not exist",
+        "refused-no-document",
+    ),
+    (
+        "version_conflict",
+        "`{path}` is taken by a live document (version {version}); move or delete that one first",
+        "refused-path-taken",
+    ),
+    (
+        "not_found",
+        "`{path}` is not in the trash",
+        "refused-not-in-trash",
+    ),
+    (
+        "invalid_input",
+        "`{path}` is already at that path",
+        "refused-same-path",
+    ),
     (
         "invalid_input",
         "query must be {min} to {max} characters (got {n})",
@@ -509,6 +530,14 @@ mod tests {
                 .unwrap_err()
                 .problem(),
         );
+        for e in [
+            crate::kb::trash::missing("a.md"),
+            crate::kb::trash::path_taken("a.md", 3),
+            crate::kb::trash::not_in_trash("a.md"),
+            crate::kb::trash::same_path("a.md"),
+        ] {
+            out.push(e.problem());
+        }
         for p in ["/a", "a\\b", "a//b", "a/../b", "a/ b /c", "a\u{1}"] {
             let e: KbError = path::normalize(p).unwrap_err();
             out.push(e.problem());

@@ -63,6 +63,8 @@ pub const KB_TEXT: Table = Table::new("kb_text");
 /// How the extraction of binary content went, by the content's BLAKE3 hash: text found (its
 /// size) or the reason it failed. Content without a record here was not tried yet.
 pub const KB_EXTRACTION: Table = Table::new("kb_extraction");
+/// Deleted documents, each whole (record and versions), by (org id, trash sequence number).
+pub const KB_TRASH: Table = Table::new("kb_trash");
 /// The change log the search index follows, by sequence number.
 pub const KB_CHANGES: Table = Table::new("kb_changes");
 /// OAuth clients by client id.
@@ -139,6 +141,7 @@ pub const ALL_TABLES: &[Table] = &[
     KB_CONTENT,
     KB_TEXT,
     KB_EXTRACTION,
+    KB_TRASH,
     KB_CHANGES,
     REQUESTS,
     ACTIVE_RUNS,

@@ -34,4 +34,5 @@ mod requests;
 mod search_reference;
 mod server;
 mod soak;
+mod trash;
 mod triggers;
