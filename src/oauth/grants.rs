@@ -34,7 +34,10 @@ const LAST_USE_EVERY: SignedDuration = SignedDuration::from_secs(60);
 /// Who acts through a valid access token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccessContext {
+    /// The grant; 0 for a personal access token.
     pub grant_id: u64,
+    /// The personal access token acting, if one does (then `grant_id` is 0).
+    pub token_id: Option<u64>,
     pub org_id: u64,
     pub person_id: u64,
     pub client_id: String,
@@ -152,6 +155,10 @@ fn check_scopes(scopes: &[String]) -> Result<(), OAuthError> {
 /// that the person may still act there. One read transaction; no writes (the last-use stamp
 /// goes through the batch writer, at most once a minute per grant).
 pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError> {
+    // Personal access tokens have their own records and the same per-call checks.
+    if token.starts_with(super::pats::PREFIX) {
+        return super::pats::check_bearer(app, token);
+    }
     if !token.starts_with("kb_at_") || token.len() > 100 {
         return Err(BearerError::Invalid);
     }
@@ -184,6 +191,7 @@ pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError
         }
         Ok(Ok(AccessContext {
             grant_id: g.id,
+            token_id: None,
             org_id: g.org_id,
             person_id: g.person_id,
             client_id: g.client_id,
@@ -199,19 +207,32 @@ pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError
             return Err(BearerError::Invalid);
         }
     };
-    stamp_last_use(app, ctx.grant_id, now);
+    stamp_last_use(
+        app,
+        &app.grant_use_stamped,
+        OAUTH_LAST_USED,
+        ctx.grant_id,
+        now,
+    );
     Ok(ctx)
 }
 
-fn stamp_last_use(app: &App, grant_id: u64, now: Timestamp) {
-    let due = match app.grant_use_stamped.get(&grant_id) {
+/// Queues the last-use time of grant or token `id` into `table` through the batch writer, at
+/// most once a minute per id (`stamped` remembers when it last did).
+pub(super) fn stamp_last_use(
+    app: &App,
+    stamped: &dashmap::DashMap<u64, Timestamp>,
+    table: crate::store::Table,
+    id: u64,
+    now: Timestamp,
+) {
+    let due = match stamped.get(&id) {
         Some(t) => now.duration_since(*t) >= LAST_USE_EVERY,
         None => true,
     };
     if due {
-        app.grant_use_stamped.insert(grant_id, now);
-        app.batch
-            .put(OAUTH_LAST_USED, key::id(grant_id).to_vec(), &now);
+        stamped.insert(id, now);
+        app.batch.put(table, key::id(id).to_vec(), &now);
     }
 }
 
@@ -572,9 +593,9 @@ pub fn revoke_connection(
     })?)
 }
 
-/// Removes a person from an organisation and revokes their connections there, in one
-/// transaction: their next connector call gets 401. Nothing else of theirs changes — grants in
-/// other organisations, portal sessions, the account. Refused for the last admin
+/// Removes a person from an organisation and revokes their connections and personal access
+/// tokens there, in one transaction: their next connector call gets 401. Nothing else of
+/// theirs changes — grants in other organisations, portal sessions, the account. Refused for the last admin
 /// ([`identity::IdentityError::LastAdmin`]). Returns how many grants were revoked.
 pub fn remove_member(
     store: &Store,
@@ -594,6 +615,7 @@ pub fn remove_member(
         for id in &theirs {
             revoke_in(tx, *id, now)?;
         }
+        super::pats::revoke_all_of_person(tx, person_id, Some(org_id), now)?;
         Ok(theirs.len())
     })
 }

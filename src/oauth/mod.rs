@@ -6,6 +6,7 @@
 //! - [`check_bearer`]: bearer token → [`AccessContext`] (person, organisation, grant, scopes),
 //!   re-checking membership, right to connect, second factor and terms on every call.
 //! - [`www_authenticate`]: the header value of the connector's 401.
+//!   Personal access tokens (`kb_pat_`, [`pats`]) take their own branch of the same check.
 //! - [`issue_grant`] / [`revoke_grant`]: the same functions the `/token` path and the portal
 //!   use; tests of other areas mint grants with them instead of going through HTTP.
 //!
@@ -21,6 +22,7 @@ pub mod authorize;
 pub mod cimd;
 mod clients;
 mod grants;
+pub mod pats;
 pub mod redirect;
 pub mod routes;
 

@@ -100,15 +100,7 @@ fn kb_url(slug: &str, folder: &str) -> String {
 
 /// A document's page: `/portal/o/<org>/kb/<path>`, each segment percent-encoded.
 pub fn doc_url(slug: &str, doc_path: &str) -> String {
-    let segments: Vec<String> = doc_path
-        .split('/')
-        .map(|seg| {
-            url::form_urlencoded::byte_serialize(seg.as_bytes())
-                .collect::<String>()
-                .replace('+', "%20")
-        })
-        .collect();
-    format!("/portal/o/{slug}/kb/{}", segments.join("/"))
+    path::portal_page(slug, doc_path)
 }
 
 fn url_escape(s: &str) -> String {
@@ -670,11 +662,16 @@ async fn audit_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Respo
                         .into_iter()
                         .map(|c| (c.grant.id, c))
                         .collect();
-                Ok::<_, StoreError>((records, by_grant, agents))
+                let by_token: HashMap<u64, oauth::pats::TokenRow> =
+                    oauth::pats::list(tx, org_id, None)?
+                        .into_iter()
+                        .map(|r| (r.token.id, r))
+                        .collect();
+                Ok::<_, StoreError>((records, by_grant, by_token, agents))
             })
         })
         .await;
-    let (records, by_grant, agents) = match found {
+    let (records, by_grant, by_token, agents) = match found {
         Ok(f) => f,
         Err(e) => return refused(&m, &e),
     };
@@ -692,6 +689,7 @@ async fn audit_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Respo
                 tbody {
                     @for r in records.iter().rev().take(500) {
                         @let c = by_grant.get(&r.grant_id);
+                        @let token = r.token_id.and_then(|id| by_token.get(&id));
                         tr {
                             td.date { (moment(r.at)) }
                             td {
@@ -700,11 +698,13 @@ async fn audit_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Respo
                                     @if let Some(run) = r.run_id {
                                         " · " a href={ "/portal/o/" (slug) "/runs/" (run) } { (ta("run-title", &[("id", run.to_string())])) }
                                     }
+                                } @else if let Some(token) = token {
+                                    (ta("audit-token", &[("name", token.token.name.clone())]))
                                 } @else {
                                     (c.map(|c| c.client_name.clone()).unwrap_or_else(|| format!("#{}", r.grant_id)))
                                 }
                             }
-                            td { @if r.person_id == 0 { "—" } @else { (c.map(|c| c.person_email.clone()).unwrap_or_else(|| format!("#{}", r.person_id))) } }
+                            td { @if r.person_id == 0 { "—" } @else { (c.map(|c| c.person_email.clone()).or_else(|| token.map(|t| t.email.clone())).unwrap_or_else(|| format!("#{}", r.person_id))) } }
                             td { code { (r.tool) } }
                             td { (r.target.clone().unwrap_or_default()) }
                             td {

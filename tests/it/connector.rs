@@ -347,11 +347,13 @@ async fn every_tool_has_a_title_and_annotations() {
     let (status, body) = mcp.rpc("tools/list", json!({})).await;
     assert_eq!(status, 200, "{body}");
     let tools = body["result"]["tools"].as_array().unwrap();
-    assert_eq!(tools.len(), 9, "{body}");
+    assert_eq!(tools.len(), 11, "{body}");
     let read_only = [
         "kennisbank_list",
         "kennisbank_read",
         "kennisbank_search",
+        "search",
+        "fetch",
         "app_list",
         "feature_request_list",
         "feature_request_read",

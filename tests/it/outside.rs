@@ -129,7 +129,7 @@ async fn official_mcp_sdk_client_authorizes_with_a_metadata_document() {
     assert_eq!(got["client_id"], url);
     assert_eq!(
         got["tools"].as_array().unwrap().len(),
-        9,
+        11,
         "{}",
         got["tools"]
     );
@@ -152,7 +152,7 @@ async fn official_mcp_sdk_oauth_client_completes_the_flow() {
     // against the tool's output schema.
     assert_eq!(
         got["tools"].as_array().unwrap().len(),
-        9,
+        11,
         "{}",
         got["tools"]
     );
