@@ -27,10 +27,6 @@ use crate::store::{
     StoreError, WriteTx, key,
 };
 
-/// How often a grant's last-use time is written at most: the bearer check is a hot path, and
-/// "last used" is shown to people, for whom a minute's precision is plenty.
-const LAST_USE_EVERY: SignedDuration = SignedDuration::from_secs(60);
-
 /// Who acts through a valid access token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccessContext {
@@ -207,7 +203,7 @@ pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError
             return Err(BearerError::Invalid);
         }
     };
-    stamp_last_use(
+    super::stamp_last_use(
         app,
         &app.grant_use_stamped,
         OAUTH_LAST_USED,
@@ -215,25 +211,6 @@ pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError
         now,
     );
     Ok(ctx)
-}
-
-/// Queues the last-use time of grant or token `id` into `table` through the batch writer, at
-/// most once a minute per id (`stamped` remembers when it last did).
-pub(super) fn stamp_last_use(
-    app: &App,
-    stamped: &dashmap::DashMap<u64, Timestamp>,
-    table: crate::store::Table,
-    id: u64,
-    now: Timestamp,
-) {
-    let due = match stamped.get(&id) {
-        Some(t) => now.duration_since(*t) >= LAST_USE_EVERY,
-        None => true,
-    };
-    if due {
-        stamped.insert(id, now);
-        app.batch.put(table, key::id(id).to_vec(), &now);
-    }
 }
 
 /// When a grant was last used by a connector call, if ever.

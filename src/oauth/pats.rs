@@ -284,7 +284,7 @@ pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError
         }
     };
     if let Some(id) = ctx.token_id {
-        super::grants::stamp_last_use(app, &app.pat_use_stamped, PAT_LAST_USED, id, now);
+        super::stamp_last_use(app, &app.pat_use_stamped, PAT_LAST_USED, id, now);
     }
     Ok(ctx)
 }
