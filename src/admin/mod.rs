@@ -16,9 +16,9 @@ use std::sync::Arc;
 use crate::agents::{self, AgentError, AgentKind, Rollout};
 use crate::clock::SharedClock;
 use crate::identity::{self, ConnectorAccess, IdentityError, NewPerson, PersonalTokens, Role};
-use crate::oauth::pats::{self, PatError};
 use crate::kb::index::SearchIndex;
 use crate::kb::{self, KbError};
+use crate::oauth::pats::{self, PatError};
 use crate::requests::apps::{self, AppStatus};
 use crate::requests::{self, RequestError};
 use crate::store::{self, Store, StoreError};
@@ -189,7 +189,9 @@ impl From<IdentityError> for AdminError {
 impl From<PatError> for AdminError {
     fn from(e: PatError) -> Self {
         match e {
-            PatError::Store(s) | PatError::Identity(IdentityError::Store(s)) => AdminError::Store(s),
+            PatError::Store(s) | PatError::Identity(IdentityError::Store(s)) => {
+                AdminError::Store(s)
+            }
             PatError::NotFound => AdminError::Refused("no such personal access token".into()),
             other => AdminError::Refused(other.to_string()),
         }

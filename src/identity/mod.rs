@@ -357,8 +357,8 @@ pub fn set_personal_tokens(
     setting: PersonalTokens,
 ) -> Result<Org, IdentityError> {
     store.write(|tx| {
-        let mut org = org_by_slug(tx, slug)?
-            .ok_or_else(|| IdentityError::UnknownOrg(slug.to_owned()))?;
+        let mut org =
+            org_by_slug(tx, slug)?.ok_or_else(|| IdentityError::UnknownOrg(slug.to_owned()))?;
         org.personal_tokens = setting;
         tx.put(ORGS, &key::id(org.id), &org)?;
         Ok(org)

@@ -138,7 +138,8 @@ pub(crate) fn stamp_last_use(
     };
     if due {
         stamped.insert(id, now);
-        app.batch.put(table, crate::store::key::id(id).to_vec(), &now);
+        app.batch
+            .put(table, crate::store::key::id(id).to_vec(), &now);
     }
 }
 

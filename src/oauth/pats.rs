@@ -147,11 +147,7 @@ pub fn create(
 
 /// The tokens of an organisation, newest first: every member's for an admin (`person`
 /// `None`), else only that person's.
-pub fn list(
-    tx: &impl Read,
-    org_id: u64,
-    person: Option<u64>,
-) -> Result<Vec<TokenRow>, StoreError> {
+pub fn list(tx: &impl Read, org_id: u64, person: Option<u64>) -> Result<Vec<TokenRow>, StoreError> {
     let mut out = Vec::new();
     for (_, token) in tx.scan::<PersonalToken>(PATS, b"")? {
         if token.org_id != org_id || person.is_some_and(|p| p != token.person_id) {

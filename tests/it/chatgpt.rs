@@ -56,7 +56,9 @@ async fn search_and_fetch_have_chatgpts_shapes_and_annotations() {
     assert_eq!(fetch["inputSchema"]["required"], json!(["id"]));
 
     // search → {results: [{id, title, url}]}: exactly these fields.
-    let r = mcp.call("search", json!({"query": "kozijn schilderen"})).await;
+    let r = mcp
+        .call("search", json!({"query": "kozijn schilderen"}))
+        .await;
     assert_ne!(r["isError"], true, "{r}");
     text_is_structured(&r);
     let out = &r["structuredContent"];
@@ -95,7 +97,12 @@ async fn search_and_fetch_have_chatgpts_shapes_and_annotations() {
     assert_ne!(r["isError"], true, "{r}");
     text_is_structured(&r);
     let doc = &r["structuredContent"];
-    let mut keys: Vec<&str> = doc.as_object().unwrap().keys().map(String::as_str).collect();
+    let mut keys: Vec<&str> = doc
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     keys.sort();
     assert_eq!(keys, ["id", "metadata", "text", "title", "url"]);
     assert_eq!(doc["id"], "handleidingen/kozijn onderhoud.md");
@@ -119,7 +126,10 @@ async fn search_and_fetch_have_chatgpts_shapes_and_annotations() {
     assert_eq!(e["code"], "invalid_input", "{e}");
     let e = mcp.err("search", json!({"query": "x"})).await;
     assert_eq!(e["code"], "invalid_input", "{e}");
-    assert_eq!(mcp.ok("search", json!({"query": "meranti"})).await["results"][0]["id"], "handleidingen/kozijn onderhoud.md");
+    assert_eq!(
+        mcp.ok("search", json!({"query": "meranti"})).await["results"][0]["id"],
+        "handleidingen/kozijn onderhoud.md"
+    );
 
     // Audited like the other tools, under their own names, naming the document.
     t.app().batch.flush();

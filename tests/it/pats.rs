@@ -80,11 +80,19 @@ async fn a_token_acts_as_its_person_with_its_scopes_and_is_audited() {
         ],
     )
     .await;
-    let mut keys: Vec<&str> = made.as_object().unwrap().keys().map(String::as_str).collect();
+    let mut keys: Vec<&str> = made
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     keys.sort();
     assert_eq!(keys, ["id", "token"], "{made}");
     let secret = made["token"].as_str().unwrap().to_owned();
-    assert!(secret.starts_with("kb_pat_") && secret.len() == 7 + 43, "{secret}");
+    assert!(
+        secret.starts_with("kb_pat_") && secret.len() == 7 + 43,
+        "{secret}"
+    );
     let id = made["id"].as_u64().unwrap();
 
     // Default scope: the knowledge base only (its six tools, ChatGPT's two included).
@@ -98,13 +106,15 @@ async fn a_token_acts_as_its_person_with_its_scopes_and_is_audited() {
     )
     .await;
     let (status, body) = mcp
-        .rpc(
-            "tools/call",
-            json!({"name": "app_list", "arguments": {}}),
-        )
+        .rpc("tools/call", json!({"name": "app_list", "arguments": {}}))
         .await;
     assert_eq!(status, 200);
-    assert!(body["error"]["message"].as_str().unwrap().contains("Unknown tool"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Unknown tool")
+    );
 
     // The document is written by the person; the audit names the token.
     t.app().batch.flush();
@@ -128,8 +138,8 @@ async fn a_token_acts_as_its_person_with_its_scopes_and_is_audited() {
         (s.person.id, 0, Some(id))
     );
     let out = cli(&t, &["audit", "export", &slug]).await;
-    let first: Value = serde_json::from_slice(out.stdout.split(|b| *b == b'\n').next().unwrap())
-        .unwrap();
+    let first: Value =
+        serde_json::from_slice(out.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
     assert_eq!(first["token_id"], id, "{first}");
 
     // More scopes, one day: both feature tools and knowledge base.
@@ -209,7 +219,13 @@ async fn bad_token_requests_are_refused_and_store_nothing() {
             "1 to 365",
         ),
         (
-            vec!["annie@example.org", "--name", "x", "--expires-in-days", "366"],
+            vec![
+                "annie@example.org",
+                "--name",
+                "x",
+                "--expires-in-days",
+                "366",
+            ],
             "1 to 365",
         ),
         (
@@ -256,15 +272,36 @@ async fn every_recheck_of_a_grant_refuses_the_next_call() {
             "may_connect off",
             Box::new(|t, s, _| {
                 let store = &t.app().store;
-                identity::set_org_policy(store, &s.org.slug, Some(ConnectorAccess::SelectedMembers), None).unwrap();
-                identity::set_member(store, s.org.id, s.person.id, MemberChange { role: None, may_connect: Some(false) }).unwrap();
+                identity::set_org_policy(
+                    store,
+                    &s.org.slug,
+                    Some(ConnectorAccess::SelectedMembers),
+                    None,
+                )
+                .unwrap();
+                identity::set_member(
+                    store,
+                    s.org.id,
+                    s.person.id,
+                    MemberChange {
+                        role: None,
+                        may_connect: Some(false),
+                    },
+                )
+                .unwrap();
             }),
             "connecting not allowed",
         ),
         (
             "connector access nobody",
             Box::new(|t, s, _| {
-                identity::set_org_policy(&t.app().store, &s.org.slug, Some(ConnectorAccess::Nobody), None).unwrap();
+                identity::set_org_policy(
+                    &t.app().store,
+                    &s.org.slug,
+                    Some(ConnectorAccess::Nobody),
+                    None,
+                )
+                .unwrap();
             }),
             "connecting not allowed",
         ),
@@ -285,7 +322,11 @@ async fn every_recheck_of_a_grant_refuses_the_next_call() {
         (
             "revoked",
             Box::new(|t, _, id| {
-                let out = run(t.data_dir(), &["token", "revoke", &id.to_string(), "--json"], None);
+                let out = run(
+                    t.data_dir(),
+                    &["token", "revoke", &id.to_string(), "--json"],
+                    None,
+                );
                 assert!(out.status.success(), "{}", stderr(&out));
                 let v: Value = serde_json::from_slice(&out.stdout).unwrap();
                 assert_eq!(v, json!({"id": id, "revoked": true}));
@@ -297,7 +338,14 @@ async fn every_recheck_of_a_grant_refuses_the_next_call() {
             Box::new(|t, s, _| {
                 let out = run(
                     t.data_dir(),
-                    &["org", "set", &s.org.slug, "--personal-tokens", "deny", "--json"],
+                    &[
+                        "org",
+                        "set",
+                        &s.org.slug,
+                        "--personal-tokens",
+                        "deny",
+                        "--json",
+                    ],
                     None,
                 );
                 assert!(out.status.success(), "{}", stderr(&out));
@@ -341,14 +389,37 @@ async fn every_recheck_of_a_grant_refuses_the_next_call() {
     }
     // A denying organisation refuses new tokens too; allowing again makes them work.
     let s = t.seed("Org 8", "p8@example.org");
-    let out = cli(&t, &["org", "set", &s.org.slug, "--personal-tokens", "deny"]).await;
+    let out = cli(
+        &t,
+        &["org", "set", &s.org.slug, "--personal-tokens", "deny"],
+    )
+    .await;
     assert!(out.status.success(), "{}", stderr(&out));
-    let out = cli(&t, &["token", "create", &s.org.slug, "p8@example.org", "--name", "x"]).await;
+    let out = cli(
+        &t,
+        &[
+            "token",
+            "create",
+            &s.org.slug,
+            "p8@example.org",
+            "--name",
+            "x",
+        ],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("does not allow"), "{}", stderr(&out));
-    let out = cli(&t, &["org", "set", &s.org.slug, "--personal-tokens", "allow"]).await;
+    let out = cli(
+        &t,
+        &["org", "set", &s.org.slug, "--personal-tokens", "allow"],
+    )
+    .await;
     assert!(out.status.success(), "{}", stderr(&out));
-    let out = cli(&t, &["org", "set", &s.org.slug, "--personal-tokens", "maybe"]).await;
+    let out = cli(
+        &t,
+        &["org", "set", &s.org.slug, "--personal-tokens", "maybe"],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(2));
     let (_, secret) = token_for(&t, &s, &[], None);
     assert_eq!(try_list(&t, &secret).await.0, 200);
@@ -538,10 +609,22 @@ async fn tokens_are_made_and_revoked_in_the_portal() {
 
     // Bad input: a clear refusal, nothing stored.
     for fields in [
-        [("name", "x"), ("scope", "kennisbank"), ("expires_in_days", "400")],
+        [
+            ("name", "x"),
+            ("scope", "kennisbank"),
+            ("expires_in_days", "400"),
+        ],
         [("name", "x"), ("scope", "admin"), ("expires_in_days", "3")],
-        [("name", ""), ("scope", "kennisbank"), ("expires_in_days", "3")],
-        [("name", "x"), ("scope", "kennisbank"), ("expires_in_days", "veel")],
+        [
+            ("name", ""),
+            ("scope", "kennisbank"),
+            ("expires_in_days", "3"),
+        ],
+        [
+            ("name", "x"),
+            ("scope", "kennisbank"),
+            ("expires_in_days", "veel"),
+        ],
     ] {
         let p = b.submit(&path, &fields).await;
         assert_eq!(p.status, 400, "{fields:?}: {}", p.body);
@@ -560,7 +643,14 @@ async fn tokens_are_made_and_revoked_in_the_portal() {
     let mut a = Browser::new(&t);
     a.login(&admin, &path).await;
     let made = a
-        .submit(&path, &[("name", "beheer"), ("scope", "kennisbank"), ("expires_in_days", "7")])
+        .submit(
+            &path,
+            &[
+                ("name", "beheer"),
+                ("scope", "kennisbank"),
+                ("expires_in_days", "7"),
+            ],
+        )
         .await;
     let annies = new_token(&made.body);
     let page = a.get(&path).await;
@@ -570,8 +660,18 @@ async fn tokens_are_made_and_revoked_in_the_portal() {
         .store
         .read(|tx| pats::list(tx, admin.org.id, None))
         .unwrap();
-    let bob_id = rows.iter().find(|r| r.token.name == "n8n").unwrap().token.id;
-    let annie_id = rows.iter().find(|r| r.token.name == "beheer").unwrap().token.id;
+    let bob_id = rows
+        .iter()
+        .find(|r| r.token.name == "n8n")
+        .unwrap()
+        .token
+        .id;
+    let annie_id = rows
+        .iter()
+        .find(|r| r.token.name == "beheer")
+        .unwrap()
+        .token
+        .id;
 
     // The member sees only their own, and cannot revoke the admin's.
     let mine = b.get(&path).await;
@@ -600,10 +700,7 @@ async fn tokens_are_made_and_revoked_in_the_portal() {
         )
         .await;
     assert_eq!(p.status, 303, "{}", p.body);
-    assert_eq!(
-        try_list(&t, &bobs).await,
-        (401, "token revoked".to_owned())
-    );
+    assert_eq!(try_list(&t, &bobs).await, (401, "token revoked".to_owned()));
     // The person revokes their own; without the CSRF token nothing happens.
     let p = a
         .post(&format!("{path}/{annie_id}"), &[("action", "revoke")])
@@ -621,12 +718,7 @@ async fn tokens_are_made_and_revoked_in_the_portal() {
     assert_eq!(try_list(&t, &annies).await.0, 401);
 
     // Dutch, and the organisation's "deny": no form, a notice.
-    identity::set_personal_tokens(
-        &t.app().store,
-        &slug,
-        identity::PersonalTokens::Deny,
-    )
-    .unwrap();
+    identity::set_personal_tokens(&t.app().store, &slug, identity::PersonalTokens::Deny).unwrap();
     let mut nl = Browser::speaking(&t, "nl");
     let page = nl.login(&member, &path).await;
     assert!(page.body.contains("<html lang=\"nl\""));
