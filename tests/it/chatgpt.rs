@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::documents::{upload_offer, wait_extracted};
-use crate::fixture::TestServer;
+use crate::fixture::{TestServer, sorted_keys};
 
 /// The one text item is the structured content, as JSON.
 fn text_is_structured(result: &Value) {
@@ -65,10 +65,8 @@ async fn search_and_fetch_have_chatgpts_shapes_and_annotations() {
     assert_eq!(out.as_object().unwrap().len(), 1, "{out}");
     let results = out["results"].as_array().unwrap();
     assert_eq!(results.len(), 1, "{out}");
-    let hit = results[0].as_object().unwrap();
-    let mut keys: Vec<&str> = hit.keys().map(String::as_str).collect();
-    keys.sort();
-    assert_eq!(keys, ["id", "title", "url"]);
+    let hit = &results[0];
+    assert_eq!(sorted_keys(hit), ["id", "title", "url"]);
     assert_eq!(hit["id"], "handleidingen/kozijn onderhoud.md");
     assert_eq!(hit["title"], "kozijn onderhoud.md");
     let url = format!(
@@ -97,14 +95,7 @@ async fn search_and_fetch_have_chatgpts_shapes_and_annotations() {
     assert_ne!(r["isError"], true, "{r}");
     text_is_structured(&r);
     let doc = &r["structuredContent"];
-    let mut keys: Vec<&str> = doc
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
-    keys.sort();
-    assert_eq!(keys, ["id", "metadata", "text", "title", "url"]);
+    assert_eq!(sorted_keys(doc), ["id", "metadata", "text", "title", "url"]);
     assert_eq!(doc["id"], "handleidingen/kozijn onderhoud.md");
     assert_eq!(doc["title"], "kozijn onderhoud.md");
     assert_eq!(doc["url"], url.as_str());
