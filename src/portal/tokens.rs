@@ -14,16 +14,17 @@ use maud::{Markup, html};
 use super::consent::scope_label;
 use super::i18n::{date_time, t, ta};
 use super::members::link_notice;
-use super::{CsrfForm, OrgMember, csrf_field, layout, page, problem_page, see_other};
+use super::{CsrfForm, OrgAdmin, OrgMember, csrf_field, layout, page, problem_page, see_other};
 use crate::app::App;
 use crate::http::error::ToProblem;
-use crate::identity::PersonalTokens;
+use crate::identity::{self, PersonalTokens};
 use crate::oauth::SCOPES;
 use crate::oauth::pats::{self, NewToken, Revoker, TokenRow};
 
 pub fn router() -> Router<Arc<App>> {
     Router::new()
         .route("/portal/o/{slug}/tokens", get(tokens_page).post(create))
+        .route("/portal/o/{slug}/tokens/setting", post(set_setting))
         .route("/portal/o/{slug}/tokens/{id}", post(act))
 }
 
@@ -86,6 +87,18 @@ fn tokens_markup(m: &OrgMember, rows: &[TokenRow], notice: Option<Markup>) -> Ma
                     }
                 } }
             } }
+        }
+        @if m.is_admin() {
+            h2 #setting { (t("tokens-setting-heading")) }
+            form #personal-tokens-form .row method="post" action={ "/portal/o/" (slug) "/tokens/setting" } {
+                (csrf_field(csrf))
+                fieldset.choices {
+                    legend.visually-hidden { (t("tokens-setting-heading")) }
+                    label.check { input type="radio" name="personal_tokens" value="allow" checked[allowed]; (t("tokens-setting-allow")) }
+                    label.check { input type="radio" name="personal_tokens" value="deny" checked[!allowed]; (t("tokens-setting-deny")) }
+                }
+                button type="submit" { (t("action-save")) }
+            }
         }
     }
 }
@@ -189,6 +202,30 @@ async fn act(
     };
     let r = app
         .blocking(move |app| pats::revoke(&app.store, id, by, app.clock.now()))
+        .await;
+    match r {
+        Ok(_) => see_other(&format!("/portal/o/{}/tokens", m.org.slug)),
+        Err(e) => refused(&m, &e),
+    }
+}
+
+/// An admin allows or denies the organisation's personal access tokens.
+async fn set_setting(
+    State(app): State<Arc<App>>,
+    OrgAdmin(m): OrgAdmin,
+    form: CsrfForm,
+) -> Response {
+    let setting = match form
+        .field("personal_tokens")
+        .unwrap_or_default()
+        .parse::<PersonalTokens>()
+    {
+        Ok(s) => s,
+        Err(e) => return refused(&m, &e),
+    };
+    let slug = m.org.slug.clone();
+    let r = app
+        .blocking(move |app| identity::set_personal_tokens(&app.store, &slug, setting))
         .await;
     match r {
         Ok(_) => see_other(&format!("/portal/o/{}/tokens", m.org.slug)),

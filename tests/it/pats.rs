@@ -715,8 +715,50 @@ async fn tokens_are_made_and_revoked_in_the_portal() {
     assert_eq!(p.status, 303);
     assert_eq!(try_list(&t, &annies).await.0, 401);
 
-    // Dutch, and the organisation's "deny": no form, a notice.
-    identity::set_personal_tokens(&t.app().store, &slug, identity::PersonalTokens::Deny).unwrap();
+    // Only admins switch tokens off: a member's post is refused, the setting unchanged.
+    let csrf = b.get(&path).await.csrf();
+    assert!(
+        !b.get(&path)
+            .await
+            .body
+            .contains("id=\"personal-tokens-form\"")
+    );
+    let p = b
+        .post(
+            &format!("{path}/setting"),
+            &[("csrf_token", &csrf), ("personal_tokens", "deny")],
+        )
+        .await;
+    assert_eq!(p.status, 403, "{}", p.body);
+    let page = a.get(&path).await;
+    assert!(
+        page.body.contains("id=\"personal-tokens-form\""),
+        "{}",
+        page.body
+    );
+    let csrf = page.csrf();
+    let p = a
+        .post(
+            &format!("{path}/setting"),
+            &[("csrf_token", &csrf), ("personal_tokens", "sometimes")],
+        )
+        .await;
+    assert_eq!(p.status, 400, "{}", p.body);
+    let org = t
+        .app()
+        .store
+        .read(|tx| identity::org(tx, admin.org.id))
+        .unwrap()
+        .unwrap();
+    assert_eq!(org.personal_tokens, identity::PersonalTokens::Allow);
+    // The admin denies them: no form for the member (in Dutch), a notice.
+    let p = a
+        .post(
+            &format!("{path}/setting"),
+            &[("csrf_token", &csrf), ("personal_tokens", "deny")],
+        )
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
     let mut nl = Browser::speaking(&t, "nl");
     let page = nl.login(&member, &path).await;
     assert!(page.body.contains("<html lang=\"nl\""));
