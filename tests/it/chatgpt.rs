@@ -107,6 +107,16 @@ async fn search_and_fetch_have_chatgpts_shapes_and_annotations() {
     assert_eq!(doc["metadata"]["version"], 1);
     assert_eq!(doc["metadata"]["kind"], "text");
 
+    // A binary file without text (an image): a sentence with its download link.
+    t.put_doc(&s, "fotos/gevel.png", "\u{89}PNG nep");
+    let img = mcp.ok("fetch", json!({"id": "fotos/gevel.png"})).await;
+    let link = img["metadata"]["download_url"].as_str().unwrap();
+    assert!(link.contains("/files/"), "{img}");
+    let text = img["text"].as_str().unwrap();
+    assert!(text.contains("binary") && text.contains(link), "{img}");
+    assert_eq!(img["metadata"]["kind"], "binary");
+    assert_eq!(img["metadata"]["extracted"], false);
+
     // An unknown id (and a malformed one) is a tool error, and the server goes on.
     let e = mcp.err("fetch", json!({"id": "nergens/niets.md"})).await;
     assert_eq!(e["code"], "not_found", "{e}");
@@ -130,14 +140,14 @@ async fn search_and_fetch_have_chatgpts_shapes_and_annotations() {
         .read(|tx| kennis::audit::records(tx, s.org.id, None))
         .unwrap();
     let fetches: Vec<_> = records.iter().filter(|r| r.tool == "fetch").collect();
-    assert_eq!(fetches.len(), 4, "{records:?}");
+    assert_eq!(fetches.len(), 5, "{records:?}");
     assert_eq!(
         fetches[0].target.as_deref(),
         Some("handleidingen/kozijn onderhoud.md")
     );
     assert_eq!(fetches[0].outcome, kennis::audit::Outcome::Ok);
-    assert_eq!(fetches[1].target.as_deref(), Some("nergens/niets.md"));
-    assert_eq!(fetches[1].outcome, kennis::audit::Outcome::Refused);
+    assert_eq!(fetches[2].target.as_deref(), Some("nergens/niets.md"));
+    assert_eq!(fetches[2].outcome, kennis::audit::Outcome::Refused);
     assert_eq!(records.iter().filter(|r| r.tool == "search").count(), 4);
     t.stop().await;
 }
