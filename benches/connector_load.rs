@@ -7,7 +7,8 @@
 //! `kennisbank_read` (default), `fetch`, `kennisbank_search`, `search`, or `all` for these four
 //! — so ChatGPT's `search`/`fetch` can be compared with the tools they are built on. A read or
 //! fetch takes a document from the corpus; a search takes two words of a document's first
-//! line.
+//! line. `KENNIS_LOAD_CORPUS=generated` loads the 10,000-document / ~100 MB corpus of the
+//! search benchmark instead.
 
 mod common;
 
@@ -127,6 +128,17 @@ fn main() {
         docs = made_up_docs();
     } else {
         println!("corpus: {} documents from {}", docs.len(), dir.display());
+    }
+    if std::env::var("KENNIS_LOAD_CORPUS").as_deref() == Ok("generated") {
+        use rand::SeedableRng;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x6b656e6e6973);
+        docs = common::generated_corpus(&docs, &mut rng);
+        let bytes: usize = docs.iter().map(|(_, t)| t.len()).sum();
+        println!(
+            "generated corpus: {} documents, {:.0} MB",
+            docs.len(),
+            bytes as f64 / 1e6
+        );
     }
     let data = tempfile::tempdir().unwrap();
     let port = free_port();
