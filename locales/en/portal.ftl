@@ -531,6 +531,12 @@ refused-no-folder = The folder “{ $path }” does not exist.
 refused-query-length = Search with { $min } to { $max } characters.
 refused-query-empty = The search has no words to look for.
 refused-query-terms = The search has { $n } words; at most { $max } are allowed (a quoted phrase counts as one).
+refused-token-name = Give the token a name of 1 to { $max } characters.
+refused-token-days = A token expires in 1 to { $max } days, not { $n }.
+refused-token-scope = Unknown right “{ $scope }”; choose from { $scopes }.
+refused-token-setting = Choose allowed or not allowed.
+refused-token-unknown = There is no such token of yours in this organisation.
+problem-personal_tokens_denied = This organisation does not allow personal access tokens.
 
 request-asked = Question { $number }: { $question } (options: { $options })
 request-asked-other = Question { $number }: { $question } (options: { $options }, or another answer)

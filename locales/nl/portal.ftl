@@ -531,6 +531,12 @@ refused-no-folder = De map “{ $path }” bestaat niet.
 refused-query-length = Zoek met { $min } tot { $max } tekens.
 refused-query-empty = De zoekopdracht heeft geen woorden om te zoeken.
 refused-query-terms = De zoekopdracht heeft { $n } woorden; er mogen hoogstens { $max } (een zinsdeel tussen aanhalingstekens telt als één).
+refused-token-name = Geef het token een naam van 1 tot { $max } tekens.
+refused-token-days = Een token verloopt na 1 tot { $max } dagen, niet { $n }.
+refused-token-scope = Onbekend recht “{ $scope }”; kies uit { $scopes }.
+refused-token-setting = Kies toegestaan of niet toegestaan.
+refused-token-unknown = U hebt geen token met dit nummer in deze organisatie.
+problem-personal_tokens_denied = Deze organisatie staat geen persoonlijke toegangstokens toe.
 
 request-asked = Vraag { $number }: { $question } (keuzes: { $options })
 request-asked-other = Vraag { $number }: { $question } (keuzes: { $options }, of een ander antwoord)

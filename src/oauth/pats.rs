@@ -105,6 +105,20 @@ fn checked_days(days: Option<i64>) -> Result<i64, PatError> {
     Ok(days)
 }
 
+/// The checked name, scopes (in [`SCOPES`] order; none: [`DEFAULT_SCOPE`]) and lifetime in
+/// days of a token to be made.
+pub fn check_token_input(
+    name: &str,
+    scopes: &[String],
+    days: Option<i64>,
+) -> Result<(String, Vec<String>, i64), PatError> {
+    Ok((
+        identity::check_name("token name", name, 100)?,
+        checked_scopes(scopes)?,
+        checked_days(days)?,
+    ))
+}
+
 /// Makes a token for a member of an organisation that allows them. Returns the stored token
 /// and its secret, which exists only here: show it once.
 pub fn create(
@@ -112,9 +126,7 @@ pub fn create(
     new: NewToken,
     now: Timestamp,
 ) -> Result<(PersonalToken, String), PatError> {
-    let name = identity::check_name("token name", &new.name, 100)?;
-    let scopes = checked_scopes(&new.scopes)?;
-    let days = checked_days(new.expires_in_days)?;
+    let (name, scopes, days) = check_token_input(&new.name, &new.scopes, new.expires_in_days)?;
     let expires_at = now
         .checked_add(SignedDuration::from_hours(days * 24))
         .map_err(|e| PatError::InvalidInput(e.to_string()))?;

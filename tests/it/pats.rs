@@ -778,6 +778,12 @@ async fn tokens_are_made_and_revoked_in_the_portal() {
         )
         .await;
     assert_eq!(p.status, 403, "{}", p.body);
+    assert!(
+        p.body
+            .contains("Deze organisatie staat geen persoonlijke toegangstokens toe."),
+        "{}",
+        p.body
+    );
     assert_eq!(count(&t), 2);
     t.stop().await;
 }
