@@ -26,15 +26,11 @@ async fn cli(t: &TestServer, args: &[&str]) -> std::process::Output {
     .unwrap()
 }
 
+/// [`cli`] expecting success: its `--json` answer.
 async fn cli_json(t: &TestServer, args: &[&str]) -> Value {
-    let dir = t.data_dir().to_owned();
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        run_json(&dir, &args, None)
-    })
-    .await
-    .unwrap()
+    let out = cli(t, args).await;
+    assert!(out.status.success(), "kennis {args:?}: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("kennis {args:?}: {e}"))
 }
 
 /// A token for `s` made through the library, with `scopes` and `days`.
