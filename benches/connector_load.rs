@@ -2,7 +2,13 @@
 //! against the release binary (`kennis serve`) as a second process, with the real corpus
 //! imported (or made-up text when `../shared/corpus` is absent). Token rechecks and audit are
 //! always on. Reports requests/s, p50, p99 and the server's RSS. `cargo bench --bench
-//! connector_load`; `KENNIS_LOAD_REQUESTS` / `KENNIS_LOAD_SECS` bound the run.
+//! connector_load`; `KENNIS_LOAD_REQUESTS` / `KENNIS_LOAD_SECS` bound the run (per tool).
+//! `KENNIS_LOAD_TOOLS` (comma-separated) names the tools to load one after the other:
+//! `kennisbank_read` (default), `fetch`, `kennisbank_search`, `search`, or `all` for these four
+//! — so ChatGPT's `search`/`fetch` can be compared with the tools they are built on. A read or
+//! fetch takes a document from the corpus; a search takes two words of a document's first
+//! line. `KENNIS_LOAD_CORPUS=generated` loads the 10,000-document / ~100 MB corpus of the
+//! search benchmark instead.
 
 mod common;
 
@@ -123,6 +129,17 @@ fn main() {
     } else {
         println!("corpus: {} documents from {}", docs.len(), dir.display());
     }
+    if std::env::var("KENNIS_LOAD_CORPUS").as_deref() == Ok("generated") {
+        use rand::SeedableRng;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x6b656e6e6973);
+        docs = common::generated_corpus(&docs, &mut rng);
+        let bytes: usize = docs.iter().map(|(_, t)| t.len()).sum();
+        println!(
+            "generated corpus: {} documents, {:.0} MB",
+            docs.len(),
+            bytes as f64 / 1e6
+        );
+    }
     let data = tempfile::tempdir().unwrap();
     let port = free_port();
     let public_url = format!("http://127.0.0.1:{port}");
@@ -166,42 +183,119 @@ fn main() {
         .build()
         .unwrap();
     let paths: Arc<Vec<String>> = Arc::new(docs.iter().map(|(p, _)| p.clone()).collect());
+    let queries: Arc<Vec<String>> =
+        Arc::new(docs.iter().filter_map(|(_, t)| query_of(t)).collect());
     let url = format!("{base}/mcp/kennisbank");
-    let (lat, errors, elapsed) = rt.block_on(async move {
+    let tools: Vec<String> = match std::env::var("KENNIS_LOAD_TOOLS").as_deref() {
+        Ok("all") => ["kennisbank_read", "fetch", "kennisbank_search", "search"]
+            .map(String::from)
+            .to_vec(),
+        Ok(list) if !list.trim().is_empty() => {
+            list.split(',').map(|t| t.trim().to_owned()).collect()
+        }
+        _ => vec!["kennisbank_read".to_owned()],
+    };
+    let mut failed = 0;
+    for tool in tools {
+        let load = Load {
+            url: url.clone(),
+            token: token.clone(),
+            tool: tool.clone(),
+            paths: paths.clone(),
+            queries: queries.clone(),
+            max_requests,
+            max_secs,
+        };
+        let (lat, errors, elapsed) = rt.block_on(load.run());
+        failed += errors;
+        let rss = rss_kb(pid, "VmRSS:");
+        let hwm = rss_kb(pid, "VmHWM:");
+        let mut lat = lat;
+        lat.sort();
+        let p =
+            |q: f64| lat[((lat.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1000.0;
+        println!(
+            "RESULT {tool}: {} requests ({errors} failed) by {CLIENTS} clients in {:.1} s: {:.0} requests/s, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; server RSS {} MB (peak {} MB)",
+            lat.len(),
+            elapsed.as_secs_f64(),
+            lat.len() as f64 / elapsed.as_secs_f64(),
+            p(0.5),
+            p(0.99),
+            p(1.0),
+            rss / 1024,
+            hwm / 1024
+        );
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let _ = child.wait();
+    assert_eq!(failed, 0, "some calls failed");
+}
+
+/// Two words (of three letters or more) of a document's first line that has two: a query
+/// that finds at least that document.
+fn query_of(text: &str) -> Option<String> {
+    text.lines().find_map(|line| {
+        let words: Vec<&str> = line
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| w.chars().count() >= 3)
+            .take(2)
+            .collect();
+        (words.len() == 2).then(|| words.join(" "))
+    })
+}
+
+/// One tool loaded by [`CLIENTS`] clients until `max_requests` or `max_secs`.
+struct Load {
+    url: String,
+    token: String,
+    tool: String,
+    paths: Arc<Vec<String>>,
+    queries: Arc<Vec<String>>,
+    max_requests: usize,
+    max_secs: u64,
+}
+
+impl Load {
+    fn arguments(&self, n: usize) -> serde_json::Value {
+        let pick = |v: &[String]| v[n.wrapping_mul(7919) % v.len()].clone();
+        match self.tool.as_str() {
+            "fetch" => serde_json::json!({"id": pick(&self.paths)}),
+            "search" | "kennisbank_search" => serde_json::json!({"query": pick(&self.queries)}),
+            _ => serde_json::json!({"path": pick(&self.paths)}),
+        }
+    }
+
+    /// Latencies, failed calls and the time taken.
+    async fn run(self) -> (Vec<Duration>, usize, Duration) {
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(CLIENTS)
             .build()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(max_secs);
+        let deadline = Instant::now() + Duration::from_secs(self.max_secs);
         let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        // Warm-up: one call per client.
+        let load = Arc::new(self);
         let begin = Instant::now();
         let mut tasks = Vec::new();
         for _ in 0..CLIENTS {
-            let (client, url, token, paths, next) = (
-                client.clone(),
-                url.clone(),
-                token.clone(),
-                paths.clone(),
-                next.clone(),
-            );
+            let (client, load, next) = (client.clone(), load.clone(), next.clone());
             tasks.push(tokio::spawn(async move {
                 let mut lat = Vec::new();
                 let mut errors = 0usize;
                 loop {
                     let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    if n >= max_requests || Instant::now() >= deadline {
+                    if n >= load.max_requests || Instant::now() >= deadline {
                         break;
                     }
-                    let path = &paths[n.wrapping_mul(7919) % paths.len()];
                     let body = serde_json::json!({
                         "jsonrpc": "2.0", "id": n, "method": "tools/call",
-                        "params": {"name": "kennisbank_read", "arguments": {"path": path}}
+                        "params": {"name": load.tool, "arguments": load.arguments(n)}
                     });
                     let t = Instant::now();
                     let r = client
-                        .post(&url)
-                        .bearer_auth(&token)
+                        .post(&load.url)
+                        .bearer_auth(&load.token)
                         .header("accept", "application/json, text/event-stream")
                         .header("mcp-protocol-version", "2025-06-18")
                         .json(&body)
@@ -233,27 +327,5 @@ fn main() {
             errors += e;
         }
         (lat, errors, begin.elapsed())
-    });
-    let rss = rss_kb(pid, "VmRSS:");
-    let hwm = rss_kb(pid, "VmHWM:");
-    let _ = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
-    let _ = child.wait();
-
-    let mut lat = lat;
-    lat.sort();
-    let p = |q: f64| lat[((lat.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1000.0;
-    println!(
-        "RESULT: {} requests ({errors} failed) by {CLIENTS} clients in {:.1} s: {:.0} requests/s, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; server RSS {} MB (peak {} MB)",
-        lat.len(),
-        elapsed.as_secs_f64(),
-        lat.len() as f64 / elapsed.as_secs_f64(),
-        p(0.5),
-        p(0.99),
-        p(1.0),
-        rss / 1024,
-        hwm / 1024
-    );
-    assert_eq!(errors, 0, "some calls failed");
+    }
 }

@@ -42,26 +42,6 @@ fn made_up_docs(n: usize, rng: &mut StdRng) -> Vec<(String, String)> {
         .collect()
 }
 
-/// 10,000 documents of ~10 KB each, built from the source documents' lines.
-fn generated_corpus(source: &[(String, String)], rng: &mut StdRng) -> Vec<(String, String)> {
-    let lines: Vec<&str> = source
-        .iter()
-        .flat_map(|(_, t)| t.lines())
-        .filter(|l| !l.trim().is_empty())
-        .collect();
-    (0..10_000)
-        .map(|i| {
-            let target = rng.gen_range(5_000..15_000);
-            let mut text = String::with_capacity(target + 200);
-            while text.len() < target {
-                text.push_str(lines[rng.gen_range(0..lines.len())]);
-                text.push('\n');
-            }
-            (format!("gen/{:02}/doc{i:05}.md", i % 50), text)
-        })
-        .collect()
-}
-
 struct Loaded {
     _dir: tempfile::TempDir,
     store: Store,
@@ -202,6 +182,6 @@ fn main() {
         corpus
     };
     bench("corpus", &source, rounds);
-    let generated = generated_corpus(&source, &mut rng);
+    let generated = common::generated_corpus(&source, &mut rng);
     bench("generated", &generated, rounds);
 }

@@ -52,6 +52,8 @@ pub struct App {
     pub runs: RunQueue,
     /// When each grant's last use was last queued for writing (throttles the batch writer).
     pub grant_use_stamped: DashMap<u64, Timestamp>,
+    /// The same for personal access tokens.
+    pub pat_use_stamped: DashMap<u64, Timestamp>,
     /// Password and second-factor checks: failure counts and the bounded hashing pool.
     pub login: LoginGuard,
     /// Takes the text of PDF and Office files in a sandboxed child process.
@@ -83,6 +85,7 @@ impl App {
         let login = LoginGuard::new(clock.clone(), crate::identity::login::hashers());
         Ok(Arc::new(App {
             grant_use_stamped: DashMap::new(),
+            pat_use_stamped: DashMap::new(),
             config,
             public_url,
             store,

@@ -74,6 +74,9 @@ pub enum Command {
     /// Event triggers.
     #[command(subcommand)]
     Trigger(TriggerCommand),
+    /// Personal access tokens (for scripts and automation that cannot log in in a browser).
+    #[command(subcommand)]
+    Token(TokenCommand),
     /// Restore a backup made by `kennis backup` into an empty data directory.
     Restore {
         /// A directory written by `kennis backup`.
@@ -284,6 +287,9 @@ pub enum OrgCommand {
         /// Whether members need a second factor to sign in and connect.
         #[arg(long, value_name = "true|false")]
         require_second_factor: Option<bool>,
+        /// Whether members may make and use personal access tokens.
+        #[arg(long, value_name = "allow|deny")]
+        personal_tokens: Option<crate::identity::PersonalTokens>,
         /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
@@ -626,6 +632,39 @@ pub enum TriggerCommand {
         /// The trigger's id (UUID).
         id: String,
         /// Print one JSON object on stdout instead of text for people.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Make a personal access token for member EMAIL of organisation ORG; prints the token
+    /// (shown only now).
+    Create {
+        org: String,
+        email: String,
+        /// What the token is for, e.g. "n8n" (shown in lists).
+        #[arg(long)]
+        name: String,
+        /// A scope the token gets (repeatable): kennisbank (default), feature_requests.
+        #[arg(long = "scope", value_name = "S")]
+        scopes: Vec<String>,
+        /// Days until the token expires: 1 to 365 (default 90).
+        #[arg(long, value_name = "D")]
+        expires_in_days: Option<i64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The personal access tokens of organisation ORG.
+    List {
+        org: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke token ID: its next call gets 401.
+    Revoke {
+        id: u64,
         #[arg(long)]
         json: bool,
     },

@@ -6,7 +6,7 @@ use clap::Parser;
 use kennis::admin::AdminRequest;
 use kennis::cli::{
     self, AgentCommand, AppCommand, AuditCommand, Cli, CliError, Command, KbCommand, MemberCommand,
-    OrgCommand, ProjectCommand, RunCommand, TriggerCommand, UserCommand,
+    OrgCommand, ProjectCommand, RunCommand, TokenCommand, TriggerCommand, UserCommand,
 };
 use kennis::config::Settings;
 use kennis::triggers::{Change, NewTrigger};
@@ -131,20 +131,23 @@ fn run(cli: Cli) -> Result<(), CliError> {
             org,
             connector_access,
             require_second_factor,
+            personal_tokens,
             json,
         }) => {
             let req = AdminRequest::OrgSet {
                 slug: org,
                 connector_access,
                 require_second_factor,
+                personal_tokens,
             };
             let v = cli::run_admin(&config, req)?;
             cli::output(json, &v, |v| {
                 format!(
-                    "{}: connector_access={} require_second_factor={}",
+                    "{}: connector_access={} require_second_factor={} personal_tokens={}",
                     v["slug"].as_str().unwrap_or(""),
                     v["connector_access"],
-                    v["require_second_factor"]
+                    v["require_second_factor"],
+                    v["personal_tokens"]
                 )
             });
         }
@@ -605,6 +608,50 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 Change::Resume => "resumed".into(),
                 Change::Delete => "deleted".into(),
             });
+        }
+        Command::Token(TokenCommand::Create {
+            org,
+            email,
+            name,
+            scopes,
+            expires_in_days,
+            json,
+        }) => {
+            let req = AdminRequest::TokenCreate {
+                org,
+                email,
+                name,
+                scopes,
+                expires_in_days,
+            };
+            let v = cli::run_admin(&config, req)?;
+            cli::output(json, &v, |v| {
+                format!(
+                    "{}\n(token {}; shown only now: store it where your script reads it)",
+                    v["token"].as_str().unwrap_or(""),
+                    v["id"]
+                )
+            });
+        }
+        Command::Token(TokenCommand::List { org, json }) => {
+            let v = cli::run_admin(&config, AdminRequest::TokenList { org })?;
+            cli::output(json, &v, |v| {
+                cli::human_list(
+                    v,
+                    &[
+                        "id",
+                        "name",
+                        "email",
+                        "expires_at",
+                        "last_used_at",
+                        "revoked_at",
+                    ],
+                )
+            });
+        }
+        Command::Token(TokenCommand::Revoke { id, json }) => {
+            let v = cli::run_admin(&config, AdminRequest::TokenRevoke { id })?;
+            cli::output(json, &v, |v| format!("token {} revoked", v["id"]));
         }
         Command::Restore { path, json } => {
             let v = cli::restore(&config, &path)?;

@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use rand::Rng;
+
 /// `KENNIS_CORPUS`, or `../shared/corpus` beside the checkout.
 pub fn corpus_dir() -> PathBuf {
     std::env::var_os("KENNIS_CORPUS")
@@ -78,3 +80,27 @@ pub const QUERIES: &[&str] = &[
     "maat akkoord",
     "formule som",
 ];
+
+/// 10,000 documents of ~10 KB each (~100 MB), built from the source documents' lines.
+#[allow(dead_code)]
+pub fn generated_corpus(
+    source: &[(String, String)],
+    rng: &mut rand::rngs::StdRng,
+) -> Vec<(String, String)> {
+    let lines: Vec<&str> = source
+        .iter()
+        .flat_map(|(_, t)| t.lines())
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    (0..10_000)
+        .map(|i| {
+            let target = rng.gen_range(5_000..15_000);
+            let mut text = String::with_capacity(target + 200);
+            while text.len() < target {
+                text.push_str(lines[rng.gen_range(0..lines.len())]);
+                text.push('\n');
+            }
+            (format!("gen/{:02}/doc{i:05}.md", i % 50), text)
+        })
+        .collect()
+}

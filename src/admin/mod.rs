@@ -15,9 +15,10 @@ use std::sync::Arc;
 
 use crate::agents::{self, AgentError, AgentKind, Rollout};
 use crate::clock::SharedClock;
-use crate::identity::{self, ConnectorAccess, IdentityError, NewPerson, Role};
+use crate::identity::{self, ConnectorAccess, IdentityError, NewPerson, PersonalTokens, Role};
 use crate::kb::index::SearchIndex;
 use crate::kb::{self, KbError};
+use crate::oauth::pats::{self, PatError};
 use crate::requests::apps::{self, AppStatus};
 use crate::requests::{self, RequestError};
 use crate::store::{self, Store, StoreError};
@@ -42,6 +43,8 @@ pub enum AdminRequest {
         slug: String,
         connector_access: Option<ConnectorAccess>,
         require_second_factor: Option<bool>,
+        #[serde(default)]
+        personal_tokens: Option<PersonalTokens>,
     },
     UserAdd {
         email: String,
@@ -198,6 +201,22 @@ pub enum AdminRequest {
         id: String,
         change: triggers::Change,
     },
+    /// A personal access token for a member (the secret is in the answer, once).
+    TokenCreate {
+        org: String,
+        email: String,
+        name: String,
+        #[serde(default)]
+        scopes: Vec<String>,
+        expires_in_days: Option<i64>,
+    },
+    /// Every personal access token of an organisation.
+    TokenList {
+        org: String,
+    },
+    TokenRevoke {
+        id: u64,
+    },
 }
 
 /// Why an administrative request failed.
@@ -216,6 +235,18 @@ impl From<IdentityError> for AdminError {
     fn from(e: IdentityError) -> Self {
         match e {
             IdentityError::Store(s) => AdminError::Store(s),
+            other => AdminError::Refused(other.to_string()),
+        }
+    }
+}
+
+impl From<PatError> for AdminError {
+    fn from(e: PatError) -> Self {
+        match e {
+            PatError::Store(s) | PatError::Identity(IdentityError::Store(s)) => {
+                AdminError::Store(s)
+            }
+            PatError::NotFound => AdminError::Refused("no such personal access token".into()),
             other => AdminError::Refused(other.to_string()),
         }
     }
@@ -352,6 +383,7 @@ fn org_json(o: &identity::Org) -> Value {
         "id": o.id, "slug": o.slug, "name": o.name,
         "connector_access": o.connector_access,
         "require_second_factor": o.require_second_factor,
+        "personal_tokens": o.personal_tokens,
         "created_at": o.created_at.to_string(),
     })
 }
@@ -391,14 +423,21 @@ pub fn execute(
             slug,
             connector_access,
             require_second_factor,
-        } => org_json(&identity::set_org_policy(
-            store,
-            &OPERATOR,
-            &slug,
-            connector_access,
-            require_second_factor,
-            now,
-        )?),
+            personal_tokens,
+        } => {
+            let mut org = identity::set_org_policy(
+                store,
+                &OPERATOR,
+                &slug,
+                connector_access,
+                require_second_factor,
+                now,
+            )?;
+            if let Some(setting) = personal_tokens {
+                org = identity::set_personal_tokens(store, &slug, setting)?;
+            }
+            org_json(&org)
+        }
         AdminRequest::UserAdd {
             email,
             name,
@@ -727,6 +766,47 @@ pub fn execute(
                 }
                 None => json!({"id": t.id, "paused": t.paused, "deleted": t.deleted}),
             }
+        }
+        AdminRequest::TokenCreate {
+            org,
+            email,
+            name,
+            scopes,
+            expires_in_days,
+        } => {
+            let org = identity::find_org(store, &org)?;
+            let (_, p) = store.read(|tx| identity::member_by_email(tx, org.id, &email))?;
+            let new = pats::NewToken {
+                org_id: org.id,
+                person_id: p.id,
+                name,
+                scopes,
+                expires_in_days,
+            };
+            let (token, secret) = pats::create(store, new, now)?;
+            json!({"id": token.id, "token": secret})
+        }
+        AdminRequest::TokenList { org } => {
+            let org = identity::find_org(store, &org)?;
+            let items: Vec<Value> = store
+                .read(|tx| pats::list(tx, org.id, None))?
+                .iter()
+                .map(|r| {
+                    let t = &r.token;
+                    json!({
+                        "id": t.id, "name": t.name, "email": r.email, "scopes": t.scopes,
+                        "created_at": t.created_at.to_string(),
+                        "expires_at": t.expires_at.to_string(),
+                        "last_used_at": r.last_used.map(|at| at.to_string()),
+                        "revoked_at": t.revoked_at.map(|at| at.to_string()),
+                    })
+                })
+                .collect();
+            json!({ "items": items })
+        }
+        AdminRequest::TokenRevoke { id } => {
+            let t = pats::revoke(store, id, pats::Revoker::Operator, now)?;
+            json!({"id": t.id, "revoked": true})
         }
     })
 }

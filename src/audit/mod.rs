@@ -24,9 +24,13 @@ pub enum Outcome {
 pub struct AuditRecord {
     pub at: Timestamp,
     pub org_id: u64,
-    /// The person and grant of a person's call; 0 for an agent's.
+    /// The person and grant of a person's call; 0 for an agent's (and the grant for a
+    /// personal access token's).
     pub person_id: u64,
     pub grant_id: u64,
+    /// The personal access token of a person's call made with one (then `grant_id` is 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_id: Option<u64>,
     /// The agent and its run (or feature-request job) of an agent's call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<u64>,

@@ -76,6 +76,8 @@ fn origin_allowed(origin: &str, public_url: &str, hosts: &[String]) -> bool {
 struct Guard {
     hosts: Vec<String>,
     token_failures: FailureLimiter<IpAddr>,
+    /// Failed personal access tokens (`kb_pat_`), counted apart from OAuth tokens.
+    pat_failures: FailureLimiter<IpAddr>,
 }
 
 pub fn routes(app: Arc<App>) -> Router<Arc<App>> {
@@ -98,6 +100,7 @@ pub fn routes(app: Arc<App>) -> Router<Arc<App>> {
     let guard = Arc::new(Guard {
         hosts,
         token_failures: FailureLimiter::new(TOKEN_FAILURES_PER_WINDOW, WINDOW, app.clock.clone()),
+        pat_failures: FailureLimiter::new(TOKEN_FAILURES_PER_WINDOW, WINDOW, app.clock.clone()),
     });
     Router::new().route(
         CONNECTOR_PATH,
@@ -178,10 +181,16 @@ async fn handle(
     if length.is_some_and(|n| n > MAX_BODY as u64) {
         return (StatusCode::PAYLOAD_TOO_LARGE, axum::Json(json!({"error": "payload_too_large", "error_description": "request body is larger than 1 MB"}))).into_response();
     }
-    if let Some(wait) = guard.token_failures.blocked(&ip) {
+    let token = bearer(headers);
+    // Personal access tokens and OAuth tokens each have their own count of failures.
+    let failures = match token {
+        Some(t) if t.starts_with(oauth::pats::PREFIX) => &guard.pat_failures,
+        _ => &guard.token_failures,
+    };
+    if let Some(wait) = failures.blocked(&ip) {
         return too_many_requests(wait);
     }
-    let Some(token) = bearer(headers) else {
+    let Some(token) = token else {
         return auth_error(
             &app,
             StatusCode::UNAUTHORIZED,
@@ -194,7 +203,7 @@ async fn handle(
         Err(e) => {
             // Only a presented token that fails counts against the address.
             if !matches!(e, BearerError::Denied(_))
-                && let Some(wait) = guard.token_failures.record_failure(&ip)
+                && let Some(wait) = failures.record_failure(&ip)
             {
                 return too_many_requests(wait);
             }
@@ -211,12 +220,11 @@ async fn handle(
             "the token has none of the connector's scopes",
         );
     }
-    req.extensions_mut().insert(Caller::person(
-        access.org_id,
-        access.person_id,
-        access.grant_id,
-        scopes,
-    ));
+    let caller = match access.token_id {
+        Some(token_id) => Caller::token(access.org_id, access.person_id, token_id, scopes),
+        None => Caller::person(access.org_id, access.person_id, access.grant_id, scopes),
+    };
+    req.extensions_mut().insert(caller);
     let (parts, body) = req.into_parts();
     let body = Body::new(http_body_util::Limited::new(body, MAX_BODY));
     match service.oneshot(Request::from_parts(parts, body)).await {

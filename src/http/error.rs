@@ -21,6 +21,7 @@ use crate::agents::{AgentError, CancelError};
 use crate::identity::IdentityError;
 use crate::kb::KbError;
 use crate::kb::link::LinkError;
+use crate::oauth::pats::PatError;
 use crate::oauth::{BearerError, OAuthError};
 use crate::requests::RequestError;
 use crate::store::StoreError;
@@ -124,6 +125,19 @@ impl ToProblem for IdentityError {
             I::TooManyAttempts { .. } => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
             I::Busy { .. } => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
             I::Interrupted => return Problem::internal("identity check interrupted", self),
+        };
+        Problem::refused(status, code, self)
+    }
+}
+
+impl ToProblem for PatError {
+    fn problem(&self) -> Problem {
+        let (status, code) = match self {
+            PatError::Store(s) => return s.problem(),
+            PatError::Identity(e) => return e.problem(),
+            PatError::InvalidInput(_) => (StatusCode::BAD_REQUEST, "invalid_input"),
+            PatError::Disabled => (StatusCode::FORBIDDEN, "personal_tokens_denied"),
+            PatError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
         };
         Problem::refused(status, code, self)
     }

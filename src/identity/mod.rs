@@ -128,6 +128,29 @@ impl std::str::FromStr for ConnectorAccess {
     }
 }
 
+/// Whether an organisation's members may make personal access tokens (and use those they
+/// have): `allow` (default) or `deny`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PersonalTokens {
+    #[default]
+    Allow,
+    Deny,
+}
+
+impl std::str::FromStr for PersonalTokens {
+    type Err = IdentityError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "allow" => Ok(Self::Allow),
+            "deny" => Ok(Self::Deny),
+            other => Err(IdentityError::InvalidInput(format!(
+                "personal tokens `{other}` is not allow or deny"
+            ))),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
@@ -166,6 +189,9 @@ pub struct Org {
     pub slug: String,
     pub connector_access: ConnectorAccess,
     pub require_second_factor: bool,
+    /// Personal access tokens allowed (organisations made before they existed: allowed).
+    #[serde(default)]
+    pub personal_tokens: PersonalTokens,
     pub created_at: Timestamp,
 }
 
@@ -219,6 +245,9 @@ pub enum AccessDenied {
     TermsNotAccepted,
     #[error("account disabled")]
     Disabled,
+    /// The organisation switched personal access tokens off (`personal_tokens = deny`).
+    #[error("personal access tokens not allowed")]
+    PersonalTokensOff,
 }
 
 /// Sets (or with `None` clears) the portal language a person chose.
@@ -305,6 +334,7 @@ pub fn create_org(store: &Store, name: &str, now: Timestamp) -> Result<Org, Iden
             slug: slug.clone(),
             connector_access: ConnectorAccess::default(),
             require_second_factor: true,
+            personal_tokens: PersonalTokens::default(),
             created_at: now,
         };
         tx.put(ORGS, &key::id(org.id), &org)?;
@@ -365,6 +395,21 @@ pub fn set_org_policy(
             org.require_second_factor
         );
         audit::admin_in(tx, id, by, "org.set", &target, now)?;
+        Ok(org)
+    })
+}
+
+/// Allows or denies an organisation's personal access tokens.
+pub fn set_personal_tokens(
+    store: &Store,
+    slug: &str,
+    setting: PersonalTokens,
+) -> Result<Org, IdentityError> {
+    store.write(|tx| {
+        let mut org =
+            org_by_slug(tx, slug)?.ok_or_else(|| IdentityError::UnknownOrg(slug.to_owned()))?;
+        org.personal_tokens = setting;
+        tx.put(ORGS, &key::id(org.id), &org)?;
         Ok(org)
     })
 }
@@ -709,6 +754,11 @@ pub fn organisations_of(tx: &ReadTx, person_id: u64) -> Result<Vec<(Org, Members
         }
     }
     Ok(out)
+}
+
+/// One organisation by id.
+pub fn org(tx: &impl Read, org_id: u64) -> Result<Option<Org>, StoreError> {
+    tx.get(ORGS, &key::id(org_id))
 }
 
 /// One person by id.

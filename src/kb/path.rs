@@ -14,6 +14,20 @@ use super::KbError;
 pub const WRITE_ROOT: &str = "aangeleverd";
 pub const MAX_PATH_BYTES: usize = 1024;
 
+/// A document's portal page, relative to the public URL: `/portal/o/<org>/kb/<path>`, each
+/// segment percent-encoded (the portal links to it; the `search` and `fetch` tools hand it out).
+pub fn portal_page(slug: &str, doc_path: &str) -> String {
+    let segments: Vec<String> = doc_path
+        .split('/')
+        .map(|seg| {
+            url::form_urlencoded::byte_serialize(seg.as_bytes())
+                .collect::<String>()
+                .replace('+', "%20")
+        })
+        .collect();
+    format!("/portal/o/{slug}/kb/{}", segments.join("/"))
+}
+
 /// A normalised path: `/`-separated segments, none empty, `.` or `..`, no control characters,
 /// no leading or trailing slash.
 pub fn normalize(path: &str) -> Result<String, KbError> {

@@ -28,14 +28,13 @@ use crate::store::{
     StoreError, WriteTx, key,
 };
 
-/// How often a grant's last-use time is written at most: the bearer check is a hot path, and
-/// "last used" is shown to people, for whom a minute's precision is plenty.
-const LAST_USE_EVERY: SignedDuration = SignedDuration::from_secs(60);
-
 /// Who acts through a valid access token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccessContext {
+    /// The grant; 0 for a personal access token.
     pub grant_id: u64,
+    /// The personal access token acting, if one does (then `grant_id` is 0).
+    pub token_id: Option<u64>,
     pub org_id: u64,
     pub person_id: u64,
     pub client_id: String,
@@ -153,6 +152,10 @@ fn check_scopes(scopes: &[String]) -> Result<(), OAuthError> {
 /// that the person may still act there. One read transaction; no writes (the last-use stamp
 /// goes through the batch writer, at most once a minute per grant).
 pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError> {
+    // Personal access tokens have their own records and the same per-call checks.
+    if token.starts_with(super::pats::PREFIX) {
+        return super::pats::check_bearer(app, token);
+    }
     if !token.starts_with("kb_at_") || token.len() > 100 {
         return Err(BearerError::Invalid);
     }
@@ -185,6 +188,7 @@ pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError
         }
         Ok(Ok(AccessContext {
             grant_id: g.id,
+            token_id: None,
             org_id: g.org_id,
             person_id: g.person_id,
             client_id: g.client_id,
@@ -200,20 +204,14 @@ pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError
             return Err(BearerError::Invalid);
         }
     };
-    stamp_last_use(app, ctx.grant_id, now);
+    super::stamp_last_use(
+        app,
+        &app.grant_use_stamped,
+        OAUTH_LAST_USED,
+        ctx.grant_id,
+        now,
+    );
     Ok(ctx)
-}
-
-fn stamp_last_use(app: &App, grant_id: u64, now: Timestamp) {
-    let due = match app.grant_use_stamped.get(&grant_id) {
-        Some(t) => now.duration_since(*t) >= LAST_USE_EVERY,
-        None => true,
-    };
-    if due {
-        app.grant_use_stamped.insert(grant_id, now);
-        app.batch
-            .put(OAUTH_LAST_USED, key::id(grant_id).to_vec(), &now);
-    }
 }
 
 /// When a grant was last used by a connector call, if ever.
@@ -604,11 +602,11 @@ pub fn revoke_connection(
     })?)
 }
 
-/// Removes a person from an organisation and revokes their connections there, in one
-/// transaction: their next connector call gets 401. Nothing else of theirs changes — grants in
-/// other organisations, portal sessions, the account. Refused for the last admin
-/// ([`identity::IdentityError::LastAdmin`]). Audited (`member.remove`). Returns how many
-/// grants were revoked.
+/// Removes a person from an organisation and revokes their connections and personal access
+/// tokens there, in one transaction: their next connector call gets 401. Nothing else of
+/// theirs changes — grants in other organisations, portal sessions, the account. Refused for
+/// the last admin ([`identity::IdentityError::LastAdmin`]). Audited (`member.remove`). Returns
+/// how many grants were revoked.
 pub fn remove_member(
     store: &Store,
     by: &Actor,
@@ -632,6 +630,7 @@ pub fn remove_member(
         for id in &theirs {
             revoke_in(tx, *id, now)?;
         }
+        super::pats::revoke_all_of_person(tx, person_id, Some(org_id), now)?;
         Ok(theirs.len())
     })
 }

@@ -6,6 +6,7 @@
 //! - [`check_bearer`]: bearer token → [`AccessContext`] (person, organisation, grant, scopes),
 //!   re-checking membership, right to connect, second factor and terms on every call.
 //! - [`www_authenticate`]: the header value of the connector's 401.
+//!   Personal access tokens (`kb_pat_`, [`pats`]) take their own branch of the same check.
 //! - [`issue_grant`] / [`revoke_grant`]: the same functions the `/token` path and the portal
 //!   use; tests of other areas mint grants with them instead of going through HTTP.
 //!
@@ -22,6 +23,7 @@ pub mod cimd;
 mod clients;
 mod credentials;
 mod grants;
+pub mod pats;
 pub mod redirect;
 mod retention;
 pub mod routes;
@@ -122,6 +124,30 @@ impl OAuthError {
 }
 
 pub use crate::identity::{hash_secret, new_secret};
+
+/// How often a grant's or token's last-use time is written at most: the bearer check is a hot
+/// path, and "last used" is shown to people, for whom a minute's precision is plenty.
+const LAST_USE_EVERY: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
+
+/// Queues the last-use time of grant or token `id` into `table` through the batch writer, at
+/// most once a minute per id (`stamped` remembers when it last did).
+pub(crate) fn stamp_last_use(
+    app: &crate::app::App,
+    stamped: &dashmap::DashMap<u64, jiff::Timestamp>,
+    table: crate::store::Table,
+    id: u64,
+    now: jiff::Timestamp,
+) {
+    let due = match stamped.get(&id) {
+        Some(t) => now.duration_since(*t) >= LAST_USE_EVERY,
+        None => true,
+    };
+    if due {
+        stamped.insert(id, now);
+        app.batch
+            .put(table, crate::store::key::id(id).to_vec(), &now);
+    }
+}
 
 /// Splits a space-separated scope string into the known scopes, in [`SCOPES`] order, dropping
 /// unknown ones (clients ask for things like `offline_access`).

@@ -107,7 +107,7 @@ fn redirect_host(uri: &str) -> String {
         .unwrap_or_else(|| uri.to_owned())
 }
 
-fn scope_label(scope: &str) -> String {
+pub(super) fn scope_label(scope: &str) -> String {
     match scope {
         "kennisbank" => t("scope-kennisbank"),
         "feature_requests" => t("scope-feature-requests"),

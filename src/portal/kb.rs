@@ -106,15 +106,7 @@ fn kb_url(slug: &str, folder: &str) -> String {
 
 /// A document's page: `/portal/o/<org>/kb/<path>`, each segment percent-encoded.
 pub fn doc_url(slug: &str, doc_path: &str) -> String {
-    let segments: Vec<String> = doc_path
-        .split('/')
-        .map(|seg| {
-            url::form_urlencoded::byte_serialize(seg.as_bytes())
-                .collect::<String>()
-                .replace('+', "%20")
-        })
-        .collect();
-    format!("/portal/o/{slug}/kb/{}", segments.join("/"))
+    path::portal_page(slug, doc_path)
 }
 
 fn url_escape(s: &str) -> String {
@@ -919,11 +911,16 @@ async fn audit_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Respo
                         .into_iter()
                         .map(|c| (c.grant.id, c))
                         .collect();
-                Ok::<_, StoreError>((records, by_grant, agents))
+                let by_token: HashMap<u64, oauth::pats::TokenRow> =
+                    oauth::pats::list(tx, org_id, None)?
+                        .into_iter()
+                        .map(|r| (r.token.id, r))
+                        .collect();
+                Ok::<_, StoreError>((records, by_grant, by_token, agents))
             })
         })
         .await;
-    let (records, by_grant, agents) = match found {
+    let (records, by_grant, by_token, agents) = match found {
         Ok(f) => f,
         Err(e) => return refused(&m, &e),
     };
@@ -941,6 +938,7 @@ async fn audit_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Respo
                 tbody {
                     @for r in records.iter().rev().take(500) {
                         @let c = by_grant.get(&r.grant_id);
+                        @let token = r.token_id.and_then(|id| by_token.get(&id));
                         tr {
                             td.date { (moment(r.at)) }
                             td {
@@ -951,6 +949,8 @@ async fn audit_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Respo
                                     @if let Some(run) = r.run_id {
                                         " · " a href={ "/portal/o/" (slug) "/runs/" (run) } { (ta("run-title", &[("id", run.to_string())])) }
                                     }
+                                } @else if let Some(token) = token {
+                                    (ta("audit-token", &[("name", token.token.name.clone())]))
                                 } @else {
                                     (c.map(|c| c.client_name.clone()).unwrap_or_else(|| format!("#{}", r.grant_id)))
                                 }
@@ -958,7 +958,7 @@ async fn audit_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Respo
                             td {
                                 @if let Some(actor) = &r.actor { (actor) }
                                 @else if r.person_id == 0 { "—" }
-                                @else { (c.map(|c| c.person_email.clone()).filter(|e| !e.is_empty()).unwrap_or_else(|| crate::erase::pseudonym(r.person_id))) }
+                                @else { (c.map(|c| c.person_email.clone()).filter(|e| !e.is_empty()).or_else(|| token.map(|t| t.email.clone())).unwrap_or_else(|| crate::erase::pseudonym(r.person_id))) }
                             }
                             td { code { (r.action.as_deref().unwrap_or(&r.tool)) } }
                             td {

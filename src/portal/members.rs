@@ -181,7 +181,7 @@ async fn members_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Res
     render(&app, &m, StatusCode::OK, None).await
 }
 
-fn link_notice(id: &str, heading: &str, url: &str, explain: &str) -> Markup {
+pub(super) fn link_notice(id: &str, heading: &str, url: &str, explain: &str) -> Markup {
     html! {
         div.notice role="status" {
             p { strong { (heading) } }

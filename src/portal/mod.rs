@@ -39,6 +39,7 @@ mod members;
 mod refusal;
 mod requests;
 mod runs;
+mod tokens;
 mod triggers;
 
 use std::sync::Arc;
@@ -77,6 +78,7 @@ pub const NAV: &[(&str, &str)] = &[
     ("nav-requests", "/requests"),
     ("nav-apps", "/apps"),
     ("nav-connections", "/connections"),
+    ("nav-tokens", "/tokens"),
     ("nav-triggers", "/triggers"),
     ("nav-members", "/members"),
     ("nav-audit", "/audit"),
@@ -156,6 +158,7 @@ pub fn routes(app: Arc<App>) -> Router<Arc<App>> {
         )
         .merge(members::router())
         .merge(invite::router())
+        .merge(tokens::router())
         .layer(tower_http::limit::RequestBodyLimitLayer::new(64 * 1024))
         .merge(kb::router())
         .merge(apps::router())

@@ -368,6 +368,32 @@ const SENTENCES: &[(&str, &str, &str)] = &[
         "query has {n} terms; at most {max} are allowed (a quoted phrase counts as one)",
         "refused-query-terms",
     ),
+    // Personal access tokens (`oauth::pats`).
+    (
+        "invalid_input",
+        "token name must be 1 to {max} characters without control characters",
+        "refused-token-name",
+    ),
+    (
+        "invalid_input",
+        "a token expires in 1 to {max} days, not {n}",
+        "refused-token-days",
+    ),
+    (
+        "invalid_input",
+        "unknown scope `{scope}`; choose from {scopes}",
+        "refused-token-scope",
+    ),
+    (
+        "invalid_input",
+        "personal tokens `{value}` is not allow or deny",
+        "refused-token-setting",
+    ),
+    (
+        "not_found",
+        "no such personal access token",
+        "refused-token-unknown",
+    ),
 ];
 
 /// What a refusal says in the request's language (see the module's documentation).
@@ -538,6 +564,18 @@ mod tests {
         ] {
             out.push(e.problem());
         }
+        use crate::oauth::pats;
+        for e in [
+            pats::check_token_input("", &[], None),
+            pats::check_token_input("x", &[], Some(400)),
+            pats::check_token_input("x", &["admin".to_owned()], None),
+        ] {
+            out.push(e.unwrap_err().problem());
+        }
+        out.push(pats::PatError::Disabled.problem());
+        out.push(pats::PatError::NotFound.problem());
+        let e = "sometimes".parse::<identity::PersonalTokens>().unwrap_err();
+        out.push(e.problem());
         for p in ["/a", "a\\b", "a//b", "a/../b", "a/ b /c", "a\u{1}"] {
             let e: KbError = path::normalize(p).unwrap_err();
             out.push(e.problem());

@@ -78,6 +78,12 @@ pub const OAUTH_TOKENS: Table = Table::new("oauth_tokens");
 /// When a grant was last used, by grant id; written through the batch writer, kept apart
 /// from the grant so a late stamp can never overwrite a revocation.
 pub const OAUTH_LAST_USED: Table = Table::new("oauth_last_used");
+/// Personal access tokens by id.
+pub const PATS: Table = Table::new("personal_tokens");
+/// Personal access token ids by SHA-256 of the token.
+pub const PAT_HASHES: Table = Table::new("personal_token_hashes");
+/// When a personal access token was last used, by token id (batch writer, like grants).
+pub const PAT_LAST_USED: Table = Table::new("personal_token_last_used");
 /// Portal sessions by SHA-256 of the session token.
 pub const SESSIONS: Table = Table::new("sessions");
 
@@ -163,6 +169,9 @@ pub const ALL_TABLES: &[Table] = &[
     OAUTH_GRANTS,
     OAUTH_TOKENS,
     OAUTH_LAST_USED,
+    PATS,
+    PAT_HASHES,
+    PAT_LAST_USED,
     SESSIONS,
     ERASING,
 ];

@@ -1,5 +1,6 @@
 //! The knowledge-base tools: `kennisbank_list`, `kennisbank_read`, `kennisbank_search`,
-//! `kennisbank_write`. Each returns the structured result of DESIGN.md and a readable text.
+//! `kennisbank_write`, and ChatGPT's `search` and `fetch` built on search and read. Each
+//! returns the structured result of DESIGN.md and a readable text.
 
 #![cfg_attr(
     not(test),
@@ -162,6 +163,100 @@ pub fn search(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolErr
     })
 }
 
+/// The portal page of a document of the caller's organisation, as an absolute URL builder.
+fn portal_pages(app: &App, caller: &Caller) -> Result<impl Fn(&str) -> String, ToolError> {
+    let slug = app
+        .store
+        .read(|tx| crate::identity::org(tx, caller.org_id))?
+        .map(|o| o.slug)
+        .ok_or_else(|| ToolError::Internal(format!("organisation {} is gone", caller.org_id)))?;
+    let base = app.public_url.clone();
+    Ok(move |doc_path: &str| format!("{base}{}", path::portal_page(&slug, doc_path)))
+}
+
+/// A document's title for `search` and `fetch`: its file name.
+fn title_of(doc_path: &str) -> String {
+    doc_path.rsplit('/').next().unwrap_or(doc_path).to_owned()
+}
+
+/// ChatGPT's `search` (company knowledge, deep research): `kennisbank_search` with the
+/// results as `{id, title, url}`, `id` being the document's path. The same object is the
+/// structured content and the text.
+pub fn chatgpt_search(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolError> {
+    let raw = req_str(args, "query")?;
+    let out = search::search_text(
+        &app.store,
+        &app.kb_index,
+        caller.org_id,
+        &raw,
+        None,
+        search::DEFAULT_LIMIT,
+    )?;
+    let page = portal_pages(app, caller)?;
+    let results: Vec<Value> = out
+        .results
+        .iter()
+        .map(|hit| json!({"id": hit.path, "title": title_of(&hit.path), "url": page(&hit.path)}))
+        .collect();
+    let structured = json!({ "results": results });
+    Ok(ToolOk {
+        text: structured.to_string(),
+        structured,
+        target: None,
+    })
+}
+
+/// ChatGPT's `fetch`: `kennisbank_read` of the document whose path is `id`, at the read
+/// tool's largest `maxChars`, as `{id, title, text, url, metadata}`. `text` is the document's
+/// text (for PDF and Office files the extracted text); `metadata.truncated` says whether it was
+/// cut. A binary file without text gets a sentence with its download link instead.
+pub fn chatgpt_fetch(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolError> {
+    let id = req_str(args, "id")?;
+    let mut read_args = Args::new();
+    read_args.insert("path".into(), json!(id));
+    read_args.insert("maxChars".into(), json!(MAX_MAX_CHARS));
+    let doc = read(app, caller, &read_args)
+        .map_err(|e| match e {
+            ToolError::Kb(KbError::NotFound(_)) => ToolError::NotFound(format!(
+                "no document with id `{id}`; use search to find documents and their ids"
+            )),
+            other => other,
+        })?
+        .structured;
+    let field = |name: &str| doc.get(name).cloned().unwrap_or(Value::Null);
+    let doc_path = field("path").as_str().unwrap_or(&id).to_owned();
+    let text = match doc.get("excerpt").and_then(Value::as_str) {
+        Some(excerpt) => excerpt.to_owned(),
+        None => format!(
+            "{doc_path} is a binary document ({}) without text that can be shown; download it (link valid 15 minutes): {}",
+            field("content_type").as_str().unwrap_or("unknown type"),
+            field("download_url").as_str().unwrap_or_default()
+        ),
+    };
+    let structured = json!({
+        "id": doc_path,
+        "title": title_of(&doc_path),
+        "text": text,
+        "url": portal_pages(app, caller)?(&doc_path),
+        "metadata": {
+            "version": field("version"),
+            "size": field("size"),
+            "kind": field("kind"),
+            "content_type": field("content_type"),
+            "extracted": field("extracted").as_bool().unwrap_or(false),
+            "truncated": field("truncated").as_bool().unwrap_or(false),
+            "total_chars": field("total_chars"),
+            "download_url": field("download_url"),
+            "download_expires_at": field("download_expires_at"),
+        },
+    });
+    Ok(ToolOk {
+        text: structured.to_string(),
+        structured,
+        target: Some(doc_path),
+    })
+}
+
 pub fn write(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolError> {
     let p = path::check_write_path(&req_str(args, "path")?)?;
     let content = req_str(args, "content")?;
@@ -312,6 +407,29 @@ pub fn definitions(with_extracted: bool) -> Vec<(&'static str, &'static str, Val
             json!({"type": "object", "properties": {
                 "path": {"type": "string"}, "version": {"type": "integer"}, "created": {"type": "boolean"}, "size": {"type": "integer"}},
                 "required": ["path", "version", "created", "size"]}),
+        ),
+        (
+            "search",
+            "Search the organisation's knowledge base (for ChatGPT's company knowledge and deep research; the same search as kennisbank_search). Returns matching documents as `{id, title, url}`; pass an `id` to `fetch` to read the document. The material is mostly Dutch: search with a few Dutch keywords as they appear in the documents (e.g. `kozijn onderhoud`), not a question. Case and accents are ignored, a word also matches inside longer words, all terms must occur within 3 consecutive lines; 2 to 200 characters, at most 10 terms.",
+            json!({"type": "object", "properties": {
+                "query": {"type": "string", "minLength": 2, "maxLength": 200, "description": "A few keywords in the language of the documents (mostly Dutch)."}},
+                "required": ["query"]}),
+            json!({"type": "object", "properties": {
+                "results": {"type": "array", "items": {"type": "object", "properties": {
+                    "id": {"type": "string"}, "title": {"type": "string"}, "url": {"type": "string"}},
+                    "required": ["id", "title", "url"]}}},
+                "required": ["results"]}),
+        ),
+        (
+            "fetch",
+            "Fetch one knowledge-base document by the `id` that `search` returned: its text (for PDF and Office files the text taken from them; at most 20000 characters, `metadata.truncated` says whether it was cut), title, portal URL and metadata (version, size, content type, a download link valid 15 minutes).",
+            json!({"type": "object", "properties": {
+                "id": {"type": "string", "description": "A document id from `search` (the document's path)."}},
+                "required": ["id"]}),
+            json!({"type": "object", "properties": {
+                "id": {"type": "string"}, "title": {"type": "string"}, "text": {"type": "string"},
+                "url": {"type": "string"}, "metadata": {"type": "object"}},
+                "required": ["id", "title", "text", "url", "metadata"]}),
         ),
     ]
 }

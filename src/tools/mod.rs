@@ -26,10 +26,12 @@ pub const SCOPE_KB: &str = "kennisbank";
 /// The scope that unlocks the feature-request tools.
 pub const SCOPE_REQUESTS: &str = "feature_requests";
 
-/// Who acts: a person through a grant, or an organisation's agent during one run (or job).
+/// Who acts: a person through a grant or a personal access token, or an organisation's agent
+/// during one run (or job).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Actor {
     Person { person_id: u64, grant_id: u64 },
+    Token { person_id: u64, token_id: u64 },
     Agent { agent_id: u64, run_id: u64 },
 }
 
@@ -54,6 +56,18 @@ impl Caller {
         }
     }
 
+    /// A person's call through personal access token `token_id` with `scopes`.
+    pub fn token(org_id: u64, person_id: u64, token_id: u64, scopes: Vec<String>) -> Caller {
+        Caller {
+            org_id,
+            actor: Actor::Token {
+                person_id,
+                token_id,
+            },
+            scopes,
+        }
+    }
+
     /// The organisation's agent working on run (or feature-request job) `run_id`: it gets the
     /// knowledge-base tools only.
     pub fn agent(org_id: u64, agent_id: u64, run_id: u64) -> Caller {
@@ -71,7 +85,7 @@ impl Caller {
     /// The person acting, if a person acts (documents written by an agent have no author).
     pub fn person_id(&self) -> Option<u64> {
         match self.actor {
-            Actor::Person { person_id, .. } => Some(person_id),
+            Actor::Person { person_id, .. } | Actor::Token { person_id, .. } => Some(person_id),
             Actor::Agent { .. } => None,
         }
     }
@@ -172,6 +186,9 @@ pub struct ToolSpec {
     /// Announced as `readOnlyHint`; clients such as ChatGPT ask before every other call.
     pub read_only: bool,
     pub scope: &'static str,
+    /// Offered to an organisation's agents too (`llm` runs); ChatGPT's `search` and `fetch`
+    /// only repeat the knowledge-base tools for people's assistants.
+    pub for_agents: bool,
     pub run: fn(&App, &Caller, &args::Args) -> Result<ToolOk, ToolError>,
 }
 
@@ -182,6 +199,7 @@ pub const TOOLS: &[ToolSpec] = &[
         title: "List knowledge-base documents",
         read_only: true,
         scope: SCOPE_KB,
+        for_agents: true,
         run: kb::list,
     },
     ToolSpec {
@@ -189,6 +207,7 @@ pub const TOOLS: &[ToolSpec] = &[
         title: "Read a knowledge-base document",
         read_only: true,
         scope: SCOPE_KB,
+        for_agents: true,
         run: kb::read,
     },
     ToolSpec {
@@ -196,6 +215,7 @@ pub const TOOLS: &[ToolSpec] = &[
         title: "Search the knowledge base",
         read_only: true,
         scope: SCOPE_KB,
+        for_agents: true,
         run: kb::search,
     },
     ToolSpec {
@@ -203,13 +223,31 @@ pub const TOOLS: &[ToolSpec] = &[
         title: "Write a knowledge-base document",
         read_only: false,
         scope: SCOPE_KB,
+        for_agents: true,
         run: kb::write,
+    },
+    ToolSpec {
+        name: "search",
+        title: "Search the knowledge base (ChatGPT)",
+        read_only: true,
+        scope: SCOPE_KB,
+        for_agents: false,
+        run: kb::chatgpt_search,
+    },
+    ToolSpec {
+        name: "fetch",
+        title: "Fetch a knowledge-base document (ChatGPT)",
+        read_only: true,
+        scope: SCOPE_KB,
+        for_agents: false,
+        run: kb::chatgpt_fetch,
     },
     ToolSpec {
         name: "app_list",
         title: "List apps",
         read_only: true,
         scope: SCOPE_REQUESTS,
+        for_agents: true,
         run: requests::app_list,
     },
     ToolSpec {
@@ -217,6 +255,7 @@ pub const TOOLS: &[ToolSpec] = &[
         title: "List feature requests",
         read_only: true,
         scope: SCOPE_REQUESTS,
+        for_agents: true,
         run: requests::list,
     },
     ToolSpec {
@@ -224,6 +263,7 @@ pub const TOOLS: &[ToolSpec] = &[
         title: "Read a feature request",
         read_only: true,
         scope: SCOPE_REQUESTS,
+        for_agents: true,
         run: requests::read,
     },
     ToolSpec {
@@ -231,6 +271,7 @@ pub const TOOLS: &[ToolSpec] = &[
         title: "File a feature request",
         read_only: false,
         scope: SCOPE_REQUESTS,
+        for_agents: true,
         run: requests::create,
     },
     ToolSpec {
@@ -238,6 +279,7 @@ pub const TOOLS: &[ToolSpec] = &[
         title: "Reply to a feature request",
         read_only: false,
         scope: SCOPE_REQUESTS,
+        for_agents: true,
         run: requests::reply,
     },
 ];
@@ -251,8 +293,10 @@ pub fn definitions(with_extracted: bool) -> Vec<(&'static str, &'static str, Val
 }
 
 /// What a call was about when it failed before saying so: the path, request or app it named.
-fn target_of(args: &args::Args) -> Option<String> {
-    if let Ok(Some(path)) = args::opt_str(args, "path") {
+fn target_of(tool: &ToolSpec, args: &args::Args) -> Option<String> {
+    // `fetch` names its document by `id`, which is the document's path.
+    let path_arg = if tool.name == "fetch" { "id" } else { "path" };
+    if let Ok(Some(path)) = args::opt_str(args, path_arg) {
         return Some(path);
     }
     for (name, label) in [("id", "request"), ("app_id", "app")] {
@@ -268,9 +312,10 @@ fn target_of(args: &args::Args) -> Option<String> {
 /// The tool a caller may use under this name; `None` if unknown or outside its scopes (such
 /// tools do not exist for the grant).
 pub fn tool_for<'a>(caller: &Caller, name: &str) -> Option<&'a ToolSpec> {
+    let agent = matches!(caller.actor, Actor::Agent { .. });
     TOOLS
         .iter()
-        .find(|t| t.name == name && caller.has_scope(t.scope))
+        .find(|t| t.name == name && caller.has_scope(t.scope) && (t.for_agents || !agent))
 }
 
 /// Runs one tool call: the hourly limit, the tool, the audit record. Blocking (redb, index).
@@ -304,21 +349,26 @@ pub fn call(
             if e.outcome() == Outcome::Error {
                 tracing::error!(tool = tool.name, error = %e, "tool failed");
             }
-            (e.outcome(), Some(e.to_string()), target_of(args))
+            (e.outcome(), Some(e.to_string()), target_of(tool, args))
         }
     };
-    let (person_id, grant_id, agent_id, run_id) = match caller.actor {
+    let (person_id, grant_id, token_id, agent_id, run_id) = match caller.actor {
         Actor::Person {
             person_id,
             grant_id,
-        } => (person_id, grant_id, None, None),
-        Actor::Agent { agent_id, run_id } => (0, 0, Some(agent_id), Some(run_id)),
+        } => (person_id, grant_id, None, None, None),
+        Actor::Token {
+            person_id,
+            token_id,
+        } => (person_id, 0, Some(token_id), None, None),
+        Actor::Agent { agent_id, run_id } => (0, 0, None, Some(agent_id), Some(run_id)),
     };
     let record = AuditRecord {
         at: now,
         org_id: caller.org_id,
         person_id,
         grant_id,
+        token_id,
         agent_id,
         run_id,
         tool: tool.name.to_owned(),

@@ -151,7 +151,7 @@ async fn metadata_document_client_authorizes_to_a_working_token() {
     assert_eq!(status, 200, "{body}");
     let token = body["access_token"].as_str().unwrap().to_owned();
     let mcp = t.mcp(&token);
-    assert_eq!(mcp.tool_names().await.len(), 4);
+    assert_eq!(mcp.tool_names().await.len(), 6);
 
     // After the document's max-age (600 s, above the 5 minute floor) the next authorization
     // fetches it again.

@@ -69,7 +69,7 @@ async fn transport_methods_size_host_and_versions() {
         assert!(instructions.contains("Dutch"), "{instructions}");
         let (status, body) = mcp.rpc("tools/list", json!({})).await;
         assert_eq!(status, 200, "{body}");
-        assert_eq!(body["result"]["tools"].as_array().unwrap().len(), 4);
+        assert_eq!(body["result"]["tools"].as_array().unwrap().len(), 6);
         let (_, body) = mcp.rpc("ping", json!({})).await;
         assert!(body.get("result").is_some(), "{body}");
     }
@@ -88,7 +88,7 @@ async fn transport_methods_size_host_and_versions() {
     assert!(
         body["result"]["tools"]
             .as_array()
-            .is_some_and(|t| t.len() == 4),
+            .is_some_and(|t| t.len() == 6),
         "{body}"
     );
     t.stop().await;
@@ -378,11 +378,13 @@ async fn every_tool_has_a_title_and_annotations() {
     let (status, body) = mcp.rpc("tools/list", json!({})).await;
     assert_eq!(status, 200, "{body}");
     let tools = body["result"]["tools"].as_array().unwrap();
-    assert_eq!(tools.len(), 9, "{body}");
+    assert_eq!(tools.len(), 11, "{body}");
     let read_only = [
         "kennisbank_list",
         "kennisbank_read",
         "kennisbank_search",
+        "search",
+        "fetch",
         "app_list",
         "feature_request_list",
         "feature_request_read",

@@ -52,7 +52,7 @@ async fn upload(b: &mut Browser<'_>, slug: &str, folder: &str, files: &[(&str, V
 }
 
 /// Waits (at most 60 s) until the background extraction has tried every given document.
-async fn wait_extracted(t: &TestServer, org_id: u64, paths: &[String]) {
+pub(crate) async fn wait_extracted(t: &TestServer, org_id: u64, paths: &[String]) {
     let started = Instant::now();
     loop {
         let app = t.app().clone();
@@ -85,7 +85,7 @@ async fn wait_extracted(t: &TestServer, org_id: u64, paths: &[String]) {
 }
 
 /// A ready person of a fresh organisation who uploaded `offertes/text.pdf` in the portal.
-async fn upload_offer(t: &TestServer) -> Seeded {
+pub(crate) async fn upload_offer(t: &TestServer) -> Seeded {
     let s = t.seed("Bouw BV", "annie@example.org");
     let slug = s.org.slug.clone();
     let mut b = Browser::new(t);

@@ -935,3 +935,15 @@ pub fn echo_agent() -> kennis::agents::NewAgent {
 pub fn echo_trigger(t: &TestServer, org: &str) -> kennis::triggers::Created {
     t.echo_trigger(org, "Handle the event.", None)
 }
+
+/// The field names of a JSON object, sorted (shapes of answers).
+pub fn sorted_keys(v: &serde_json::Value) -> Vec<String> {
+    let mut keys: Vec<String> = v
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+        .keys()
+        .cloned()
+        .collect();
+    keys.sort();
+    keys
+}

@@ -129,7 +129,7 @@ async fn official_mcp_sdk_client_authorizes_with_a_metadata_document() {
     assert_eq!(got["client_id"], url);
     assert_eq!(
         got["tools"].as_array().unwrap().len(),
-        9,
+        11,
         "{}",
         got["tools"]
     );
@@ -147,12 +147,17 @@ async fn official_mcp_sdk_oauth_client_completes_the_flow() {
     for (name, status) in [("Planning", AppStatus::Live), ("Uren", AppStatus::Draft)] {
         apps::add(&t.app().store, s.org.id, name, status, now).unwrap();
     }
+    t.put_doc(
+        &s,
+        "handleidingen/kozijnen.md",
+        "# Kozijnen\nKozijn onderhoud: jaarlijks schilderen.\n",
+    );
     let got = run_node(&t, &s, "sdk-client.mjs").await;
     // The SDK's client used the token on the connector; it checked every structured result
     // against the tool's output schema.
     assert_eq!(
         got["tools"].as_array().unwrap().len(),
-        9,
+        11,
         "{}",
         got["tools"]
     );
@@ -169,6 +174,40 @@ async fn official_mcp_sdk_oauth_client_completes_the_flow() {
     );
     assert_eq!(
         got["missing"]["structuredContent"]["error"]["code"],
+        "not_found"
+    );
+    // ChatGPT's search and fetch: read-only, titled, their shapes.
+    let chatgpt = got["chatgpt"].as_array().unwrap();
+    assert_eq!(chatgpt.len(), 2, "{}", got["chatgpt"]);
+    for tool in chatgpt {
+        assert_eq!(tool["annotations"]["readOnlyHint"], true, "{tool}");
+        assert!(
+            !tool["title"].as_str().unwrap_or_default().is_empty(),
+            "{tool}"
+        );
+    }
+    let hit = &got["searched"]["results"][0];
+    assert_eq!(
+        hit["id"], "handleidingen/kozijnen.md",
+        "{}",
+        got["searched"]
+    );
+    assert_eq!(hit["title"], "kozijnen.md");
+    assert!(hit["url"].as_str().unwrap().ends_with(&format!(
+        "/portal/o/{}/kb/handleidingen/kozijnen.md",
+        s.org.slug
+    )));
+    assert_eq!(got["fetched"]["id"], "handleidingen/kozijnen.md");
+    assert!(
+        got["fetched"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("jaarlijks schilderen")
+    );
+    assert_eq!(got["fetched"]["metadata"]["truncated"], false);
+    assert_eq!(got["unknown"]["isError"], true);
+    assert_eq!(
+        got["unknown"]["structuredContent"]["error"]["code"],
         "not_found"
     );
     let first = got["tokens"]["access_token"].as_str().unwrap();

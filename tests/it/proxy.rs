@@ -449,7 +449,7 @@ async fn connector_oauth_and_hooks_work_through_nginx() {
 
     // The connector: nginx sent Host 127.0.0.1:<port>, the forwarded host counts.
     let mcp = t.mcp(&token);
-    assert_eq!(mcp.tool_names().await.len(), 4);
+    assert_eq!(mcp.tool_names().await.len(), 6);
     // Directly, a Host naming the upstream address is still refused (DNS-rebinding check).
     let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
     let direct = crate::fixture::http_client()

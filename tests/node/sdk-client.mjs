@@ -3,7 +3,8 @@
 // authorization URL with PKCE, code exchange and refresh. The person's part
 // (login, second factor, consent) is scripted with plain HTTP; the SDK does the client's part.
 // Then the SDK's MCP client uses the token: it lists the tools and calls the feature-request
-// tools, checking each structured result against the tool's output schema as it does.
+// tools and ChatGPT's `search` and `fetch`, checking each structured result against the tool's
+// output schema as it does.
 import {
   discoverOAuthProtectedResourceMetadata,
   discoverAuthorizationServerMetadata,
@@ -148,7 +149,13 @@ const closed = await client.callTool({
   arguments: { app_id: apps.apps.find((a) => !a.accepts_requests).app_id, title: 't', description: 'd' },
 });
 const missing = await client.callTool({ name: 'kennisbank_read', arguments: { path: 'nergens.md' } });
+// ChatGPT's two tools, through the SDK (which checks each result against its output schema).
+const listed = (await client.listTools()).tools;
+const chatgpt = listed.filter((t) => t.name === 'search' || t.name === 'fetch').map((t) => ({ name: t.name, title: t.title, annotations: t.annotations }));
+const searched = await call('search', { query: 'kozijn onderhoud' });
+const fetched = searched.results.length ? await call('fetch', { id: searched.results[0].id }) : null;
+const unknown = await client.callTool({ name: 'fetch', arguments: { id: 'nergens/niets.md' } });
 await client.close();
 console.log(
-  JSON.stringify({ client_id: clientInformation.client_id, tokens, refreshed, tools, created, replied, read, list, closed, missing }),
+  JSON.stringify({ client_id: clientInformation.client_id, tokens, refreshed, tools, created, replied, read, list, closed, missing, chatgpt, searched, fetched, unknown }),
 );
