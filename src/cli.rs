@@ -642,7 +642,9 @@ pub enum TokenCommand {
     /// Make a personal access token for member EMAIL of organisation ORG; prints the token
     /// (shown only now).
     Create {
+        /// The organisation's slug.
         org: String,
+        /// The member's email address (the token acts as them).
         email: String,
         /// What the token is for, e.g. "n8n" (shown in lists).
         #[arg(long)]
@@ -653,18 +655,23 @@ pub enum TokenCommand {
         /// Days until the token expires: 1 to 365 (default 90).
         #[arg(long, value_name = "D")]
         expires_in_days: Option<i64>,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
     /// The personal access tokens of organisation ORG.
     List {
+        /// The organisation's slug.
         org: String,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },
     /// Revoke token ID: its next call gets 401.
     Revoke {
+        /// The token's id (from `token create` or `token list`).
         id: u64,
+        /// Print one JSON object on stdout instead of text for people.
         #[arg(long)]
         json: bool,
     },

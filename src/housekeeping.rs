@@ -23,7 +23,10 @@ use crate::app::App;
 use crate::config::Retention;
 use crate::kb::{self, KbError};
 use crate::requests::{Kind, Request};
-use crate::store::{ACTIVE_RUNS, AUDIT, INVITATIONS, OAUTH_CODES, OAUTH_TOKENS, REQUESTS, RESET_LINKS, RUN_CALLBACKS, RUN_TRANSCRIPTS, SESSIONS, Store, StoreError, TRIGGER_RUNS, Table, key};
+use crate::store::{
+    ACTIVE_RUNS, AUDIT, INVITATIONS, OAUTH_CODES, OAUTH_TOKENS, REQUESTS, RESET_LINKS,
+    RUN_CALLBACKS, RUN_TRANSCRIPTS, SESSIONS, Store, StoreError, TRIGGER_RUNS, Table, key,
+};
 
 /// How long an expired record is kept.
 pub const KEEP_AFTER_EXPIRY: SignedDuration = SignedDuration::from_hours(24);

@@ -113,6 +113,7 @@ pub fn admin_in(
         duration_ms: 0.0,
         actor: Some(actor.name().to_owned()),
         action: Some(action.to_owned()),
+        token_id: None,
     };
     tx.put(AUDIT, &record_key(org_id, now), &record)
 }

@@ -22,10 +22,10 @@ use crate::kb::index::SearchIndex;
 use crate::progress::{Progress, Report};
 use crate::store::{
     ACTIVE_RUNS, AGENTS, APPS, ATTACHMENT_CONTENT, ATTACHMENTS, AUDIT, ERASING, FEATURE_REQUESTS,
-    INVITATIONS, KB_CHANGES, KB_CONTENT, KB_DOCS, KB_EXTRACTION, KB_TEXT, KB_VERSIONS, MEMBERSHIPS,
-    MEMBERSHIPS_BY_PERSON, OAUTH_CODES, OAUTH_GRANTS, OAUTH_LAST_USED, OAUTH_TOKENS, ORG_SLUGS,
-    ORGS, PROJECTS, REQUESTS, RUN_CALLBACKS, RUN_CALLBACKS_DUE, RUN_TRANSCRIPTS, Store, StoreError,
-    TRIGGER_DELIVERIES, TRIGGER_RUNS, TRIGGER_SLOTS, TRIGGERS, Table, WriteTx, key,
+    INVITATIONS, KB_CHANGES, KB_CONTENT, KB_DOCS, KB_EXTRACTION, KB_TEXT, KB_TRASH, KB_VERSIONS,
+    MEMBERSHIPS, MEMBERSHIPS_BY_PERSON, OAUTH_CODES, OAUTH_GRANTS, OAUTH_LAST_USED, OAUTH_TOKENS,
+    ORG_SLUGS, ORGS, PROJECTS, REQUESTS, RUN_CALLBACKS, RUN_CALLBACKS_DUE, RUN_TRANSCRIPTS, Store,
+    StoreError, TRIGGER_DELIVERIES, TRIGGER_RUNS, TRIGGER_SLOTS, TRIGGERS, Table, WriteTx, key,
 };
 use crate::triggers::Trigger;
 
@@ -46,6 +46,7 @@ pub const TABLES: &[(&str, &str)] = &[
     ("audit", "key starts with the organisation"),
     ("kb_docs", "key starts with the organisation"),
     ("kb_versions", "key starts with the organisation"),
+    ("kb_trash", "key starts with the organisation"),
     (
         "kb_content",
         "content its versions name that no other organisation's do",
@@ -73,6 +74,9 @@ pub const TABLES: &[(&str, &str)] = &[
     ("oauth_grants", "org_id"),
     ("oauth_tokens", "its grants"),
     ("oauth_last_used", "its grants"),
+    ("personal_tokens", "org_id"),
+    ("personal_token_hashes", "its tokens"),
+    ("personal_token_last_used", "its tokens"),
     ("sessions", "nothing: a person's"),
     ("erasing", "the removal itself, until it ends"),
 ];
@@ -191,6 +195,8 @@ pub(super) fn finish(
         })?;
         step("grant uses", n, progress);
     }
+    let n = store.write(|tx| crate::oauth::pats::delete_in(tx, |t| t.org_id == id))?;
+    step("personal access tokens", n as u64, progress);
     let (content_removed, content_kept) = remove_content(store, id)?;
     step("content", content_removed, progress);
 
@@ -201,6 +207,7 @@ pub(super) fn finish(
     step("change log", n, progress);
     for table in [
         KB_VERSIONS,
+        KB_TRASH,
         KB_DOCS,
         AUDIT,
         RUN_CALLBACKS_DUE,
@@ -355,6 +362,12 @@ struct HashOf {
 /// organisation meanwhile is seen through the change log, in the same transaction as each
 /// deletion, so nothing another organisation refers to is ever deleted. Returns (removed,
 /// kept).
+/// The hashes of a trashed document's versions (`kb::trash::Trashed`, read in part).
+#[derive(Deserialize)]
+struct TrashedHashes {
+    versions: Vec<HashOf>,
+}
+
 fn remove_content(store: &Store, id: u64) -> Result<(u64, u64), StoreError> {
     let prefix = key::id(id);
     let (mine, mut shared, mut seen_change) = store.read(|tx| {
@@ -371,6 +384,16 @@ fn remove_content(store: &Store, id: u64) -> Result<(u64, u64), StoreError> {
             } else {
                 shared.insert(v.hash);
             }
+        }
+        // Trashed documents keep their versions in `kb_trash`: another organisation's may be
+        // restored and needs its content.
+        for (k, t) in tx.scan::<TrashedHashes>(KB_TRASH, b"")? {
+            let set = if k.starts_with(&prefix) {
+                &mut mine
+            } else {
+                &mut shared
+            };
+            set.extend(t.versions.into_iter().map(|v| v.hash));
         }
         Ok::<_, StoreError>((mine, shared, seen))
     })?;

@@ -77,19 +77,6 @@ fn person_by_email(tx: &impl Read, email: &str) -> Result<Person, EraseError> {
     Ok(identity::person(tx, id)?.ok_or_else(unknown)?)
 }
 
-/// Revokes every live grant of the person (all organisations); returns how many.
-fn revoke_grants_in(tx: &mut WriteTx, person_id: u64, now: Timestamp) -> Result<usize, StoreError> {
-    let mut n = 0;
-    for (k, mut g) in tx.scan::<Grant>(OAUTH_GRANTS, b"")? {
-        if g.person_id == person_id && g.revoked_at.is_none() {
-            g.revoked_at = Some(now);
-            tx.put(OAUTH_GRANTS, &k, &g)?;
-            n += 1;
-        }
-    }
-    Ok(n)
-}
-
 /// `kennis user disable EMAIL`: no sign-in from now on; sessions end and grants are revoked
 /// in the same transaction. Disabling a disabled person changes nothing more.
 pub fn disable_person(
@@ -103,14 +90,13 @@ pub fn disable_person(
             p.disabled_at = Some(now);
             tx.put(PEOPLE, &key::id(p.id), &p)?;
         }
-        let sessions_ended = identity::sessions::end_others_in(tx, p.id, None)?;
-        let grants_revoked = revoke_grants_in(tx, p.id, now)?;
+        let revoked = crate::oauth::revoke_person_credentials_in(tx, p.id, None, now)?;
         Ok(PersonState {
             id: p.id,
             email: p.email,
             disabled: true,
-            sessions_ended,
-            grants_revoked,
+            sessions_ended: revoked.sessions,
+            grants_revoked: revoked.grants,
         })
     })
 }
@@ -191,6 +177,7 @@ fn erase_in(tx: &mut WriteTx, p: &Person) -> Result<(), EraseError> {
         tx.delete(MEMBERSHIPS_BY_PERSON, &key::pair(p.id, m.org_id))?;
     }
     identity::sessions::end_others_in(tx, p.id, None)?;
+    crate::oauth::pats::delete_in(tx, |t| t.person_id == p.id)?;
     let mut grants = Vec::new();
     for (k, g) in tx.scan::<Grant>(OAUTH_GRANTS, b"")? {
         if g.person_id == p.id {

@@ -27,11 +27,13 @@ use crate::store::{Store, StoreError, WriteTx};
 pub struct Revoked {
     pub sessions: usize,
     pub grants: usize,
+    /// Personal access tokens.
+    pub tokens: usize,
 }
 
 /// Ends a person's credentials in the caller's transaction: every portal session but
-/// `keep_session` (the one making a change, if any) and every live grant, so each access token
-/// gets 401 and each refresh token `invalid_grant`.
+/// `keep_session` (the one making a change, if any), every live grant, so each access token
+/// gets 401 and each refresh token `invalid_grant`, and every personal access token.
 pub fn revoke_person_credentials_in(
     tx: &mut WriteTx,
     person_id: u64,
@@ -41,6 +43,7 @@ pub fn revoke_person_credentials_in(
     Ok(Revoked {
         sessions: sessions::end_others_in(tx, person_id, keep_session)?,
         grants: revoke_person_grants_in(tx, person_id, now)?,
+        tokens: super::pats::revoke_all_of_person(tx, person_id, None, now)?,
     })
 }
 

@@ -243,6 +243,34 @@ pub fn revoke_all_of_person(
     Ok(theirs.len())
 }
 
+/// Deletes every token `which` selects (an erased person's, a removed organisation's) with its
+/// hash and last use, in the caller's transaction. Returns how many.
+pub fn delete_in(
+    tx: &mut WriteTx,
+    which: impl Fn(&PersonalToken) -> bool,
+) -> Result<usize, StoreError> {
+    let ids: std::collections::HashSet<u64> = tx
+        .scan::<PersonalToken>(PATS, b"")?
+        .into_iter()
+        .map(|(_, t)| t)
+        .filter(|t| which(t))
+        .map(|t| t.id)
+        .collect();
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    for (k, id) in tx.scan::<u64>(PAT_HASHES, b"")? {
+        if ids.contains(&id) {
+            tx.delete(PAT_HASHES, &k)?;
+        }
+    }
+    for id in &ids {
+        tx.delete(PATS, &key::id(*id))?;
+        tx.delete(PAT_LAST_USED, &key::id(*id))?;
+    }
+    Ok(ids.len())
+}
+
 /// The bearer check of a `kb_pat_` token: known, not revoked, not expired, the organisation
 /// allows tokens, and the person passes every per-call check of a grant
 /// ([`identity::connector_access`]). One read transaction; the last use goes through the

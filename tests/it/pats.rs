@@ -128,10 +128,17 @@ async fn a_token_acts_as_its_person_with_its_scopes_and_is_audited() {
         (write.person_id, write.grant_id, write.token_id),
         (s.person.id, 0, Some(id))
     );
+    // The export names the token (admin actions, such as the organisation's creation, come
+    // first and name none).
     let out = cli(&t, &["audit", "export", &slug]).await;
-    let first: Value =
-        serde_json::from_slice(out.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
-    assert_eq!(first["token_id"], id, "{first}");
+    let call: Value = out
+        .stdout
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice::<Value>(l).unwrap())
+        .find(|r| r["tool"] == "kennisbank_write")
+        .unwrap();
+    assert_eq!(call["token_id"], id, "{call}");
 
     // More scopes, one day: both feature tools and knowledge base.
     let two = cli_json(
@@ -254,8 +261,14 @@ async fn every_recheck_of_a_grant_refuses_the_next_call() {
             "removed",
             Box::new(|t, s, _| {
                 let app = t.app();
-                kennis::oauth::remove_member(&app.store, s.org.id, s.person.id, app.clock.now())
-                    .unwrap();
+                kennis::oauth::remove_member(
+                    &app.store,
+                    &kennis::audit::Actor::Operator,
+                    s.org.id,
+                    s.person.id,
+                    app.clock.now(),
+                )
+                .unwrap();
             }),
             // Leaving the organisation revokes the person's tokens there.
             "token revoked",
@@ -266,19 +279,23 @@ async fn every_recheck_of_a_grant_refuses_the_next_call() {
                 let store = &t.app().store;
                 identity::set_org_policy(
                     store,
+                    &kennis::audit::Actor::Operator,
                     &s.org.slug,
                     Some(ConnectorAccess::SelectedMembers),
                     None,
+                    jiff::Timestamp::now(),
                 )
                 .unwrap();
                 identity::set_member(
                     store,
+                    &kennis::audit::Actor::Operator,
                     s.org.id,
                     s.person.id,
                     MemberChange {
                         role: None,
                         may_connect: Some(false),
                     },
+                    jiff::Timestamp::now(),
                 )
                 .unwrap();
             }),
@@ -289,9 +306,11 @@ async fn every_recheck_of_a_grant_refuses_the_next_call() {
             Box::new(|t, s, _| {
                 identity::set_org_policy(
                     &t.app().store,
+                    &kennis::audit::Actor::Operator,
                     &s.org.slug,
                     Some(ConnectorAccess::Nobody),
                     None,
+                    jiff::Timestamp::now(),
                 )
                 .unwrap();
             }),
@@ -545,12 +564,14 @@ async fn tokens_are_made_and_revoked_in_the_portal() {
     let member = t.seed("Bouw BV", "bob@example.org");
     identity::set_member(
         &t.app().store,
+        &kennis::audit::Actor::Operator,
         member.org.id,
         member.person.id,
         MemberChange {
             role: Some(Role::Member),
             may_connect: None,
         },
+        jiff::Timestamp::now(),
     )
     .unwrap();
     let slug = admin.org.slug.clone();
