@@ -894,7 +894,7 @@ fn validate_redirect(r: &RedirectAllowList) -> Result<(), ConfigError> {
 mod tests {
     use super::*;
 
-    /// The README's table shows `agent_workers` 4 and `terms_version` 1: written as TOML
+    /// The configuration table (docs/configuration.md) shows `agent_workers` 4 and `terms_version` 1: written as TOML
     /// numbers they work like the strings the environment gives.
     #[test]
     fn numbers_and_strings_both_work_for_counted_settings() {
@@ -1190,8 +1190,8 @@ mod tests {
             assert!(err.contains("`llm."), "{text}: {err}");
         }
         assert!(toml::from_str::<Settings>("[llm]\nmax_reply = 1").is_err());
-        // The README's example is valid as it stands.
-        let readme = include_str!("../README.md");
+        // The example in docs/agents.md is valid as it stands.
+        let readme = include_str!("../docs/agents.md");
         let example = readme
             .split("**Model endpoints are the operator's.**")
             .nth(1)

@@ -1,4 +1,4 @@
-//! Which OAuth clients housekeeping removes (README "Security notes", retention):
+//! Which OAuth clients housekeeping removes (docs/security.md, retention):
 //!
 //! - a **metadata-document (CIMD) client** once its stored document is past its cache time
 //!   (`metadata_fresh_until`) by more than the keep period housekeeping passes in — the next

@@ -32,7 +32,7 @@ use crate::ratelimit::{Limiter, WINDOW};
 /// Largest form or JSON body these endpoints read.
 const MAX_BODY: usize = 64 * 1024;
 
-/// Requests per client address per window of the endpoints below (README "Security notes").
+/// Requests per client address per window of the endpoints below (docs/security.md).
 pub struct EndpointLimits {
     register: Limiter<IpAddr>,
     token: Limiter<IpAddr>,

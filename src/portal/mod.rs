@@ -89,7 +89,7 @@ pub const STYLESHEET: &str = "/portal/assets/style.css";
 
 pub use crate::identity::sessions::{SESSION_LIFETIME_SECS, Session};
 
-/// Limits the portal's own endpoints keep (in memory, per window; README "Security notes").
+/// Limits the portal's own endpoints keep (in memory, per window; docs/security.md).
 /// Login failures are the domain's (`identity::LoginGuard`, held by `App`).
 pub struct PortalLimits {
     /// `/authorize` requests per client address.

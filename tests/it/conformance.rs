@@ -18,7 +18,7 @@ use crate::fixture::{TestServer, http_client};
 
 /// The scenarios that apply to this server, per protocol revision (`--spec-version`); the
 /// others need the suite's fixture tools, prompts, resources, logging, sessions or server
-/// streams, which a knowledge-base connector does not offer (README "MCP conformance").
+/// streams, which a knowledge-base connector does not offer (docs/testing.md).
 const SCENARIOS: &[(&str, &[&str])] = &[
     (
         "2025-11-25",
@@ -210,7 +210,7 @@ async fn run_scenario(
 }
 
 /// Checks that do not apply to a connector with tools only, each failing exactly for that
-/// reason (README "MCP conformance"): those that need one of the suite's diagnostic fixture
+/// reason (docs/testing.md): those that need one of the suite's diagnostic fixture
 /// tools, and the caching hints of prompt and resource lists, which this server does not offer
 /// (the method must be unknown, -32601).
 fn not_applicable(check: &serde_json::Value) -> bool {

@@ -1,4 +1,4 @@
-//! The house rules of `src/` as a test (README "Layout"): no import cycles between files, the
+//! The house rules of `src/` as a test (docs/architecture.md): no import cycles between files, the
 //! domain imports nothing of the web layer, `http/` imports no route module, and only the
 //! command line imports `server`. Reads every `crate::`/`super::`/`self::` path (use lines,
 //! groups and paths in code, test modules excluded) and resolves it to the deepest file that

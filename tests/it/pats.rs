@@ -804,3 +804,50 @@ async fn tokens_are_made_and_revoked_in_the_portal() {
     assert_eq!(count(&t), 2);
     t.stop().await;
 }
+
+/// A password reset (issued by the operator) or a disabled account ends the person's personal
+/// access tokens with their grants and sessions: the next call gets 401, and a new token works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_or_a_disabled_account_ends_the_persons_tokens() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let slug = s.org.slug.clone();
+    let made = cli_json(
+        &t,
+        &[
+            "token",
+            "create",
+            &slug,
+            "annie@example.org",
+            "--name",
+            "ci",
+            "--json",
+        ],
+    )
+    .await;
+    let secret = made["token"].as_str().unwrap().to_owned();
+    t.mcp(&secret).ok("kennisbank_list", json!({})).await;
+    cli_json(&t, &["user", "reset", "annie@example.org", "--json"]).await;
+    let (status, _) = t.mcp(&secret).rpc("tools/list", json!({})).await;
+    assert_eq!(status, 401, "a reset revokes the person's tokens");
+
+    let made = cli_json(
+        &t,
+        &[
+            "token",
+            "create",
+            &slug,
+            "annie@example.org",
+            "--name",
+            "ci2",
+            "--json",
+        ],
+    )
+    .await;
+    let secret = made["token"].as_str().unwrap().to_owned();
+    t.mcp(&secret).ok("kennisbank_list", json!({})).await;
+    cli_json(&t, &["user", "disable", "annie@example.org", "--json"]).await;
+    let (status, _) = t.mcp(&secret).rpc("tools/list", json!({})).await;
+    assert_eq!(status, 401, "disabling revokes the person's tokens");
+    t.stop().await;
+}

@@ -4,7 +4,7 @@
 //!
 //! - Against the real server directly (the test client plays the proxy): forged headers of
 //!   the other family change neither the address the limits count nor the host.
-//! - Through the real programs (ignored; `.ci/run` installs them) with exactly the README's
+//! - Through the real programs (ignored; `.ci/run` installs them) with exactly the documented (docs/install.md)
 //!   texts, only addresses, ports and certificate paths changed: nginx (the default family,
 //!   and `forwarded` with its `proxy_set_header Forwarded` line) and Caddy. The connector, the
 //!   OAuth flow and a hook delivery work through them; a client sending forged `Forwarded:
@@ -26,20 +26,20 @@ use crate::fixture::{
 
 const HOST: &str = "kennis.example.org";
 
-/// A fenced block of the README's "Behind a reverse proxy" section: the `n`th (from 0) whose
+/// A fenced block of the "Behind a reverse proxy" section of `docs/install.md`: the `n`th (from 0) whose
 /// fence names `lang`.
 fn readme_block(lang: &str, n: usize) -> String {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/install.md");
     let section = readme
-        .split("### Behind a reverse proxy")
+        .split("## Behind a reverse proxy")
         .nth(1)
         .and_then(|s| s.split("\n## ").next())
-        .expect("README has the section");
+        .expect("docs/install.md has the section");
     let fence = format!("```{lang}\n");
     let block = section
         .split(fence.as_str())
         .nth(n + 1)
-        .unwrap_or_else(|| panic!("README section has a {lang} block #{n}"));
+        .unwrap_or_else(|| panic!("docs/install.md section has a {lang} block #{n}"));
     block.split("```").next().unwrap().to_owned()
 }
 
@@ -49,10 +49,11 @@ fn swap(text: &str, from: &str, to: &str) -> String {
     text.replace(from, to)
 }
 
-/// The README's TOML (its `trusted_proxies` and `[proxy] header`), with the test's listen
+/// The documented TOML (its `trusted_proxies` and `[proxy] header`), with the test's listen
 /// address and public URL, and `header` set to `header` when given.
 fn readme_settings(public_url: &str, header: Option<&str>) -> Settings {
-    let mut s: Settings = toml::from_str(&readme_block("toml", 0)).expect("README TOML parses");
+    let mut s: Settings =
+        toml::from_str(&readme_block("toml", 0)).expect("the documented TOML parses");
     assert_eq!(
         s.trusted_proxies.as_deref(),
         Some(&["127.0.0.1".to_owned(), "::1".to_owned()][..])
@@ -312,9 +313,9 @@ async fn wait_up(c: &reqwest::Client, base: &str, what: &str) {
     }
 }
 
-/// The README's nginx server block inside a minimal main config for a test run: listening on
+/// The documented nginx server block inside a minimal main config for a test run: listening on
 /// `listen` with the certificate in `work`, passing to `upstream`; with `forwarded`, the
-/// README's `Forwarded` line instead of the three `X-Forwarded-*` lines.
+/// documented `Forwarded` line instead of the three `X-Forwarded-*` lines.
 fn nginx_conf(work: &Path, listen: u16, upstream: SocketAddr, forwarded: bool) -> String {
     let w = work.display();
     let mut server = readme_block("nginx", 0);
@@ -397,7 +398,7 @@ impl Nginx {
     }
 }
 
-/// Starts the README's nginx in front of a fresh server (the README's TOML; `header =
+/// Starts the documented (docs/install.md) nginx in front of a fresh server (the documented TOML; `header =
 /// "forwarded"` and nginx's `Forwarded` line when `forwarded`).
 async fn behind_nginx(forwarded: bool) -> (TestServer, Nginx) {
     let work = tempfile::tempdir().unwrap();
@@ -502,7 +503,7 @@ async fn connector_oauth_and_hooks_work_through_nginx() {
     t.stop().await;
 }
 
-/// nginx writing `Forwarded` itself (the README's line) with `[proxy] header = "forwarded"`:
+/// nginx writing `Forwarded` itself (the documented (docs/install.md) line) with `[proxy] header = "forwarded"`:
 /// the client's `X-Forwarded-*`, which nginx now passes through, are not believed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs nginx; run by .ci/run"]
@@ -513,7 +514,7 @@ async fn forwarded_written_by_nginx_is_believed_and_nothing_else() {
     t.stop().await;
 }
 
-/// The README's Caddyfile for a test run: served as plain HTTP on a loopback port (no
+/// The documented Caddyfile for a test run: served as plain HTTP on a loopback port (no
 /// certificate to fetch, no admin endpoint), passing to `upstream`.
 fn caddyfile(listen: u16, upstream: SocketAddr) -> String {
     let site = readme_block("caddyfile", 0);
@@ -526,7 +527,7 @@ fn caddyfile(listen: u16, upstream: SocketAddr) -> String {
     format!("{{\n\tadmin off\n\tauto_https off\n\tdefault_bind 127.0.0.1\n}}\n\n{site}")
 }
 
-/// Caddy (Debian's 2.6) with the README's Caddyfile: it overwrites `X-Forwarded-For`,
+/// Caddy (Debian's 2.6) with the documented (docs/install.md) Caddyfile: it overwrites `X-Forwarded-For`,
 /// `-Host` and `-Proto` for a client it does not trust and passes `Forwarded` through; with
 /// the default family the forged `Forwarded` is not believed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
