@@ -81,14 +81,7 @@ fn purge_table(store: &Store, table: Table, now: Timestamp) -> Result<usize, Sto
                 .collect(),
         )
     })?;
-    for chunk in expired.chunks(CHUNK) {
-        store.write(|tx| {
-            for k in chunk {
-                tx.delete(table, k)?;
-            }
-            Ok::<_, StoreError>(())
-        })?;
-    }
+    store.delete_in_chunks(table, &expired, CHUNK)?;
     Ok(expired.len())
 }
 

@@ -245,14 +245,7 @@ pub fn purge_trash(store: &Store, cutoff: Timestamp) -> Result<usize, StoreError
                 .collect(),
         )
     })?;
-    for chunk in expired.chunks(CHUNK) {
-        store.write(|tx| {
-            for k in chunk {
-                tx.delete(KB_TRASH, k)?;
-            }
-            Ok::<_, StoreError>(())
-        })?;
-    }
+    store.delete_in_chunks(KB_TRASH, &expired, CHUNK)?;
     if !expired.is_empty() {
         purge_orphaned_content(store)?;
     }

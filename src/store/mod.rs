@@ -312,6 +312,25 @@ impl Store {
         f(&ReadTx { txn })
     }
 
+    /// Deletes `keys` of `table` in write transactions of at most `chunk` keys each, so a
+    /// large purge never holds the single writer for long.
+    pub fn delete_in_chunks(
+        &self,
+        table: Table,
+        keys: &[Vec<u8>],
+        chunk: usize,
+    ) -> Result<(), StoreError> {
+        for part in keys.chunks(chunk.max(1)) {
+            self.write(|tx| {
+                for k in part {
+                    tx.delete(table, k)?;
+                }
+                Ok::<_, StoreError>(())
+            })?;
+        }
+        Ok(())
+    }
+
     /// Runs `f` in one write transaction; commits (durably) when it returns `Ok`, and discards
     /// every change when it returns `Err`, so a refused request leaves stored data untouched.
     pub fn write<T, E: From<StoreError>>(

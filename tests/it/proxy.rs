@@ -563,7 +563,7 @@ async fn the_readme_caddyfile_keeps_forged_headers_out() {
     let (status, body) = exchange(&t, &client_id, &verifier, &code).await;
     assert_eq!(status, 200, "{body}");
     let token = body["access_token"].as_str().unwrap().to_owned();
-    assert_eq!(t.mcp(&token).tool_names().await.len(), 4);
+    assert_eq!(t.mcp(&token).tool_names().await.len(), 6);
 
     attack_through(&t, &public, &make, "127.0.0.3", "127.0.0.4").await;
     t.stop().await;
