@@ -207,8 +207,6 @@ fn main() {
             .build()
             .unwrap();
         let baseline = deliveries(&client, &url_of(&plain), &secret(&plain), "base", PHASE).await;
-        // Let the baseline's runs drain before the callbacks start.
-        tokio::time::sleep(Duration::from_secs(3)).await;
         let fired = Instant::now();
         let mut sends = Vec::new();
         for n in 0..RUNS {
@@ -236,6 +234,35 @@ fn main() {
             "fired {RUNS} runs with callbacks in {:.2}s",
             fired.elapsed().as_secs_f64()
         );
+        // The runs queue behind the baseline's: wait until all of them ended, so their
+        // callbacks are pending (or sent) while the second phase is measured.
+        let metric = |text: &str, name: &str| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+                .unwrap_or(0.0)
+        };
+        let waited = Instant::now();
+        loop {
+            let m = client
+                .get(format!("http://127.0.0.1:{port}/metrics"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            let ended = metric(&m, "kennis_callbacks_pending ")
+                + metric(&m, "kennis_callbacks_sent_total ")
+                + metric(&m, "kennis_callbacks_failed_total ");
+            if ended >= RUNS as f64 || waited.elapsed() > Duration::from_secs(300) {
+                println!(
+                    "{ended} runs with callbacks ended {:.1}s after firing (the baseline's runs drained first)",
+                    fired.elapsed().as_secs_f64()
+                );
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         let loaded = deliveries(&client, &url_of(&plain), &secret(&plain), "load", PHASE).await;
         report("baseline", &baseline, PHASE);
         report("callbacks", &loaded, PHASE);

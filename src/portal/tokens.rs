@@ -119,7 +119,7 @@ async fn render(
         Ok(rows) => page(
             status,
             layout(
-                &t("nav-tokens"),
+                &t("tokens-title"),
                 Some(&m.user),
                 Some(&m.org),
                 tokens_markup(m, &rows, notice),
