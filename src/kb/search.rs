@@ -245,12 +245,14 @@ pub fn search(
     index: &SearchIndex,
     req: &SearchRequest<'_>,
 ) -> Result<SearchOutput, KbError> {
-    let (candidates, total) = index.candidates(
+    let mut ranked = index.ranked(
         req.org_id,
         req.folder,
         &req.query.terms,
         req.budget.max_documents,
     )?;
+    // Candidates' stored fields, read as far as the search gets.
+    let mut candidates: Vec<Candidate> = Vec::new();
     let finders: Vec<Finder<'_>> = req
         .query
         .terms
@@ -264,11 +266,27 @@ pub fn search(
     let mut enough = false;
     // Verdicts of candidates verified ahead, by position.
     let mut verdicts: Vec<Option<Hit>> = Vec::new();
-    for (pos, c) in candidates.iter().enumerate() {
+    for pos in 0.. {
         if results.len() >= req.limit {
             enough = true;
             break;
         }
+        let needed = req.limit.saturating_sub(results.len());
+        // Ahead by twice the results still wanted: little is verified for nothing when they come.
+        let want = if pos < ONE_BY_ONE {
+            1
+        } else {
+            needed.saturating_mul(2).clamp(2, AHEAD)
+        };
+        while candidates.len() < pos + want {
+            match ranked.candidate(index, candidates.len())? {
+                Some(c) => candidates.push(c),
+                None => break,
+            }
+        }
+        let Some(c) = candidates.get(pos) else {
+            break;
+        };
         let cost = c.size.min(MAX_SEARCHED_BYTES as u64);
         if verified >= req.budget.max_documents || bytes + cost > req.budget.max_bytes {
             reason = Some(if verified >= req.budget.max_documents {
@@ -285,11 +303,10 @@ pub fn search(
             break;
         }
         if pos >= verdicts.len() {
-            let needed = req.limit.saturating_sub(results.len());
             let ahead = verify_ahead(
                 store,
                 &candidates,
-                (pos, needed),
+                (pos, want),
                 (verified, bytes),
                 req,
                 &finders,
@@ -302,6 +319,12 @@ pub fn search(
             results.push(hit);
         }
     }
+    // How many match in all matters only when the search stopped short of enough results.
+    let total = if reason.is_some() || (!enough && results.len() < req.limit) {
+        ranked.total()?
+    } else {
+        verified
+    };
     // Only the budget's worth of candidates was fetched: more in all means the document cap.
     if reason.is_none() && !enough && results.len() < req.limit && total > verified {
         reason = Some(format!(
@@ -339,19 +362,13 @@ const PARALLEL_BYTES: u64 = 256 * 1024;
 fn verify_ahead(
     store: &Store,
     candidates: &[Candidate],
-    (pos, needed): (usize, usize),
+    (pos, want): (usize, usize),
     (verified, bytes): (usize, u64),
     req: &SearchRequest<'_>,
     finders: &[Finder<'_>],
 ) -> Result<Vec<Option<Hit>>, KbError> {
     let mut n = 0;
     let (mut v, mut b) = (verified, bytes);
-    // Ahead by twice the results still wanted: little is verified for nothing when they come.
-    let want = if pos < ONE_BY_ONE {
-        1
-    } else {
-        needed.saturating_mul(2).clamp(2, AHEAD)
-    };
     for c in candidates.iter().skip(pos).take(want) {
         let cost = c.size.min(MAX_SEARCHED_BYTES as u64);
         if v >= req.budget.max_documents || b + cost > req.budget.max_bytes {

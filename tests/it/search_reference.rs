@@ -195,6 +195,87 @@ fn index_search_equals_the_reference_on_generated_documents() {
     );
 }
 
+/// The ranking a search takes its candidates in (block-max WAND over the words, exact scores
+/// for the documents it stops at, stored fields and the count only when asked for) must be
+/// the one tantivy's collectors give when every match is scored: same documents, same order,
+/// same count — across several segments, with deleted and rewritten documents, exact titles,
+/// folders, and budgets from 1 document to all.
+#[test]
+fn pruned_ranking_equals_the_exhaustive_ranking() {
+    let mut rng = StdRng::seed_from_u64(27);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let index = SearchIndex::open(&dir.path().join("index"), true).unwrap();
+    let now = jiff::Timestamp::now();
+    let mut paths = Vec::new();
+    // Several batches, each committed on its own: several segments.
+    for batch in 0..4 {
+        for i in 0..150 {
+            let title: Vec<&str> = (0..rng.gen_range(1..4))
+                .map(|_| WORDS[rng.gen_range(0..WORDS.len())])
+                .collect();
+            let body: Vec<String> = (0..rng.gen_range(1..30))
+                .map(|_| {
+                    (0..rng.gen_range(1..9))
+                        .map(|_| WORDS[rng.gen_range(0..WORDS.len())])
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .collect();
+            let path = format!("map{}/doc{batch}-{i:03}.md", i % 5);
+            let text = format!("# {}\n{}", title.join(" "), body.join("\n"));
+            kennis::kb::store_document(&store, ORG, &path, text.as_bytes(), None, now).unwrap();
+            paths.push(path);
+        }
+        index.catch_up(&store).unwrap();
+    }
+    // Deleted and rewritten documents leave deleted entries in the segments.
+    for path in paths.iter().step_by(7) {
+        kennis::kb::trash::delete(&store, &index, ORG, path, None, now).unwrap();
+    }
+    for path in paths.iter().skip(3).step_by(11) {
+        let text = format!(
+            "# {}\nherschreven {}",
+            WORDS[rng.gen_range(0..WORDS.len())],
+            path
+        );
+        kennis::kb::store_document(&store, ORG, path, text.as_bytes(), None, now).unwrap();
+    }
+    index.catch_up(&store).unwrap();
+    let mut compared = 0;
+    for q in 0..400 {
+        let n = rng.gen_range(1..=3);
+        let raw: Vec<String> = (0..n)
+            .map(|_| {
+                if rng.gen_bool(0.5) {
+                    WORDS[rng.gen_range(0..WORDS.len())].to_owned()
+                } else {
+                    random_term(&mut rng)
+                }
+            })
+            .collect();
+        let Ok(query) = parse_query(&raw.join(" ")) else {
+            continue;
+        };
+        let folder = (q % 3 == 0).then(|| format!("map{}", q % 5));
+        for max in [1, 5, 20, 64, 65, 200, usize::MAX] {
+            let pruned = index
+                .candidates(ORG, folder.as_deref(), &query.terms, max)
+                .unwrap();
+            let exhaustive = index
+                .candidates_exhaustive(ORG, folder.as_deref(), &query.terms, max)
+                .unwrap();
+            assert_eq!(
+                pruned, exhaustive,
+                "terms {:?}, folder {folder:?}, max {max}",
+                query.terms
+            );
+            compared += 1;
+        }
+    }
+    assert!(compared > 2000, "{compared}");
+}
+
 fn corpus_dir() -> PathBuf {
     if let Ok(p) = std::env::var("KENNIS_CORPUS") {
         return PathBuf::from(p);
@@ -269,6 +350,15 @@ fn index_search_equals_the_reference_on_the_real_corpus() {
         if compare(&f, q) > 0 {
             matched += 1;
         }
+        // The pruned ranking is tantivy's exhaustive one here too.
+        let terms = parse_query(q).unwrap().terms;
+        assert_eq!(
+            f.index.candidates(ORG, None, &terms, 200).unwrap(),
+            f.index
+                .candidates_exhaustive(ORG, None, &terms, 200)
+                .unwrap(),
+            "{q}"
+        );
     }
     assert!(
         matched > queries.len() / 2,
