@@ -10,14 +10,13 @@
 //!
 //! Run: `cargo build --release && cargo bench --bench callbacks_load`. Not part of CI.
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Command, Stdio};
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use common::{Deliveries, Measured, Server};
 
 const SENDERS: usize = 32;
 const RUNS: u64 = 1_000;
@@ -25,31 +24,6 @@ const RECEIVER_DELAY: Duration = Duration::from_secs(2);
 const PHASE: Duration = Duration::from_secs(10);
 /// The test switch that lets callbacks go to `http://127.0.0.1:<port>`.
 const SWITCH: (&str, &str) = ("KENNIS_CALLBACK_ALLOW_HTTP_LOOPBACK", "true");
-
-fn bin() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/kennis")
-}
-
-fn kennis(data: &Path, args: &[&str]) -> Value {
-    let out = Command::new(bin())
-        .arg("--data-dir")
-        .arg(data)
-        .args(args)
-        .env(SWITCH.0, SWITCH.1)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "{}: {e} (run `cargo build --release` first)",
-                bin().display()
-            )
-        });
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 /// A receiver that answers 200 after [`RECEIVER_DELAY`]; counts what it got.
 async fn slow_receiver(got: Arc<AtomicU64>) -> String {
@@ -67,69 +41,29 @@ async fn slow_receiver(got: Arc<AtomicU64>) -> String {
     format!("http://{addr}/result")
 }
 
-/// Keyed deliveries (each creates a run) from [`SENDERS`] senders for `time`: sorted latencies.
+/// Keyed deliveries (each creates a run) from [`SENDERS`] senders for `time`.
 async fn deliveries(
     client: &reqwest::Client,
     url: &str,
     secret: &str,
     tag: &str,
     time: Duration,
-) -> Vec<Duration> {
-    let next = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..SENDERS {
-        let (client, url, secret, next, tag) = (
-            client.clone(),
-            url.to_owned(),
-            secret.to_owned(),
-            next.clone(),
-            tag.to_owned(),
-        );
-        tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::new();
-            while start.elapsed() < time {
-                let n = next.fetch_add(1, Ordering::Relaxed);
-                let t = Instant::now();
-                let r = client
-                    .post(&url)
-                    .bearer_auth(&secret)
-                    .header("X-Service-Event-Key", format!("{tag}-{n}"))
-                    .body(r#"{"bench":true}"#)
-                    .send()
-                    .await
-                    .expect("request");
-                let status = r.status().as_u16();
-                let _ = r.bytes().await;
-                lat.push(t.elapsed());
-                assert_eq!(status, 202, "{tag}: delivery {n}");
-            }
-            lat
-        }));
+) -> Measured {
+    Deliveries {
+        url,
+        secret,
+        keyed: Some(tag),
+        expect: 202,
+        total: u64::MAX,
+        time,
+        senders: SENDERS,
     }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
-    all.sort();
-    all
+    .run(client)
+    .await
 }
 
-fn pct(sorted: &[Duration], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[i].as_secs_f64() * 1000.0
-}
-
-fn report(name: &str, lat: &[Duration], time: Duration) {
-    println!(
-        "{name:>9}: {} deliveries in {:.0}s = {:.0}/s; latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-        lat.len(),
-        time.as_secs_f64(),
-        lat.len() as f64 / time.as_secs_f64(),
-        pct(lat, 0.50),
-        pct(lat, 0.99),
-        pct(lat, 1.0),
-    );
+fn report(name: &str, m: &Measured) {
+    println!("{name:>9}: deliveries {}", m.line());
 }
 
 fn main() {
@@ -143,63 +77,20 @@ fn main() {
 
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    kennis(&data, &["org", "create", "Bench", "--json"]);
-    let agent = kennis(
+    common::kennis(&data, &["org", "create", "Bench", "--json"], &[SWITCH]);
+    let with_callback = common::echo_trigger(
         &data,
-        &[
-            "agent", "add", "bench", "Echo", "--kind", "generic", "--exec", "echo", "--json",
-        ],
+        "bench",
+        "With callback",
+        "0",
+        &["--callback-url", &callback],
+        &[SWITCH],
     );
-    let project = kennis(
-        &data,
-        &["project", "add", "bench", "P", "--ready", "--json"],
-    );
-    let add = |extra: &[&str]| {
-        let (a, p) = (agent["id"].to_string(), project["id"].to_string());
-        let mut args = vec![
-            "trigger",
-            "add",
-            "bench",
-            "T",
-            "--agent",
-            &a,
-            "--project",
-            &p,
-            "--instructions",
-            "Benchmark",
-            "--cooldown",
-            "0",
-            "--json",
-        ];
-        args.extend_from_slice(extra);
-        kennis(&data, &args)
-    };
-    let with_callback = add(&["--callback-url", &callback]);
-    let plain = add(&[]);
-
-    let mut child = Command::new(bin())
-        .arg("--data-dir")
-        .arg(&data)
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env(SWITCH.0, SWITCH.1)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut base = String::new();
-    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
-        let line = line.unwrap();
-        if let Some(u) = line.strip_prefix("kennis listening on ") {
-            base = u.to_owned();
-            break;
-        }
-    }
-    let port = base.rsplit(':').next().unwrap().to_owned();
-    let url_of = |v: &Value| {
-        let u = v["url"].as_str().unwrap();
-        format!("http://127.0.0.1:{port}{}", &u[u.find("/api/").unwrap()..])
-    };
-    let secret = |v: &Value| v["secret"].as_str().unwrap().to_owned();
+    let plain = common::echo_trigger(&data, "bench", "Plain", "0", &[], &[SWITCH]);
+    let server = Server::start(&data, "127.0.0.1:0", &[SWITCH]);
+    let url_of = |v: &serde_json::Value| server.hook_url(v);
+    let secret = |v: &serde_json::Value| v["secret"].as_str().unwrap().to_owned();
+    let port = server.port().to_owned();
 
     rt.block_on(async {
         let client = reqwest::Client::builder()
@@ -264,8 +155,8 @@ fn main() {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let loaded = deliveries(&client, &url_of(&plain), &secret(&plain), "load", PHASE).await;
-        report("baseline", &baseline, PHASE);
-        report("callbacks", &loaded, PHASE);
+        report("baseline", &baseline);
+        report("callbacks", &loaded);
         let m = client
             .get(format!("http://127.0.0.1:{port}/metrics"))
             .send()
@@ -283,6 +174,6 @@ fn main() {
             fired.elapsed().as_secs_f64()
         );
     });
-    let _ = child.kill();
-    let _ = child.wait();
+    // Killed, not stopped: a graceful stop would wait for the callbacks still under way.
+    drop(server);
 }

@@ -12,14 +12,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use kennis::config::Settings;
-use kennis::identity::{self, NewPerson, Role};
+use common::{Load, Server};
 
 const CLIENTS: usize = 32;
 
@@ -34,78 +30,19 @@ fn made_up_docs() -> Vec<(String, String)> {
         .collect()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Seeds the data directory through the library: an organisation, a person who passes every
-/// connector check, the corpus, and a grant. Returns the access token.
-fn seed(dir: &Path, public_url: &str, docs: &[(String, String)]) -> String {
-    let config = Settings {
-        listen: Some(public_url.trim_start_matches("http://").to_owned()),
-        data_dir: Some(dir.to_owned()),
-        ..Settings::default()
-    }
-    .validate()
-    .expect("config");
-    let clock = kennis::clock::system();
-    let app = kennis::app::App::open(config, public_url.to_owned(), clock).expect("open");
-    let store = &app.store;
+/// Seeds the data directory through the library: an organisation, the corpus, a person who
+/// passes every connector check and a grant. Returns the access token.
+fn seed(dir: &std::path::Path, public_url: &str, docs: &[(String, String)]) -> String {
+    let app = common::open_app(dir, public_url);
     let now = app.clock.now();
-    let org = identity::create_org(store, "Bench", now).unwrap();
-    let email = "bench@example.org";
-    let person = identity::add_person(
-        store,
-        NewPerson {
-            email,
-            name: None,
-            password: "paard-batterij-niet",
-        },
-        now,
-    )
-    .unwrap();
-    let enrol = identity::reset_totp(store, email).unwrap();
-    identity::verify_totp(
-        store,
-        person.id,
-        &identity::code_at(&enrol.secret, now),
-        now,
-    )
-    .unwrap();
-    identity::accept_terms(store, person.id, &app.config.terms_version).unwrap();
-    identity::add_member(store, &org.slug, email, Role::Admin, true, now).unwrap();
+    let org = kennis::identity::create_org(&app.store, "Bench", now).unwrap();
     for (path, text) in docs {
-        kennis::kb::store_document(store, org.id, path, text.as_bytes(), None, now).unwrap();
+        kennis::kb::store_document(&app.store, org.id, path, text.as_bytes(), None, now).unwrap();
     }
-    app.kb_index.catch_up(store).unwrap();
-    let token = kennis::oauth::issue_grant(
-        &app,
-        kennis::oauth::NewGrant {
-            org_id: org.id,
-            person_id: person.id,
-            client_id: "bench".into(),
-            scopes: vec!["kennisbank".into()],
-            resource: app.connector_url(),
-        },
-    )
-    .unwrap()
-    .access_token;
-    app.batch.shutdown();
-    drop(app);
+    app.kb_index.catch_up(&app.store).unwrap();
+    let token = common::connector_tokens(&app, "bench@example.org", &[org.id]).remove(0);
+    common::close_app(app);
     token
-}
-
-fn rss_kb(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
 }
 
 fn main() {
@@ -114,10 +51,10 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(60_000);
-    let max_secs: u64 = std::env::var("KENNIS_LOAD_SECS")
+    let max_secs: f64 = std::env::var("KENNIS_LOAD_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(30);
+        .unwrap_or(30.0);
     let dir = common::corpus_dir();
     let mut docs = common::read_corpus(&dir);
     if docs.is_empty() {
@@ -141,40 +78,18 @@ fn main() {
         );
     }
     let data = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = common::free_port();
     let public_url = format!("http://127.0.0.1:{port}");
     let started = Instant::now();
     let token = seed(data.path(), &public_url, &docs);
     println!("seeded in {:.1} s", started.elapsed().as_secs_f64());
 
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kennis"))
-        .arg("--data-dir")
-        .arg(data.path())
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the release binary");
-    let pid = child.id();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if let Some(url) = line.strip_prefix("kennis listening on ") {
-                let _ = tx.send(url.to_owned());
-            }
-        }
-    });
-    let base = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("kennis serve printed its address");
-    assert_eq!(base, public_url);
+    let server = Server::start(data.path(), &format!("127.0.0.1:{port}"), &[]);
+    assert_eq!(server.base, public_url);
     println!(
-        "server pid {pid}, RSS after start {} MB",
-        rss_kb(pid, "VmRSS:") / 1024
+        "server pid {}, RSS after start {} MB",
+        server.pid,
+        server.memory_mb("VmRSS:")
     );
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -185,7 +100,7 @@ fn main() {
     let paths: Arc<Vec<String>> = Arc::new(docs.iter().map(|(p, _)| p.clone()).collect());
     let queries: Arc<Vec<String>> =
         Arc::new(docs.iter().filter_map(|(_, t)| query_of(t)).collect());
-    let url = format!("{base}/mcp/kennisbank");
+    let url = format!("{}/mcp/kennisbank", server.base);
     let tools: Vec<String> = match std::env::var("KENNIS_LOAD_TOOLS").as_deref() {
         Ok("all") => ["kennisbank_read", "fetch", "kennisbank_search", "search"]
             .map(String::from)
@@ -197,39 +112,28 @@ fn main() {
     };
     let mut failed = 0;
     for tool in tools {
+        let (paths, queries, name) = (paths.clone(), queries.clone(), tool.clone());
         let load = Load {
             url: url.clone(),
-            token: token.clone(),
-            tool: tool.clone(),
-            paths: paths.clone(),
-            queries: queries.clone(),
+            tokens: vec![token.clone()],
+            clients: CLIENTS,
+            calls: move |_, n| arguments(&name, n, &paths, &queries),
             max_requests,
             max_secs,
+            pace: None,
         };
-        let (lat, errors, elapsed) = rt.block_on(load.run());
-        failed += errors;
-        let rss = rss_kb(pid, "VmRSS:");
-        let hwm = rss_kb(pid, "VmHWM:");
-        let mut lat = lat;
-        lat.sort();
-        let p =
-            |q: f64| lat[((lat.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1000.0;
-        println!(
-            "RESULT {tool}: {} requests ({errors} failed) by {CLIENTS} clients in {:.1} s: {:.0} requests/s, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; server RSS {} MB (peak {} MB)",
-            lat.len(),
-            elapsed.as_secs_f64(),
-            lat.len() as f64 / elapsed.as_secs_f64(),
-            p(0.5),
-            p(0.99),
-            p(1.0),
-            rss / 1024,
-            hwm / 1024
-        );
+        for (tool, m) in rt.block_on(load.run()) {
+            failed += m.failed;
+            println!(
+                "RESULT {tool}: {} requests by {CLIENTS} clients: {}; server RSS {} MB (peak {} MB)",
+                m.lat.len(),
+                m.line(),
+                server.memory_mb("VmRSS:"),
+                server.memory_mb("VmHWM:")
+            );
+        }
     }
-    let _ = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
-    let _ = child.wait();
+    server.stop();
     assert_eq!(failed, 0, "some calls failed");
 }
 
@@ -246,86 +150,13 @@ fn query_of(text: &str) -> Option<String> {
     })
 }
 
-/// One tool loaded by [`CLIENTS`] clients until `max_requests` or `max_secs`.
-struct Load {
-    url: String,
-    token: String,
-    tool: String,
-    paths: Arc<Vec<String>>,
-    queries: Arc<Vec<String>>,
-    max_requests: usize,
-    max_secs: u64,
-}
-
-impl Load {
-    fn arguments(&self, n: usize) -> serde_json::Value {
-        let pick = |v: &[String]| v[n.wrapping_mul(7919) % v.len()].clone();
-        match self.tool.as_str() {
-            "fetch" => serde_json::json!({"id": pick(&self.paths)}),
-            "search" | "kennisbank_search" => serde_json::json!({"query": pick(&self.queries)}),
-            _ => serde_json::json!({"path": pick(&self.paths)}),
-        }
-    }
-
-    /// Latencies, failed calls and the time taken.
-    async fn run(self) -> (Vec<Duration>, usize, Duration) {
-        let client = reqwest::Client::builder()
-            .pool_max_idle_per_host(CLIENTS)
-            .build()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(self.max_secs);
-        let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let load = Arc::new(self);
-        let begin = Instant::now();
-        let mut tasks = Vec::new();
-        for _ in 0..CLIENTS {
-            let (client, load, next) = (client.clone(), load.clone(), next.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut lat = Vec::new();
-                let mut errors = 0usize;
-                loop {
-                    let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    if n >= load.max_requests || Instant::now() >= deadline {
-                        break;
-                    }
-                    let body = serde_json::json!({
-                        "jsonrpc": "2.0", "id": n, "method": "tools/call",
-                        "params": {"name": load.tool, "arguments": load.arguments(n)}
-                    });
-                    let t = Instant::now();
-                    let r = client
-                        .post(&load.url)
-                        .bearer_auth(&load.token)
-                        .header("accept", "application/json, text/event-stream")
-                        .header("mcp-protocol-version", "2025-06-18")
-                        .json(&body)
-                        .send()
-                        .await;
-                    let ok = match r {
-                        Ok(r) => {
-                            let status = r.status();
-                            let text = r.text().await.unwrap_or_default();
-                            status == 200
-                                && text.contains("\"result\"")
-                                && !text.contains("\"isError\":true")
-                        }
-                        Err(_) => false,
-                    };
-                    lat.push(t.elapsed());
-                    if !ok {
-                        errors += 1;
-                    }
-                }
-                (lat, errors)
-            }));
-        }
-        let mut lat = Vec::new();
-        let mut errors = 0;
-        for t in tasks {
-            let (l, e) = t.await.unwrap();
-            lat.extend(l);
-            errors += e;
-        }
-        (lat, errors, begin.elapsed())
-    }
+/// Call `n` of `tool`: a document of the corpus to read or fetch, or a query to search.
+fn arguments(tool: &str, n: usize, paths: &[String], queries: &[String]) -> common::Call {
+    let pick = |v: &[String]| v[n.wrapping_mul(7919) % v.len()].clone();
+    let args = match tool {
+        "fetch" => serde_json::json!({"id": pick(paths)}),
+        "search" | "kennisbank_search" => serde_json::json!({"query": pick(queries)}),
+        _ => serde_json::json!({"path": pick(paths)}),
+    };
+    (tool.to_owned(), args)
 }

@@ -250,7 +250,8 @@ pub fn compact(ctx: &AdminContext, progress: Report<'_>) -> Result<Compaction, A
     ctx.kb_index.compact(true)?;
     let index_ms = started.elapsed().as_millis() as u64;
     let started = Instant::now();
-    let c = ctx.store.compact(Duration::from_secs(30))?;
+    let mut c = ctx.store.compact(Duration::from_secs(30))?;
+    c.bytes_after = ctx.store.trim()?.bytes_after;
     tracing::debug!(
         index_ms,
         store_ms = started.elapsed().as_millis() as u64,

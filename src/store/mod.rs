@@ -2,9 +2,10 @@
 //! appends and backups. This is the only module that opens transactions; domain modules pass
 //! closures that receive a [`ReadTx`] or [`WriteTx`].
 //!
-//! Every table maps bytes to bytes. Records are serde JSON, keys are built by [`key`]. One
-//! uniform table type keeps backups generic (they copy every table in [`ALL_TABLES`]) and keeps
-//! the record format readable when debugging a data directory.
+//! Every table maps bytes to bytes. Records are serde JSON, stored compressed with a built-in
+//! dictionary when that is smaller ([`record`]); keys are built by [`key`]. One uniform table
+//! type keeps backups generic (they copy every table in [`ALL_TABLES`]); [`record::json`] turns
+//! a stored value back into its JSON when debugging a data directory.
 
 mod backup;
 mod batch;
@@ -12,15 +13,14 @@ pub mod blob;
 mod group;
 pub mod key;
 mod migrate;
+pub mod record;
 mod rewrite;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
-use redb::{
-    Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, TableHandle,
-};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -128,6 +128,10 @@ pub const RESET_LINKS: Table = Table::new("reset_links");
 /// Organisations and people whose removal has begun and not yet ended, by `o` or `p` and their
 /// id: what an interrupted `org delete` or `user delete` (and the next start) finishes.
 pub const ERASING: Table = Table::new("erasing");
+
+/// The tables of bytes rather than records (content, extracted text, attachments): kept as
+/// their own formats say, never as records.
+pub const BLOB_TABLES: &[Table] = &[KB_CONTENT, KB_TEXT, ATTACHMENT_CONTENT];
 
 /// Every table, in the order backups copy them.
 pub const ALL_TABLES: &[Table] = &[
@@ -393,6 +397,22 @@ impl Store {
             bytes_after: self.file_size()?,
         })
     }
+
+    /// Gives back the file's unused tail (redb's own compaction): redb doubles the file as it
+    /// grows, so a store written in one go — a [`compact`](Self::compact)ed one — may end in
+    /// hundreds of megabytes the disk does not hold (a sparse hole) but the file's length
+    /// counts. A few seconds per gigabyte; `kennis compact` does it, an import does not.
+    pub fn trim(&self) -> Result<Compaction, StoreError> {
+        let bytes_before = self.file_size()?;
+        let mut db = self.db.write().unwrap_or_else(PoisonError::into_inner);
+        db.compact()
+            .map_err(|e| StoreError::Db(format!("the database file was not trimmed: {e}")))?;
+        drop(db);
+        Ok(Compaction {
+            bytes_before,
+            bytes_after: self.file_size()?,
+        })
+    }
 }
 
 /// Creates the directory if needed and restricts it to the owner: it holds secrets.
@@ -448,14 +468,11 @@ pub fn make_private(dir: &Path) -> Result<(), StoreError> {
 }
 
 fn decode<R: DeserializeOwned>(table: &Table, bytes: &[u8]) -> Result<R, StoreError> {
-    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
-        table: table.name().to_owned(),
-        message: e.to_string(),
-    })
+    record::decode(table, bytes)
 }
 
 fn encode<R: Serialize>(record: &R) -> Vec<u8> {
-    serde_json::to_vec(record).expect("records always serialise")
+    record::encode(record)
 }
 
 fn get_in<R: DeserializeOwned>(

@@ -37,6 +37,10 @@ fn live_rows(store: &kennis::store::Store) -> Vec<(String, Vec<u8>, Vec<u8>)> {
             .read(|tx| {
                 for k in tx.scan_keys(*t, b"", usize::MAX)? {
                     let v = tx.get_raw(*t, &k)?.unwrap_or_default();
+                    // Records as the JSON they hold (stored compressed).
+                    let v = kennis::store::record::json(&v)
+                        .map(|j| j.into_owned())
+                        .unwrap_or(v);
                     out.push((t.name().to_owned(), k, v));
                 }
                 Ok::<_, kennis::store::StoreError>(())
@@ -68,7 +72,13 @@ fn files_holding(dir: &Path, needle: &[u8]) -> Vec<String> {
             let p = e.unwrap().path();
             if p.is_dir() {
                 stack.push(p);
-            } else if p.is_file() && contains(&std::fs::read(&p).unwrap_or_default(), needle) {
+            } else if p.is_file()
+                && contains(
+                    // With the JSON of every compressed record in the file.
+                    &kennis::store::record::expand(&std::fs::read(&p).unwrap_or_default()),
+                    needle,
+                )
+            {
                 out.push(p.display().to_string());
             }
         }
