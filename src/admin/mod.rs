@@ -425,16 +425,23 @@ pub fn execute(
             require_second_factor,
             personal_tokens,
         } => {
-            let mut org = identity::set_org_policy(
-                store,
-                &OPERATOR,
-                &slug,
-                connector_access,
-                require_second_factor,
-                now,
-            )?;
+            // Only the settings given are changed and audited (none given: the policy as it
+            // is, audited as before).
+            let policy = connector_access.is_some() || require_second_factor.is_some();
+            let mut org = if policy || personal_tokens.is_none() {
+                identity::set_org_policy(
+                    store,
+                    &OPERATOR,
+                    &slug,
+                    connector_access,
+                    require_second_factor,
+                    now,
+                )?
+            } else {
+                identity::find_org(store, &slug)?
+            };
             if let Some(setting) = personal_tokens {
-                org = identity::set_personal_tokens(store, &slug, setting)?;
+                org = identity::set_personal_tokens(store, &OPERATOR, &slug, setting, now)?;
             }
             org_json(&org)
         }
@@ -470,14 +477,16 @@ pub fn execute(
             json!({ "items": items })
         }
         AdminRequest::UserDisable { email } => {
-            serde_json::to_value(crate::erase::disable_person(store, &email, now)?)
+            serde_json::to_value(crate::erase::disable_person(store, &OPERATOR, &email, now)?)
                 .unwrap_or_default()
         }
         AdminRequest::UserEnable { email } => {
-            serde_json::to_value(crate::erase::enable_person(store, &email)?).unwrap_or_default()
+            serde_json::to_value(crate::erase::enable_person(store, &OPERATOR, &email, now)?)
+                .unwrap_or_default()
         }
         AdminRequest::UserDelete { email } => {
-            serde_json::to_value(crate::erase::delete_person(store, &email)?).unwrap_or_default()
+            serde_json::to_value(crate::erase::delete_person(store, &OPERATOR, &email, now)?)
+                .unwrap_or_default()
         }
         AdminRequest::UserTotp { email } => {
             let e = identity::reset_totp_by(store, &OPERATOR, &email, now)?;
@@ -561,7 +570,7 @@ pub fn execute(
         }
         AdminRequest::KbDelete { org, path } => {
             let org = identity::find_org(store, &org)?;
-            let item = kb::trash::delete(store, &ctx.kb_index, org.id, &path, None, now)?;
+            let item = kb::trash::delete(store, &ctx.kb_index, org.id, &path, &OPERATOR, now)?;
             json!({"path": item.path, "version": item.version, "deleted": true})
         }
         AdminRequest::KbTrash { org } => {
@@ -584,12 +593,13 @@ pub fn execute(
         }
         AdminRequest::KbRestore { org, path } => {
             let org = identity::find_org(store, &org)?;
-            let item = kb::trash::restore(store, &ctx.kb_index, org.id, &path)?;
+            let item = kb::trash::restore(store, &ctx.kb_index, org.id, &path, &OPERATOR, now)?;
             json!({"path": item.path, "version": item.version, "restored": true})
         }
         AdminRequest::KbMove { org, from, to } => {
             let org = identity::find_org(store, &org)?;
-            let moved = kb::trash::move_document(store, &ctx.kb_index, org.id, &from, &to)?;
+            let moved =
+                kb::trash::move_document(store, &ctx.kb_index, org.id, &from, &to, &OPERATOR, now)?;
             json!({"from": moved.from, "to": moved.to, "version": moved.version})
         }
         AdminRequest::KbExport { org, dir } => {
@@ -783,7 +793,7 @@ pub fn execute(
                 scopes,
                 expires_in_days,
             };
-            let (token, secret) = pats::create(store, new, now)?;
+            let (token, secret) = pats::create(store, &OPERATOR, new, now)?;
             json!({"id": token.id, "token": secret})
         }
         AdminRequest::TokenList { org } => {

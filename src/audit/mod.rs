@@ -87,6 +87,14 @@ impl Actor {
             Actor::Person { person_id, .. } => *person_id,
         }
     }
+
+    /// The acting person's id, or `None` for the operator.
+    pub fn acting_person(&self) -> Option<u64> {
+        match self {
+            Actor::Operator => None,
+            Actor::Person { person_id, .. } => Some(*person_id),
+        }
+    }
 }
 
 /// Records an admin action of organisation `org_id` in the caller's write transaction, so the

@@ -138,6 +138,16 @@ pub enum PersonalTokens {
     Deny,
 }
 
+impl PersonalTokens {
+    /// The name the command line, forms and audit records use (`allow`, `deny`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+        }
+    }
+}
+
 impl std::str::FromStr for PersonalTokens {
     type Err = IdentityError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -399,17 +409,22 @@ pub fn set_org_policy(
     })
 }
 
-/// Allows or denies an organisation's personal access tokens.
+/// Allows or denies an organisation's personal access tokens. Audited (`org.set`,
+/// `personal_tokens=…`).
 pub fn set_personal_tokens(
     store: &Store,
+    by: &Actor,
     slug: &str,
     setting: PersonalTokens,
+    now: Timestamp,
 ) -> Result<Org, IdentityError> {
     store.write(|tx| {
         let mut org =
             org_by_slug(tx, slug)?.ok_or_else(|| IdentityError::UnknownOrg(slug.to_owned()))?;
         org.personal_tokens = setting;
         tx.put(ORGS, &key::id(org.id), &org)?;
+        let target = format!("personal_tokens={}", setting.as_str());
+        audit::admin_in(tx, org.id, by, "org.set", &target, now)?;
         Ok(org)
     })
 }

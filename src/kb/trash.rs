@@ -24,6 +24,7 @@ use super::{
     Document, KbError, Version, doc_key, folder_conflict, get_document, log_change, path,
     version_key, versions,
 };
+use crate::audit::{self, Actor};
 use crate::store::{
     KB_CONTENT, KB_DOCS, KB_EXTRACTION, KB_TEXT, KB_TRASH, KB_VERSIONS, Read, Store, StoreError,
     WriteTx, key,
@@ -108,17 +109,18 @@ pub(crate) fn same_path(p: &str) -> KbError {
     KbError::InvalidInput(format!("`{p}` is already at that path"))
 }
 
-/// Moves the document at `path` to the trash with its whole history; the search index forgets
-/// it before this returns.
+/// Moves the document at `path` to the trash with its whole history, audited (`kb.delete`) in
+/// the same transaction; the search index forgets it before this returns.
 pub fn delete(
     store: &Store,
     index: &SearchIndex,
     org_id: u64,
     raw_path: &str,
-    by: Option<u64>,
+    by: &Actor,
     now: Timestamp,
 ) -> Result<TrashItem, KbError> {
     let p = path::normalize(raw_path)?;
+    let deleted_by = by.acting_person();
     let item = store.write(|tx| {
         let doc = get_document(tx, org_id, &p)?.ok_or_else(|| missing(&p))?;
         let all = take_out(tx, &doc)?;
@@ -127,8 +129,9 @@ pub fn delete(
             path: doc.path.clone(),
             version: doc.version,
             deleted_at: now,
-            deleted_by: by,
+            deleted_by,
         };
+        let target = format!("{} version {}", doc.path, doc.version);
         tx.put(
             KB_TRASH,
             &trash_key(org_id, seq),
@@ -136,9 +139,10 @@ pub fn delete(
                 doc,
                 versions: all,
                 deleted_at: now,
-                deleted_by: by,
+                deleted_by,
             },
         )?;
+        audit::admin_in(tx, org_id, by, "kb.delete", &target, now)?;
         Ok::<_, KbError>(item)
     })?;
     index.catch_up(store)?;
@@ -161,12 +165,14 @@ pub fn trash(tx: &impl Read, org_id: u64) -> Result<Vec<TrashItem>, StoreError> 
 }
 
 /// Brings the most recently deleted document at `path` back with its whole history (the same
-/// versions); refused while a live document holds the path.
+/// versions), audited (`kb.restore`); refused while a live document holds the path.
 pub fn restore(
     store: &Store,
     index: &SearchIndex,
     org_id: u64,
     raw_path: &str,
+    by: &Actor,
+    now: Timestamp,
 ) -> Result<TrashItem, KbError> {
     let p = path::normalize(raw_path)?;
     let item = store.write(|tx| {
@@ -178,6 +184,8 @@ pub fn restore(
             .ok_or_else(|| not_in_trash(&p))?;
         put_in(tx, &t.doc, &t.versions)?;
         tx.delete(KB_TRASH, &k)?;
+        let target = format!("{} version {}", t.doc.path, t.doc.version);
+        audit::admin_in(tx, org_id, by, "kb.restore", &target, now)?;
         Ok::<_, KbError>(TrashItem {
             path: t.doc.path,
             version: t.doc.version,
@@ -197,15 +205,17 @@ pub struct Moved {
     pub version: u64,
 }
 
-/// Moves (renames) the document at `from` to `to` with its whole history; refused when `to` is
-/// not a valid path or a live document holds it. The index drops the old path and finds the new
-/// one before this returns.
+/// Moves (renames) the document at `from` to `to` with its whole history, audited (`kb.move`);
+/// refused when `to` is not a valid path or a live document holds it. The index drops the old
+/// path and finds the new one before this returns.
 pub fn move_document(
     store: &Store,
     index: &SearchIndex,
     org_id: u64,
     from: &str,
     to: &str,
+    by: &Actor,
+    now: Timestamp,
 ) -> Result<Moved, KbError> {
     let from = path::normalize(from)?;
     let to = path::normalize(to)?;
@@ -221,6 +231,8 @@ pub fn move_document(
             ..doc
         };
         put_in(tx, &doc, &all)?;
+        let target = format!("{from} to {to}");
+        audit::admin_in(tx, org_id, by, "kb.move", &target, now)?;
         Ok::<_, KbError>(Moved {
             from: from.clone(),
             to: to.clone(),

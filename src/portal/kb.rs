@@ -591,7 +591,7 @@ async fn document_action(
     Path((_, doc_path)): Path<(String, String)>,
     form: CsrfForm,
 ) -> Response {
-    let (org_id, by) = (m.org.id, m.user.person.id);
+    let (org_id, by) = (m.org.id, m.actor());
     match form.field("action") {
         Some("delete") => {
             let r = app
@@ -601,7 +601,7 @@ async fn document_action(
                         &app.kb_index,
                         org_id,
                         &doc_path,
-                        Some(by),
+                        &by,
                         app.clock.now(),
                     )
                 })
@@ -618,7 +618,15 @@ async fn document_action(
             let to = form.field("to").unwrap_or_default().to_owned();
             let r = app
                 .blocking(move |app| {
-                    kb::trash::move_document(&app.store, &app.kb_index, org_id, &doc_path, &to)
+                    kb::trash::move_document(
+                        &app.store,
+                        &app.kb_index,
+                        org_id,
+                        &doc_path,
+                        &to,
+                        &by,
+                        app.clock.now(),
+                    )
                 })
                 .await;
             match r {
@@ -701,9 +709,18 @@ async fn trash_action(
         return error_page(&m, StatusCode::BAD_REQUEST, &t("kb-unknown-action"));
     }
     let doc_path = form.field("path").unwrap_or_default().to_owned();
-    let org_id = m.org.id;
+    let (org_id, by) = (m.org.id, m.actor());
     let r = app
-        .blocking(move |app| kb::trash::restore(&app.store, &app.kb_index, org_id, &doc_path))
+        .blocking(move |app| {
+            kb::trash::restore(
+                &app.store,
+                &app.kb_index,
+                org_id,
+                &doc_path,
+                &by,
+                app.clock.now(),
+            )
+        })
         .await;
     match r {
         Ok(item) => see_other(&doc_url(&m.org.slug, &item.path)),

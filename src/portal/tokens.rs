@@ -161,8 +161,9 @@ async fn create(State(app): State<Arc<App>>, m: OrgMember, form: CsrfForm) -> Re
         scopes,
         expires_in_days,
     };
+    let by = m.actor();
     let r = app
-        .blocking(move |app| pats::create(&app.store, new, app.clock.now()))
+        .blocking(move |app| pats::create(&app.store, &by, new, app.clock.now()))
         .await;
     match r {
         Ok((token, secret)) => {
@@ -198,6 +199,7 @@ async fn act(
     let by = Revoker::Member {
         org_id: m.org.id,
         person_id: m.user.person.id,
+        email: m.user.person.email.clone(),
         is_admin: m.is_admin(),
     };
     let r = app
@@ -224,8 +226,11 @@ async fn set_setting(
         Err(e) => return refused(&m, &e),
     };
     let slug = m.org.slug.clone();
+    let by = m.actor();
     let r = app
-        .blocking(move |app| identity::set_personal_tokens(&app.store, &slug, setting))
+        .blocking(move |app| {
+            identity::set_personal_tokens(&app.store, &by, &slug, setting, app.clock.now())
+        })
         .await;
     match r {
         Ok(_) => see_other(&format!("/portal/o/{}/tokens", m.org.slug)),

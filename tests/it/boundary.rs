@@ -229,6 +229,23 @@ async fn a_password_reset_revokes_grants_and_sessions() {
     // link is used) ends when it is used.
     let (client_id, access, refresh_token) = connect(&t, &s).await;
     assert_eq!(connector(&t, &access).await, 200);
+    let pat = cli(
+        &t,
+        &[
+            "token",
+            "create",
+            &s.org.slug,
+            &s.person.email,
+            "--name",
+            "ci",
+            "--json",
+        ],
+    )
+    .await["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(connector(&t, &pat).await, 200);
     let mut other = Browser::new(&t);
     assert_eq!(other.login(&s, "/portal").await.status, 200);
     let path = v["url"].as_str().unwrap().replace(&t.base, "");
@@ -245,6 +262,11 @@ async fn a_password_reset_revokes_grants_and_sessions() {
     assert_eq!(p.status, 303, "{}", p.body);
     assert_eq!(connector(&t, &access).await, 401);
     assert_eq!(
+        connector(&t, &pat).await,
+        401,
+        "personal access tokens end too"
+    );
+    assert_eq!(
         refresh(&t, &client_id, &refresh_token).await,
         (400, Some("invalid_grant".into()))
     );
@@ -257,6 +279,23 @@ async fn a_password_change_revokes_grants_and_the_other_sessions() {
     let mut t = TestServer::start().await;
     let s = t.seed("Acme", "fay@example.org");
     let (client_id, access, refresh_token) = connect(&t, &s).await;
+    let pat = cli(
+        &t,
+        &[
+            "token",
+            "create",
+            &s.org.slug,
+            &s.person.email,
+            "--name",
+            "ci",
+            "--json",
+        ],
+    )
+    .await["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(connector(&t, &pat).await, 200);
     let mut me = Browser::new(&t);
     let page = me.login(&s, "/portal/account").await;
     let mut other = Browser::new(&t);
@@ -275,6 +314,7 @@ async fn a_password_change_revokes_grants_and_the_other_sessions() {
         .await;
     assert_eq!(p.status, 401);
     assert_eq!(connector(&t, &access).await, 200);
+    assert_eq!(connector(&t, &pat).await, 200);
     assert_eq!(other.get("/portal").await.status, 200);
 
     let p = me
@@ -289,6 +329,11 @@ async fn a_password_change_revokes_grants_and_the_other_sessions() {
         .await;
     assert_eq!(p.status, 200, "{}", p.body);
     assert_eq!(connector(&t, &access).await, 401);
+    assert_eq!(
+        connector(&t, &pat).await,
+        401,
+        "personal access tokens end too"
+    );
     assert_eq!(
         refresh(&t, &client_id, &refresh_token).await,
         (400, Some("invalid_grant".into()))
@@ -632,6 +677,63 @@ async fn every_portal_admin_action_is_audited_with_the_admin_as_actor() {
         )
         .await;
     ok(&p, "app status");
+    // A token made and revoked, then tokens denied for the organisation.
+    let tokens = format!("{bo}/tokens");
+    let p = bob
+        .post(
+            &tokens,
+            &[
+                csrf,
+                ("name", "n8n"),
+                ("scope", "kennisbank"),
+                ("expires_in_days", "7"),
+            ],
+        )
+        .await;
+    ok(&p, "token");
+    let token_id = app
+        .store
+        .read(|tx| kennis::oauth::pats::list(tx, b.org.id, None))
+        .unwrap()[0]
+        .token
+        .id;
+    let p = bob
+        .post(
+            &format!("{tokens}/{token_id}"),
+            &[csrf, ("action", "revoke")],
+        )
+        .await;
+    ok(&p, "token revoke");
+    let p = bob
+        .post(
+            &format!("{tokens}/setting"),
+            &[csrf, ("personal_tokens", "deny")],
+        )
+        .await;
+    ok(&p, "personal tokens");
+    // A document moved, deleted and restored.
+    t.put_doc(&b, "notities/oud.md", "oud");
+    let p = bob
+        .post(
+            &format!("{bo}/kb/notities/oud.md"),
+            &[csrf, ("action", "move"), ("to", "archief/oud.md")],
+        )
+        .await;
+    ok(&p, "move");
+    let p = bob
+        .post(
+            &format!("{bo}/kb/archief/oud.md"),
+            &[csrf, ("action", "delete")],
+        )
+        .await;
+    ok(&p, "delete");
+    let p = bob
+        .post(
+            &format!("{bo}/trash"),
+            &[csrf, ("action", "restore"), ("path", "archief/oud.md")],
+        )
+        .await;
+    ok(&p, "restore");
 
     // A run again.
     let (_, run) = t.finished_run(&b.org.slug, "Nog eens").await;
@@ -723,6 +825,18 @@ async fn every_portal_admin_action_is_audited_with_the_admin_as_actor() {
         ("trigger.delete", format!("trigger {tid} Offerte")),
         ("app.add", format!("app {app_id} Uren status=draft")),
         ("app.status", format!("app {app_id} Uren status=live")),
+        (
+            "token.create",
+            format!("token {token_id} n8n of bob@example.org scopes=kennisbank expires_at="),
+        ),
+        (
+            "token.revoke",
+            format!("token {token_id} n8n of bob@example.org"),
+        ),
+        ("org.set", "personal_tokens=deny".into()),
+        ("kb.move", "notities/oud.md to archief/oud.md".into()),
+        ("kb.delete", "archief/oud.md version 1".into()),
+        ("kb.restore", "archief/oud.md version 1".into()),
     ] {
         let found = records.iter().any(|r| {
             r["action"] == action
@@ -869,16 +983,78 @@ async fn every_command_line_admin_action_is_audited_as_the_operator() {
             run_json(&d, &["trigger", action, &id, "--json"], None);
         }
         run_json(&d, &["app", "add", "org-c", "Uren", "--json"], None);
+        // Tokens and their organisation setting.
+        let token = run_json(
+            &d,
+            &[
+                "token",
+                "create",
+                "org-c",
+                "eve@example.org",
+                "--name",
+                "ci",
+                "--json",
+            ],
+            None,
+        );
+        let token = token["id"].to_string();
+        run_json(&d, &["token", "revoke", &token, "--json"], None);
+        run_json(
+            &d,
+            &["org", "set", "org-c", "--personal-tokens", "deny", "--json"],
+            None,
+        );
+        // A document imported, moved, deleted and restored.
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("a.md"), "alfa").unwrap();
+        run_json(
+            &d,
+            &[
+                "kb",
+                "import",
+                "org-c",
+                src.path().to_str().unwrap(),
+                "--json",
+            ],
+            None,
+        );
+        run_json(&d, &["kb", "move", "org-c", "a.md", "b.md", "--json"], None);
+        run_json(&d, &["kb", "delete", "org-c", "b.md", "--json"], None);
+        run_json(&d, &["kb", "restore", "org-c", "b.md", "--json"], None);
+        // A person disabled, enabled, and another one erased.
+        run_json(&d, &["user", "disable", "eve@example.org", "--json"], None);
+        run_json(&d, &["user", "enable", "eve@example.org", "--json"], None);
+        let gus = run_json(
+            &d,
+            &[
+                "user",
+                "add",
+                "gus@example.org",
+                "--password-stdin",
+                "--json",
+            ],
+            Some("gus-zijn-lange-wachtwoord\n"),
+        );
+        run_json(
+            &d,
+            &["member", "add", "org-c", "gus@example.org", "--json"],
+            None,
+        );
+        run_json(
+            &d,
+            &["user", "delete", "gus@example.org", "--yes", "--json"],
+            None,
+        );
         run_json(
             &d,
             &["member", "remove", "org-c", "eve@example.org", "--json"],
             None,
         );
-        (agent, id)
+        (agent, id, token, gus["id"].clone())
     })
     .await
     .unwrap();
-    let (agent, tid) = out;
+    let (agent, tid, token, gus) = out;
     let records = export(&t, "org-c").await;
     for (action, target) in [
         ("org.create", "org-c".to_owned()),
@@ -912,6 +1088,21 @@ async fn every_command_line_admin_action_is_audited_as_the_operator() {
         ("trigger.renew_secret", format!("trigger {tid} T")),
         ("trigger.delete", format!("trigger {tid} T")),
         ("app.add", "Uren status=live".into()),
+        (
+            "token.create",
+            format!("token {token} ci of eve@example.org scopes=kennisbank expires_at="),
+        ),
+        (
+            "token.revoke",
+            format!("token {token} ci of eve@example.org"),
+        ),
+        ("org.set", "personal_tokens=deny".into()),
+        ("user.disable", "eve@example.org".into()),
+        ("user.enable", "eve@example.org".into()),
+        ("user.delete", format!("deleted-{gus}")),
+        ("kb.move", "a.md to b.md".into()),
+        ("kb.delete", "b.md version 1".into()),
+        ("kb.restore", "b.md version 1".into()),
         ("member.remove", "eve@example.org".into()),
     ] {
         let found = records.iter().any(|r| {
@@ -923,6 +1114,15 @@ async fn every_command_line_admin_action_is_audited_as_the_operator() {
         });
         assert!(found, "{action} {target}: {records:#?}");
     }
+    // `org set --personal-tokens` alone records that setting only.
+    assert_eq!(actions(&records, "org.set").len(), 2, "{records:#?}");
+    // The erased person is named by the pseudonym only.
+    assert!(
+        !records
+            .iter()
+            .any(|r| r.to_string().contains("gus@example.org")),
+        "{records:#?}"
+    );
     // In time order, each with its time.
     let times: Vec<&str> = records.iter().map(|r| r["at"].as_str().unwrap()).collect();
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::fixture::{Browser, McpClient, Seeded, TestServer, run, run_json, stderr};
+use crate::fixture::{Browser, McpClient, Seeded, TestServer, run, run_json, sorted_keys, stderr};
 
 async fn setup() -> (TestServer, McpClient, Seeded) {
     let t = TestServer::start().await;
@@ -102,6 +102,13 @@ async fn deleted_documents_vanish_everywhere_and_come_back_whole() {
         .ok("kennisbank_search", json!({"query": "meranti"}))
         .await;
     assert!(paths(&found).is_empty(), "{found}");
+    // ChatGPT's `search` and `fetch` too.
+    let found = mcp.ok("search", json!({"query": "meranti"})).await;
+    assert_eq!(found, json!({"results": []}));
+    assert_eq!(
+        mcp.err("fetch", json!({"id": path})).await["code"],
+        "not_found"
+    );
     assert_eq!(b.get(&doc_page).await.status, 404);
     let p = b.get(&format!("/portal/o/{slug}/kb?q=meranti")).await;
     assert!(!p.body.contains("kozijn.md"), "{}", p.body);
@@ -126,6 +133,12 @@ async fn deleted_documents_vanish_everywhere_and_come_back_whole() {
         p.body
     );
     let v = run_json(t.data_dir(), &["kb", "trash", &slug, "--json"], None);
+    assert_eq!(sorted_keys(&v), ["items"], "{v}");
+    assert_eq!(
+        sorted_keys(&v["items"][0]),
+        ["deleted_at", "deleted_by", "path", "version"],
+        "{v}"
+    );
     assert_eq!(v["items"][0]["path"], path, "{v}");
     assert_eq!(v["items"][0]["version"], 2, "{v}");
     assert_eq!(v["items"][0]["deleted_by"], "annie@example.org", "{v}");
@@ -191,6 +204,13 @@ async fn deleted_documents_vanish_everywhere_and_come_back_whole() {
         .ok("kennisbank_search", json!({"query": "meranti"}))
         .await;
     assert_eq!(paths(&found), vec![path]);
+    let found = mcp.ok("search", json!({"query": "meranti"})).await;
+    assert_eq!(found["results"][0]["id"], path, "{found}");
+    let fetched = mcp.ok("fetch", json!({"id": path})).await;
+    assert_eq!(
+        (&fetched["text"], &fetched["metadata"]["version"]),
+        (&json!("Meranti kozijnen, tweede versie"), &json!(2))
+    );
     let p = b.get(&format!("/portal/o/{slug}/trash")).await;
     assert!(p.body.contains("id=\"trash-empty\""), "{}", p.body);
 
@@ -368,6 +388,23 @@ async fn moved_documents_keep_their_history_and_are_found_at_once() {
         .ok("kennisbank_search", json!({"query": "dakkapel"}))
         .await;
     assert_eq!(paths(&found), vec!["definitief/plan.md"]);
+    let found = mcp.ok("search", json!({"query": "dakkapel"})).await;
+    let ids: Vec<&str> = found["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec!["definitief/plan.md"]);
+    assert_eq!(
+        mcp.err("fetch", json!({"id": "aangeleverd/concept/plan.md"}))
+            .await["code"],
+        "not_found"
+    );
+    assert_eq!(
+        mcp.ok("fetch", json!({"id": "definitief/plan.md"})).await["text"],
+        "Dakkapel plaatsen in mei"
+    );
     let list = mcp.ok("kennisbank_list", json!({})).await;
     assert_eq!(listed(&list), vec!["aangeleverd", "definitief"]);
 
@@ -458,6 +495,7 @@ async fn export_gives_back_the_imported_bytes() {
     );
     assert!(out.status.success(), "{}", stderr(&out));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(sorted_keys(&v), ["bytes", "documents"], "{v}");
     let total: usize = expected.values().map(Vec::len).sum();
     assert_eq!(
         (v["documents"].as_u64(), v["bytes"].as_u64()),
@@ -668,6 +706,58 @@ async fn retention_purges_old_runs_audit_and_trash_with_their_content() {
     // A second round finds nothing more.
     let r = app.blocking(kennis::housekeeping::retain).await.unwrap();
     assert_eq!(r, kennis::housekeeping::Retained::default());
+    t.stop().await;
+}
+
+/// `0` keeps for ever: with every retention setting at 0, nothing is purged however old.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_zero_keeps_everything() {
+    use kennis::config::{RetentionSettings, Settings};
+    let mut t = TestServer::start_with(Settings {
+        retention: Some(RetentionSettings {
+            runs_days: Some(0),
+            audit_days: Some(0),
+            trash_days: Some(0),
+        }),
+        ..Settings::default()
+    })
+    .await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let slug = s.org.slug.clone();
+    let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
+    let (_, run_id) = t.finished_run(&slug, "oud").await;
+    mcp.ok(
+        "kennisbank_write",
+        json!({"path": "aangeleverd/oud.md", "content": "alleen oud"}),
+    )
+    .await;
+    run_json(
+        t.data_dir(),
+        &["kb", "delete", &slug, "aangeleverd/oud.md", "--json"],
+        None,
+    );
+    let app = t.app().clone();
+    app.batch.flush();
+    let audit = || {
+        app.store
+            .read(|tx| kennis::audit::records(tx, s.org.id, None))
+            .unwrap()
+            .len()
+    };
+    let before = audit();
+    assert!(before > 0);
+    t.clock.advance(jiff::SignedDuration::from_hours(3650 * 24));
+    let r = app.blocking(kennis::housekeeping::retain).await.unwrap();
+    assert_eq!(r, kennis::housekeeping::Retained::default());
+    assert!(
+        app.store
+            .read(|tx| kennis::requests::get(tx, run_id))
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(audit(), before);
+    let v = run_json(t.data_dir(), &["kb", "trash", &slug, "--json"], None);
+    assert_eq!(v["items"][0]["path"], "aangeleverd/oud.md", "{v}");
     t.stop().await;
 }
 
