@@ -102,7 +102,14 @@ async fn search_paths(t: &TestServer, token: &str, query: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
-    let mut t = TestServer::start().await;
+    // Callback URLs on loopback, for a run whose callback is still pending.
+    let mut t = TestServer::start_with(kennis::config::Settings {
+        triggers: Some(kennis::config::TriggerSettings {
+            callback_allow_http_loopback: Some(true),
+        }),
+        ..kennis::config::Settings::default()
+    })
+    .await;
     let gone = t.seed("Verdwijnt Bouw", "vera@verdwijnt.nl");
     let stays = t.seed("Blijft Bouw", "bert@blijft.nl");
     let app = t.app().clone();
@@ -194,8 +201,98 @@ async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
         now,
     )
     .unwrap();
+    // A document in the trash, with content of its own.
+    write_doc(
+        &t,
+        &gone,
+        "zqxgeheim/weg.md",
+        b"ZQXTRASHED prullenbak",
+        kb::Expect::Create,
+    );
+    kb::trash::delete(
+        &app.store,
+        &app.kb_index,
+        gone.org.id,
+        "zqxgeheim/weg.md",
+        &kennis::audit::Actor::Operator,
+        now,
+    )
+    .unwrap();
+    // A personal access token.
+    let (_, gone_pat) = kennis::oauth::pats::create(
+        &app.store,
+        &kennis::audit::Actor::Operator,
+        kennis::oauth::pats::NewToken {
+            org_id: gone.org.id,
+            person_id: gone.person.id,
+            name: "ZQX script".into(),
+            scopes: vec![],
+            expires_in_days: None,
+        },
+        now,
+    )
+    .unwrap();
+    // A run whose result callback is pending (nobody listens at its URL yet).
+    let agent = kennis::agents::add_agent(
+        &app.store,
+        &gone.org.slug,
+        &crate::fixture::echo_agent(),
+        now,
+    )
+    .unwrap();
+    let project = kennis::agents::add_project(
+        &app.store,
+        &gone.org.slug,
+        "ZQX site",
+        kennis::agents::Rollout::Ready,
+        now,
+    )
+    .unwrap();
+    let port = crate::fixture::free_port();
+    let with_callback = kennis::triggers::add_by(
+        &app.store,
+        &kennis::audit::Actor::Operator,
+        &gone.org.slug,
+        &kennis::triggers::NewTrigger {
+            name: "ZQX callback".into(),
+            agent_id: agent.id,
+            project_id: project.id,
+            instructions: "Meld ZQXMARKER terug".into(),
+            cooldown_secs: Some(0),
+            callback_url: Some(format!("http://127.0.0.1:{port}/zqx")),
+        },
+        true,
+        now,
+    )
+    .unwrap();
+    let r = t
+        .client
+        .post(t.url(&format!("/api/hooks/events/{}", with_callback.trigger.id)))
+        .bearer_auth(&with_callback.secret)
+        .json(&json!({"zqx": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let called: u64 = r.json::<serde_json::Value>().await.unwrap()["featureRequestId"]
+        .as_u64()
+        .unwrap();
+    let mut pending = false;
+    for _ in 0..200 {
+        let cb = app
+            .store
+            .read(|tx| kennis::requests::callback::get(tx, called))
+            .unwrap();
+        if cb.is_some_and(|c| !c.attempts.is_empty() && c.next_at.is_some()) {
+            pending = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(pending, "the callback was not tried and kept pending");
     let gone_token = t.grant(&gone, SCOPE);
     let stays_token = t.grant(&stays, SCOPE);
+    assert_eq!(t.mcp(&gone_pat).rpc("tools/list", json!({})).await.0, 200);
     assert!(
         search_paths(&t, &gone_token, "kozijn")
             .await
@@ -229,6 +326,10 @@ async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
         "invitations",
         "memberships",
         "orgs",
+        "kb_trash",
+        "personal_tokens",
+        "run_callbacks",
+        "run_callbacks_due",
     ] {
         assert!(
             tables_with_gone.contains(table),
@@ -257,6 +358,8 @@ async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
 
     // Nothing of it is found by a tool, a command or a page.
     let (status, _) = t.mcp(&gone_token).rpc("tools/list", json!({})).await;
+    assert_eq!(status, 401);
+    let (status, _) = t.mcp(&gone_pat).rpc("tools/list", json!({})).await;
     assert_eq!(status, 401);
     let orgs = run_json(t.data_dir(), &["org", "list", "--json"], None);
     assert!(!orgs.to_string().contains(&gone.org.slug), "{orgs}");
@@ -326,6 +429,8 @@ async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
             "kb_versions",
             "feature_requests",
             "apps",
+            "kb_trash",
+            "run_callbacks_due",
         ];
         assert!(
             !(org_keyed.contains(&table.as_str()) && k.starts_with(&gone_key)),
@@ -335,6 +440,7 @@ async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
             assert_ne!(&k[8..16], &gone_key[..], "{why}");
         }
         if table == "kb_content" {
+            assert_ne!(k, &hash(b"ZQXTRASHED prullenbak"), "{why}");
             assert_ne!(k, &hash(b"ZQXMARKER kozijn"), "{why}");
             assert_ne!(k, &hash(&binary), "{why}");
         }
@@ -362,6 +468,7 @@ async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
     assert!(out.status.success(), "{}", stderr(&out));
     for marker in [
         &b"ZQXMARKER"[..],
+        b"ZQXTRASHED",
         b"zqxgeheim/notitie.md",
         gone.org.slug.as_bytes(),
         b"ZQXATTACHMENT",
