@@ -130,6 +130,57 @@ async fn bounded_blocking<T: Send + 'static>(
     .map_err(|_| std::io::Error::other("the lookup did not finish"))?
 }
 
+/// How long a lookup made while saving a setting ([`resolve_blocking`]) may take, waiting for a
+/// slot included, before it counts as not resolved.
+pub const SAVE_LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
+/// Lookups of [`resolve_blocking`] at once (slots of their own, beside [`MAX_LOOKUPS`]).
+pub const MAX_SAVE_LOOKUPS: usize = 4;
+static SAVE_LOOKUPS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_SAVE_LOOKUPS);
+
+/// Runs blocking `work` on a thread of its own holding one of `slots` for as long as the work
+/// runs, for callers outside the async runtime: waits for a slot and for the answer up to
+/// `timeout` in all, then gives up; an abandoned `work` keeps its slot until it returns, so a
+/// slow resolver never has more than `slots` threads waiting on it.
+fn bounded_thread<T: Send + 'static>(
+    slots: &'static tokio::sync::Semaphore,
+    timeout: Duration,
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    let deadline = std::time::Instant::now() + timeout;
+    let permit = loop {
+        match slots.try_acquire() {
+            Ok(p) => break p,
+            Err(tokio::sync::TryAcquireError::Closed) => {
+                return Err(std::io::Error::other("the resolver is shut down"));
+            }
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "too many lookups at once",
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    };
+    let (send, answer) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("kennis-lookup".into())
+        .spawn(move || {
+            let result = work();
+            drop(permit);
+            let _ = send.send(result);
+        })?;
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    answer.recv_timeout(left).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {} seconds", timeout.as_secs()),
+        )
+    })?
+}
+
 /// Whether the test switch lets this URL through: `http://127.0.0.1:<port>` only.
 pub fn loopback_allowed(url: &url::Url, allow_http_loopback: bool) -> bool {
     allow_http_loopback && url.scheme() == "http" && url.host_str() == Some("127.0.0.1")
@@ -184,17 +235,24 @@ pub async fn resolve(url: &url::Url, allow_http_loopback: bool) -> Result<Pinned
     check(url, &host, &addrs, allow_http_loopback)
 }
 
-/// [`resolve`] for callers outside the async runtime (saving a setting).
+/// [`resolve`] for callers outside the async runtime (saving a setting): the lookup runs in
+/// one of [`MAX_SAVE_LOOKUPS`] slots and is given up after [`SAVE_LOOKUP_TIMEOUT`]
+/// ([`Guard::Unresolved`]).
 pub fn resolve_blocking(url: &url::Url, allow_http_loopback: bool) -> Result<Pinned, Guard> {
     use std::net::ToSocketAddrs;
     let host = url.host_str().unwrap_or_default().to_owned();
     let port = url.port_or_known_default().unwrap_or(443);
     let addrs = match literal(url, port) {
         Some(a) => a,
-        None => (host.as_str(), port)
-            .to_socket_addrs()
+        None => {
+            let name = host.clone();
+            bounded_thread(&SAVE_LOOKUPS, SAVE_LOOKUP_TIMEOUT, move || {
+                (name.as_str(), port)
+                    .to_socket_addrs()
+                    .map(Iterator::collect)
+            })
             .map_err(|e| Guard::Unresolved(format!("cannot resolve {host}: {e}")))?
-            .collect(),
+        }
     };
     check(url, &host, &addrs, allow_http_loopback)
 }
@@ -319,6 +377,49 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(bounded_blocking(&SLOTS, || Ok(7)).await.unwrap(), 7);
+    }
+
+    /// The same for lookups outside the runtime: one abandoned at its timeout keeps its slot
+    /// (and its thread) until the resolver returns; with every slot taken a new one waits for
+    /// one only until its timeout and starts no thread.
+    #[test]
+    fn abandoned_blocking_lookups_keep_their_slot_until_they_end() {
+        static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+        let (release, hold) = std::sync::mpsc::channel::<()>();
+        let hold = std::sync::Arc::new(std::sync::Mutex::new(hold));
+        let started = std::sync::Arc::new(AtomicUsize::new(0));
+        let slow = || {
+            let (hold, started) = (hold.clone(), started.clone());
+            move || {
+                started.fetch_add(1, Ordering::SeqCst);
+                let _ = hold.lock().map(|h| h.recv());
+                Ok(())
+            }
+        };
+        for _ in 0..2 {
+            let e = bounded_thread(&SLOTS, Duration::from_millis(50), slow()).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        }
+        assert_eq!(SLOTS.available_permits(), 0);
+        let e = bounded_thread(&SLOTS, Duration::from_millis(100), slow()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert!(e.to_string().contains("too many lookups"), "{e}");
+        assert_eq!(
+            started.load(Ordering::SeqCst),
+            2,
+            "no third thread was started"
+        );
+        release.send(()).unwrap();
+        release.send(()).unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while SLOTS.available_permits() < 2 {
+            assert!(std::time::Instant::now() < until, "slots not given back");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(
+            bounded_thread(&SLOTS, Duration::from_secs(1), || Ok(7)).unwrap(),
+            7
+        );
     }
 
     #[tokio::test]

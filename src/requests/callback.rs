@@ -446,5 +446,15 @@ mod tests {
         assert!(four >= 3600.0, "{four}");
         assert!(retry_wait(20, 1.0) <= SignedDuration::from_hours(15));
         assert!(retry_wait(3, 0.5) > retry_wait(2, 0.5));
+        // Jitter: ±20 % around the plain backoff, so receivers that failed together do not
+        // all come back at the same second.
+        for n in 1..=MAX_ATTEMPTS {
+            let (low, mid, high) = (retry_wait(n, 0.0), retry_wait(n, 0.5), retry_wait(n, 1.0));
+            assert!(low < mid && mid < high, "{n}: {low:?} {mid:?} {high:?}");
+            let ratio = high.as_secs_f64() / low.as_secs_f64();
+            assert!((ratio - 1.5).abs() < 0.01, "{n}: {ratio}");
+        }
+        // At least five attempts are made before a callback is given up.
+        assert!(MAX_ATTEMPTS >= 5);
     }
 }

@@ -849,3 +849,80 @@ async fn a_server_killed_during_the_callback_sends_it_again_after_the_restart() 
     assert_eq!(statuses(&shown), [200], "{shown}");
     assert!(again.terminate().success());
 }
+
+/// The `n`th fenced block whose fence names `lang` in the "Getting the result back" section of
+/// `docs/triggers.md`.
+fn docs_block(lang: &str, n: usize) -> String {
+    let page = include_str!("../../docs/triggers.md");
+    let section = page
+        .split("## Getting the result back")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("docs/triggers.md has the section");
+    let fence = format!("```{lang}\n");
+    section
+        .split(fence.as_str())
+        .nth(n + 1)
+        .unwrap_or_else(|| panic!("no {lang} block #{n} in the section"))
+        .split("```")
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// The verification examples of the docs, run as written against a real callback: the Python
+/// function accepts it and refuses a changed body and another secret; the shell lines compute
+/// the signature the callback carries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs python3 and openssl; run by .ci/run"]
+async fn the_documented_verification_examples_accept_a_real_callback() {
+    let t = TestServer::start_with(loopback_allowed()).await;
+    // The Python example checks the timestamp against the wall clock.
+    t.clock.set(jiff::Timestamp::now());
+    t.seed("Acme", "ann@example.org");
+    let rx = Receiver::start(vec![]).await;
+    let trigger = add_trigger(&t, "acme", echo_agent(), &rx.url("/hook"));
+    fire(&t, &trigger).await;
+    let got = rx.wait_for(1).await.remove(0);
+    let secret = trigger["signing_secret"].as_str().unwrap();
+    assert!(standard_webhooks_verify(secret, &got));
+
+    let dir = tempfile::tempdir().unwrap();
+    let headers = json!({
+        "webhook-id": got.header("webhook-id"),
+        "webhook-timestamp": got.header("webhook-timestamp"),
+        "webhook-signature": got.header("webhook-signature"),
+    });
+    std::fs::write(dir.path().join("headers.json"), headers.to_string()).unwrap();
+    std::fs::write(dir.path().join("body.json"), &got.body).unwrap();
+    let python = format!(
+        "{}\n\nimport json, sys\nsecret = sys.argv[1]\nheaders = json.load(open('headers.json'))\nbody = open('body.json', 'rb').read()\nother = 'whsec_' + base64.b64encode(b'x' * 32).decode()\nprint(json.dumps([verify(secret, headers, body), verify(secret, headers, body + b' '), verify(other, headers, body)]))\n",
+        docs_block("python", 0)
+    );
+    std::fs::write(dir.path().join("verify.py"), python).unwrap();
+    let out = std::process::Command::new("python3")
+        .arg("verify.py")
+        .arg(secret)
+        .current_dir(dir.path())
+        .output()
+        .expect("python3 runs");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let verdicts: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(verdicts, json!([true, false, false]));
+
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(docs_block("sh", 1))
+        .env("SECRET", secret)
+        .env("ID", got.header("webhook-id"))
+        .env("TS", got.header("webhook-timestamp"))
+        .current_dir(dir.path())
+        .output()
+        .expect("bash runs");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let computed = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        format!("v1,{}", computed.trim()),
+        got.header("webhook-signature")
+    );
+}
