@@ -374,6 +374,58 @@ async fn a_finished_run_is_posted_signed_with_the_read_run_answer() {
     assert_eq!(rx.got().len(), 1);
 }
 
+/// Every final status of the read-run endpoint is called back (`succeeded` and `cancelled` are
+/// above and below): a command that fails, and one that outlives its timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_and_timed_out_runs_are_called_back_too() {
+    let t = TestServer::start_with(loopback_allowed()).await;
+    t.seed("Acme", "ann@example.org");
+    let rx = Receiver::start(vec![]).await;
+    let command = |program: &str, args: &[&str], timeout: Option<u64>| agents::NewAgent {
+        exec: "command".into(),
+        program: Some(program.into()),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        timeout_secs: timeout,
+        ..echo_agent()
+    };
+    for (agent, status, path) in [
+        (command("/bin/false", &[], None), "failed", "/failed"),
+        (
+            command("/bin/sleep", &["30"], Some(1)),
+            "timed_out",
+            "/late",
+        ),
+    ] {
+        let trigger = add_trigger(&t, "acme", agent, &rx.url(path));
+        let run = fire(&t, &trigger).await;
+        let mut got = None;
+        for _ in 0..400 {
+            got = rx.got().into_iter().find(|g| g.path == path);
+            if got.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let got = got.unwrap_or_else(|| panic!("no callback for the {status} run"));
+        assert!(standard_webhooks_verify(
+            trigger["signing_secret"].as_str().unwrap(),
+            &got
+        ));
+        let read: Value = t
+            .client
+            .get(t.url(&format!("/api/hooks/runs/{run}")))
+            .bearer_auth(trigger["secret"].as_str().unwrap())
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(read["status"], status, "{read}");
+        assert_eq!(got.json()["run"], read);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_attempts_are_retried_with_the_same_webhook_id_and_shown() {
     let t = TestServer::start_with(loopback_allowed()).await;
