@@ -279,7 +279,7 @@ pub(super) async fn act(
         ),
         "callback-again" => (
             "run-callback-again",
-            triggers::callback::send_again(&app, org_id, id, now)
+            triggers::callback::send_again(&app, m.0.actor(), org_id, id, now)
                 .await
                 .map(|()| id)
                 .map_err(|e| e.problem()),

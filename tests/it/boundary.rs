@@ -364,6 +364,19 @@ async fn an_org_admin_reaches_nothing_of_another_org_by_id() {
     )
     .unwrap();
     let pair = t.grant_pair(a.org.id, a.person.id, &["kennisbank"]);
+    let (anna_pat, anna_secret) = kennis::oauth::pats::create(
+        &app.store,
+        &kennis::audit::Actor::Operator,
+        kennis::oauth::pats::NewToken {
+            org_id: a.org.id,
+            person_id: a.person.id,
+            name: "annas-geheime-sleutel".into(),
+            scopes: vec![],
+            expires_in_days: None,
+        },
+        app.clock.now(),
+    )
+    .unwrap();
     let triggers_before = kennis::triggers::list(&app.store, &a.org.slug).unwrap();
     let a_before = admin_records(export(&t, &a.org.slug).await);
 
@@ -449,6 +462,20 @@ async fn an_org_admin_reaches_nothing_of_another_org_by_id() {
         )
         .await;
     assert_eq!(p.status, 400, "{}", p.body);
+    // A's personal access token, by id through B's tokens page.
+    let p = bob
+        .post(
+            &format!("{bo}/tokens/{}", anna_pat.id),
+            &[csrf, ("action", "revoke")],
+        )
+        .await;
+    assert_eq!(p.status, 404, "{}", p.body);
+    assert!(
+        !bob.get(&format!("{bo}/tokens"))
+            .await
+            .body
+            .contains("annas-geheime-sleutel")
+    );
 
     // Nothing of A changed.
     let m = app
@@ -475,6 +502,7 @@ async fn an_org_admin_reaches_nothing_of_another_org_by_id() {
         .status;
     assert_eq!(status, AppStatus::Live);
     assert_eq!(connector(&t, &pair.access_token).await, 200);
+    assert_eq!(connector(&t, &anna_secret).await, 200);
     assert!(identity::verify_login(&app.store, &a.person.email, &a.password).is_ok());
     assert!(
         app.store

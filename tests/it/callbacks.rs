@@ -508,8 +508,34 @@ async fn failed_attempts_are_retried_with_the_same_webhook_id_and_shown() {
     // Send again without the CSRF token: refused, nothing sent.
     let forged = nl.post(&format!("{page_path}/callback-again"), &[]).await;
     assert_eq!(forged.status, 403);
+    // Another organisation's admin cannot send it again through their own pages.
+    let other = t.seed("Bakkerij", "bob@example.org");
+    let mut bob = Browser::new(&t);
+    let page = bob.login(&other, "/portal/o/bakkerij/triggers").await;
+    let foreign = bob
+        .post(
+            &format!("/portal/o/bakkerij/runs/{run}/callback-again"),
+            &[("csrf_token", &page.csrf())],
+        )
+        .await;
+    assert_eq!(foreign.status, 404, "{}", foreign.body);
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(rx.got().len(), 4);
+    // "Send again" is an admin action of the organisation, audited with its admin.
+    t.app().batch.flush();
+    let out = crate::fixture::run(t.data_dir(), &["audit", "export", "acme"], None);
+    let again: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["action"] == "run.callback_again")
+        .collect();
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(
+        (&again[0]["actor"], &again[0]["target"]),
+        (&json!("ann@example.org"), &json!(format!("run {run}")))
+    );
+    let out = crate::fixture::run(t.data_dir(), &["audit", "export", "bakkerij"], None);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("run.callback_again"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
