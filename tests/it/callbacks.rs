@@ -1004,3 +1004,63 @@ async fn the_documented_verification_examples_accept_a_real_callback() {
         got.header("webhook-signature")
     );
 }
+
+/// Retention does not take a run whose result callback is still on its way: it goes (with its
+/// callback record) once the callback arrived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_keeps_a_run_until_its_callback_is_done() {
+    let t = TestServer::start_with(loopback_allowed()).await;
+    t.seed("Acme", "ann@example.org");
+    // Nobody listens yet: the first attempt finds the connection refused.
+    let port = crate::fixture::free_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let trigger = add_trigger(&t, "acme", echo_agent(), &format!("http://{addr}/hook"));
+    let run = fire(&t, &trigger).await;
+    let cb = attempts(&t, run, 1).await;
+    assert_eq!(cb.state, requests::callback::State::Pending);
+
+    // Past the runs' retention (90 days): the run stays while its callback is pending.
+    t.clock.advance(SignedDuration::from_hours(100 * 24));
+    let app = t.app().clone();
+    let r = app.blocking(kennis::housekeeping::retain).await.unwrap();
+    assert_eq!(r.runs, 0, "{r:?}");
+    assert!(
+        app.store
+            .read(|tx| requests::get(tx, run))
+            .unwrap()
+            .is_some()
+    );
+
+    // The receiver comes up; the next attempts arrive and the callback is delivered.
+    let rx = Receiver::start_on(addr, vec![]).await;
+    for _ in 0..20 {
+        if !rx.got().is_empty() {
+            break;
+        }
+        t.clock.advance(SignedDuration::from_hours(15));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    rx.wait_for(1).await;
+    for _ in 0..100 {
+        if callback(&t, run).is_some_and(|c| c.state == requests::callback::State::Delivered) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        callback(&t, run).unwrap().state,
+        requests::callback::State::Delivered
+    );
+    let r = app.blocking(kennis::housekeeping::retain).await.unwrap();
+    assert_eq!(r.runs, 1, "{r:?}");
+    assert!(
+        app.store
+            .read(|tx| requests::get(tx, run))
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        callback(&t, run).is_none(),
+        "the callback record went with it"
+    );
+}
