@@ -67,6 +67,24 @@ async fn refresh(t: &TestServer, client_id: &str, refresh_token: &str) -> (u16, 
     (st, v["error"].as_str().map(str::to_owned))
 }
 
+/// A personal access token of `s`, made with `kennis token create`: its secret.
+async fn personal_token(t: &TestServer, s: &Seeded) -> String {
+    let made = cli(
+        t,
+        &[
+            "token",
+            "create",
+            &s.org.slug,
+            &s.person.email,
+            "--name",
+            "ci",
+            "--json",
+        ],
+    )
+    .await;
+    made["token"].as_str().unwrap().to_owned()
+}
+
 /// A connection made through the real consent flow: (client id, access, refresh).
 async fn connect(t: &TestServer, s: &Seeded) -> (String, String, String) {
     let (client_id, verifier, code) = code_for(t, s, &["kennisbank"]).await;
@@ -229,22 +247,7 @@ async fn a_password_reset_revokes_grants_and_sessions() {
     // link is used) ends when it is used.
     let (client_id, access, refresh_token) = connect(&t, &s).await;
     assert_eq!(connector(&t, &access).await, 200);
-    let pat = cli(
-        &t,
-        &[
-            "token",
-            "create",
-            &s.org.slug,
-            &s.person.email,
-            "--name",
-            "ci",
-            "--json",
-        ],
-    )
-    .await["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let pat = personal_token(&t, &s).await;
     assert_eq!(connector(&t, &pat).await, 200);
     let mut other = Browser::new(&t);
     assert_eq!(other.login(&s, "/portal").await.status, 200);
@@ -279,22 +282,7 @@ async fn a_password_change_revokes_grants_and_the_other_sessions() {
     let mut t = TestServer::start().await;
     let s = t.seed("Acme", "fay@example.org");
     let (client_id, access, refresh_token) = connect(&t, &s).await;
-    let pat = cli(
-        &t,
-        &[
-            "token",
-            "create",
-            &s.org.slug,
-            &s.person.email,
-            "--name",
-            "ci",
-            "--json",
-        ],
-    )
-    .await["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let pat = personal_token(&t, &s).await;
     assert_eq!(connector(&t, &pat).await, 200);
     let mut me = Browser::new(&t);
     let page = me.login(&s, "/portal/account").await;

@@ -247,6 +247,19 @@ async fn fire_keyed(t: &TestServer, trigger: &Value, key: &str) -> u64 {
         .unwrap()
 }
 
+/// The read-run endpoint's answer for `run` of `trigger`.
+async fn read_run(t: &TestServer, trigger: &Value, run: u64) -> Value {
+    t.client
+        .get(t.url(&format!("/api/hooks/runs/{run}")))
+        .bearer_auth(trigger["secret"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 fn callback(t: &TestServer, run: u64) -> Option<requests::callback::Callback> {
     t.app()
         .store
@@ -313,16 +326,7 @@ async fn a_finished_run_is_posted_signed_with_the_read_run_answer() {
     );
     let body = got.json();
     assert_eq!(body["type"], "run.finished");
-    let read: Value = t
-        .client
-        .get(t.url(&format!("/api/hooks/runs/{run}")))
-        .bearer_auth(trigger["secret"].as_str().unwrap())
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let read = read_run(&t, &trigger, run).await;
     assert_eq!(read["status"], "succeeded");
     assert_eq!(
         body["run"], read,
@@ -411,16 +415,7 @@ async fn failed_and_timed_out_runs_are_called_back_too() {
             trigger["signing_secret"].as_str().unwrap(),
             &got
         ));
-        let read: Value = t
-            .client
-            .get(t.url(&format!("/api/hooks/runs/{run}")))
-            .bearer_auth(trigger["secret"].as_str().unwrap())
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let read = read_run(&t, &trigger, run).await;
         assert_eq!(read["status"], status, "{read}");
         assert_eq!(got.json()["run"], read);
     }
