@@ -11,6 +11,7 @@ use crate::audit::limits::ToolLimits;
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::identity::LoginGuard;
+use crate::identity::oidc::Oidc;
 use crate::kb::KbError;
 use crate::kb::extract::{Extractor, Limits};
 use crate::kb::index::SearchIndex;
@@ -58,6 +59,8 @@ pub struct App {
     pub login: LoginGuard,
     /// Takes the text of PDF and Office files in a sandboxed child process.
     pub extractor: Extractor,
+    /// Sign-in with the `[[oidc]]` providers: their cached discovery and keys, and limits.
+    pub oidc: Oidc,
 }
 
 impl App {
@@ -83,6 +86,7 @@ impl App {
         let batch = BatchWriter::start(store.clone());
         let commits = GroupCommit::start(store.clone());
         let login = LoginGuard::new(clock.clone(), crate::identity::login::hashers());
+        let oidc = Oidc::new(&config, &public_url, server_key, clock.clone());
         Ok(Arc::new(App {
             grant_use_stamped: DashMap::new(),
             pat_use_stamped: DashMap::new(),
@@ -99,6 +103,7 @@ impl App {
             runs: RunQueue::new(),
             login,
             extractor,
+            oidc,
         }))
     }
 

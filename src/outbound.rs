@@ -1,5 +1,7 @@
 //! Requests to addresses that other people name (a client's metadata document, a trigger's
-//! callback URL), guarded against server-side request forgery:
+//! callback URL, an OpenID provider and the endpoints its discovery document names), guarded
+//! against server-side request forgery, and bounded ([`fetch`]: a time limit and a size
+//! limit for the whole answer):
 //! - the host is resolved first and every address checked (never loopback, private,
 //!   link-local, shared, multicast or unspecified): one inside address is enough to refuse;
 //! - the connection is pinned to a checked address, so a second DNS answer (rebinding) cannot
@@ -7,7 +9,8 @@
 //! - redirects are never followed, and no proxy from the environment is used.
 //!
 //! The only exception is for tests: with a switch (`cimd_allow_http_loopback`,
-//! `callback_allow_http_loopback`) an `http://127.0.0.1:<port>/…` URL may be used.
+//! `callback_allow_http_loopback`, `oidc_allow_http_loopback`) an `http://127.0.0.1:<port>/…`
+//! URL may be used.
 
 #![cfg_attr(
     not(test),
@@ -270,6 +273,118 @@ pub fn client(pinned: &Pinned, timeout: Duration) -> Result<reqwest::Client, Str
         .user_agent(concat!("kennis/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| e.to_string())
+}
+
+/// Why a bounded response body was not read.
+#[derive(Debug)]
+pub enum BodyError {
+    /// The body is (or announced itself) larger than the limit; reading stopped there.
+    TooLarge,
+    /// The connection failed while reading.
+    Read(String),
+}
+
+/// Reads a response body of at most `limit` bytes, chunk by chunk: a larger one is refused as
+/// soon as it passes the limit (or at once when its `Content-Length` says so), never buffered
+/// whole.
+pub async fn bounded_body(
+    mut response: reqwest::Response,
+    limit: u64,
+) -> Result<Vec<u8>, BodyError> {
+    if response.content_length().is_some_and(|n| n > limit) {
+        return Err(BodyError::TooLarge);
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| BodyError::Read(describe(&e)))?
+    {
+        let len = u64::try_from(body.len().saturating_add(chunk.len())).unwrap_or(u64::MAX);
+        if len > limit {
+            return Err(BodyError::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// A request's failure in words for a log: the error and its causes.
+fn describe(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        return "no complete answer in time".to_owned();
+    }
+    if e.is_connect() {
+        return "cannot connect".to_owned();
+    }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// A complete answer of [`fetch`] (a redirect is an answer too: never followed).
+#[derive(Debug)]
+pub struct Reply {
+    pub status: reqwest::StatusCode,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Vec<u8>,
+}
+
+/// Why [`fetch`] has no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FetchError {
+    /// Not asked, or not read: the address is inside a private network, or the answer is
+    /// larger than allowed.
+    Refused(String),
+    /// No complete answer: the name did not resolve, no connection, too slow, broken off.
+    Failed(String),
+}
+
+/// Resolves and checks `url`'s address ([`resolve`]), sends the request `build` makes on a
+/// client pinned to it ([`client`]), and reads the answer: at most `max` bytes, everything
+/// within `timeout`.
+pub async fn fetch(
+    url: &url::Url,
+    allow_http_loopback: bool,
+    timeout: Duration,
+    max: u64,
+    build: impl FnOnce(&reqwest::Client) -> reqwest::RequestBuilder,
+) -> Result<Reply, FetchError> {
+    let work = async {
+        let pinned = resolve(url, allow_http_loopback)
+            .await
+            .map_err(|e| match e {
+                Guard::Refused(reason) => FetchError::Refused(reason),
+                Guard::Unresolved(reason) => FetchError::Failed(reason),
+            })?;
+        let client = client(&pinned, timeout).map_err(FetchError::Failed)?;
+        let response = build(&client)
+            .send()
+            .await
+            .map_err(|e| FetchError::Failed(describe(&e)))?;
+        let (status, headers) = (response.status(), response.headers().clone());
+        let body = bounded_body(response, max).await.map_err(|e| match e {
+            BodyError::TooLarge => FetchError::Refused(format!("it is larger than {max} bytes")),
+            BodyError::Read(reason) => FetchError::Failed(reason),
+        })?;
+        Ok(Reply {
+            status,
+            headers,
+            body,
+        })
+    };
+    match tokio::time::timeout(timeout, work).await {
+        Ok(r) => r,
+        Err(_) => Err(FetchError::Failed(format!(
+            "no complete answer within {} seconds",
+            timeout.as_secs()
+        ))),
+    }
 }
 
 #[cfg(test)]

@@ -66,39 +66,7 @@ pub enum Outcome {
     TimedOut,
 }
 
-/// Why a bounded response body was not read.
-#[derive(Debug)]
-pub(super) enum BodyError {
-    /// The body is (or announced itself) larger than the limit; reading stopped there.
-    TooLarge,
-    /// The connection failed while reading.
-    Read(String),
-}
-
-/// Reads a response body of at most `limit` bytes, chunk by chunk: a larger one is refused as
-/// soon as it passes the limit (or at once when its `Content-Length` says so), never buffered
-/// whole.
-pub(super) async fn bounded_body(
-    mut response: reqwest::Response,
-    limit: u64,
-) -> Result<Vec<u8>, BodyError> {
-    if response.content_length().is_some_and(|n| n > limit) {
-        return Err(BodyError::TooLarge);
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| BodyError::Read(e.to_string()))?
-    {
-        let len = u64::try_from(body.len().saturating_add(chunk.len())).unwrap_or(u64::MAX);
-        if len > limit {
-            return Err(BodyError::TooLarge);
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
+pub(super) use crate::outbound::{BodyError, bounded_body};
 
 /// The shared client for agent endpoints: redirects are not followed (an API key must not
 /// travel to another host). `Err` when no TLS back end could start (every request fails then).

@@ -19,6 +19,7 @@ use serde_json::json;
 
 use crate::agents::{AgentError, CancelError};
 use crate::identity::IdentityError;
+use crate::identity::oidc::OidcError;
 use crate::kb::KbError;
 use crate::kb::link::LinkError;
 use crate::oauth::pats::PatError;
@@ -119,12 +120,39 @@ impl ToProblem for IdentityError {
             I::LastAdmin => (StatusCode::CONFLICT, "last_admin"),
             I::MemberElsewhere(_) => (StatusCode::FORBIDDEN, "member_elsewhere"),
             I::Disabled => (StatusCode::FORBIDDEN, "account_disabled"),
+            I::InvitationForOther { .. } => (StatusCode::FORBIDDEN, "invitation_email"),
             I::LinkUnknown => (StatusCode::NOT_FOUND, "link_unknown"),
             I::LinkUsed => (StatusCode::GONE, "link_used"),
             I::LinkExpired => (StatusCode::GONE, "link_expired"),
             I::TooManyAttempts { .. } => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
             I::Busy { .. } => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
             I::Interrupted => return Problem::internal("identity check interrupted", self),
+        };
+        Problem::refused(status, code, self)
+    }
+}
+
+impl ToProblem for OidcError {
+    fn problem(&self) -> Problem {
+        use OidcError as O;
+        let (status, code) = match self {
+            O::Identity(e) => return e.problem(),
+            O::UnknownProvider(_) => (StatusCode::NOT_FOUND, "oidc_unknown_provider"),
+            O::State => (StatusCode::BAD_REQUEST, "oidc_state"),
+            O::Refused(_) => (StatusCode::FORBIDDEN, "oidc_refused"),
+            // The detail (addresses, the provider's answers) is for the operator's log.
+            O::Unavailable { .. } => {
+                tracing::warn!(error = %self, "sign-in provider unavailable");
+                return Problem::new(
+                    StatusCode::BAD_GATEWAY,
+                    "oidc_unavailable",
+                    "the sign-in provider could not be used; try again later",
+                );
+            }
+            O::IdToken(_) => (StatusCode::UNAUTHORIZED, "oidc_id_token"),
+            O::NoEmail => (StatusCode::FORBIDDEN, "oidc_no_email"),
+            O::Unverified(_) => (StatusCode::FORBIDDEN, "oidc_unverified"),
+            O::UnknownEmail(_) => (StatusCode::FORBIDDEN, "oidc_unknown_email"),
         };
         Problem::refused(status, code, self)
     }

@@ -8,6 +8,7 @@
 
 pub mod login;
 mod members;
+pub mod oidc;
 mod password;
 pub mod sessions;
 mod totp;
@@ -24,8 +25,9 @@ use crate::store::{
 pub use login::LoginGuard;
 pub use members::{
     INVITATION_LIFETIME_SECS, INVITATION_PREFIX, Invitation, MemberChange, RESET_LIFETIME_SECS,
-    RESET_PREFIX, ResetLink, accept_invitation, check_removable, invite, issue_reset_in,
-    member_by_email, open_invitation, open_reset, remove_member_in, set_member, use_reset_in,
+    RESET_PREFIX, ResetLink, accept_invitation, accept_invitation_verified, check_removable,
+    invite, issue_reset_in, member_by_email, open_invitation, open_reset, remove_member_in,
+    set_member, use_reset_in,
 };
 pub use password::{check_strength, hash_password, verify_password_hash};
 pub use totp::{TotpEnrolment, code_at};
@@ -61,6 +63,8 @@ pub enum IdentityError {
     LastAdmin,
     #[error("this account is disabled; ask an administrator")]
     Disabled,
+    #[error("this invitation is for {invited}, but the sign-in was as {signed_in}")]
+    InvitationForOther { invited: String, signed_in: String },
     #[error("this link is not valid")]
     LinkUnknown,
     #[error("this link has been used already")]

@@ -302,17 +302,19 @@ fn revoke_in(tx: &mut WriteTx, grant_id: u64, now: Timestamp) -> Result<bool, St
     Ok(true)
 }
 
-/// Revokes every live grant of a person, in every organisation, in the caller's transaction;
-/// returns how many.
+/// Revokes every live grant of a person — in one organisation (`Some(org_id)`) or in every
+/// one (`None`) — in the caller's transaction; returns how many.
 pub(super) fn revoke_person_grants_in(
     tx: &mut WriteTx,
     person_id: u64,
+    org_id: Option<u64>,
     now: Timestamp,
 ) -> Result<usize, StoreError> {
     let theirs: Vec<u64> = tx
         .scan::<Grant>(OAUTH_GRANTS, b"")?
         .into_iter()
         .filter(|(_, g)| g.person_id == person_id && g.revoked_at.is_none())
+        .filter(|(_, g)| org_id.is_none_or(|o| o == g.org_id))
         .map(|(_, g)| g.id)
         .collect();
     for id in &theirs {
@@ -620,18 +622,9 @@ pub fn remove_member(
             .map(|p| p.email)
             .unwrap_or_else(|| format!("#{person_id}"));
         audit::admin_in(tx, org_id, by, "member.remove", &email, now)?;
-        let theirs: Vec<u64> = tx
-            .scan::<Grant>(OAUTH_GRANTS, b"")?
-            .into_iter()
-            .filter(|(_, g)| g.org_id == org_id && g.person_id == person_id)
-            .filter(|(_, g)| g.revoked_at.is_none())
-            .map(|(_, g)| g.id)
-            .collect();
-        for id in &theirs {
-            revoke_in(tx, *id, now)?;
-        }
+        let revoked = revoke_person_grants_in(tx, person_id, Some(org_id), now)?;
         super::pats::revoke_all_of_person(tx, person_id, Some(org_id), now)?;
-        Ok(theirs.len())
+        Ok(revoked)
     })
 }
 

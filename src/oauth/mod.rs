@@ -36,7 +36,8 @@ pub use clients::{
     Client, ClientMetadata, RegisteredClient, authenticate_client, get_client, register_client,
 };
 pub use credentials::{
-    Revoked, change_password, issue_reset, revoke_person_credentials_in, set_password, use_reset,
+    Revoked, change_password, issue_reset, revoke_all, revoke_person_credentials_in, set_password,
+    use_reset,
 };
 pub use grants::{
     AccessContext, CodeExchange, Connection, Grant, NewCode, NewGrant, TokenPair, check_bearer,

@@ -121,6 +121,7 @@ fn members_markup(m: &OrgMember, rows: &[Row], notice: Option<Markup>) -> Markup
                                     }
                                     button type="submit" name="action" value="save" { (t("action-save")) }
                                     button.secondary type="submit" name="action" value="reset" { (t("action-reset-password")) }
+                                    button.secondary type="submit" name="action" value="revoke_all" { (t("action-revoke-connections")) }
                                     button.danger type="submit" name="action" value="remove" { (t("action-remove")) }
                                 }
                             }
@@ -284,6 +285,35 @@ async fn change(
                 Err(e) => refused(&m, &e),
             }
         }
+        Some("revoke_all") => {
+            let r = app
+                .blocking(move |app| {
+                    oauth::revoke_all(
+                        &app.store,
+                        &by,
+                        person_id,
+                        Some(org_id),
+                        None,
+                        app.clock.now(),
+                    )
+                })
+                .await;
+            match r {
+                Ok(done) => {
+                    let notice = html! {
+                        p.notice #revoke-done role="status" {
+                            (ta("revoke-member-done", &[
+                                ("email", person.email.clone()),
+                                ("grants", done.grants.to_string()),
+                                ("tokens", done.tokens.to_string()),
+                            ]))
+                        }
+                    };
+                    render(&app, &m, StatusCode::OK, Some(notice)).await
+                }
+                Err(e) => refused(&m, &e),
+            }
+        }
         Some("save") => {
             let role = match form.field("role").map(str::parse::<Role>) {
                 Some(Ok(r)) => Some(r),
@@ -313,7 +343,7 @@ async fn change(
         }
         _ => refused(
             &m,
-            &IdentityError::InvalidInput("action must be save, reset or remove".into()),
+            &IdentityError::InvalidInput("action must be save, reset, revoke_all or remove".into()),
         ),
     }
 }

@@ -36,6 +36,7 @@ mod invite;
 mod kb;
 mod login;
 mod members;
+mod oidc;
 mod refusal;
 mod requests;
 mod runs;
@@ -127,6 +128,7 @@ pub fn routes(app: Arc<App>) -> Router<Arc<App>> {
         .route("/portal/account/password", post(account::change_password))
         .route("/portal/account/totp-reset", post(account::reset_totp))
         .route("/portal/account/language", post(account::set_language))
+        .route("/portal/account/revoke-all", post(account::revoke_all))
         .route(
             "/authorize",
             get(consent::authorize_page).post(consent::authorize_submit),
@@ -158,6 +160,7 @@ pub fn routes(app: Arc<App>) -> Router<Arc<App>> {
         )
         .merge(members::router())
         .merge(invite::router())
+        .merge(oidc::router())
         .merge(tokens::router())
         .layer(tower_http::limit::RequestBodyLimitLayer::new(64 * 1024))
         .merge(kb::router())
@@ -373,6 +376,14 @@ pub fn set_cookie(app: &App, name: &str, value: &str, max_age: i64) -> String {
         ""
     };
     format!("{name}={value}; Path=/; HttpOnly; SameSite=Lax; Max-Age={max_age}{secure}")
+}
+
+/// Adds a `Set-Cookie` header (built from tokens and fixed attributes; a value that would not
+/// be a header is dropped rather than panicking).
+pub fn append_cookie(resp: &mut Response, cookie: String) {
+    if let Ok(v) = header::HeaderValue::try_from(cookie) {
+        resp.headers_mut().append(header::SET_COOKIE, v);
+    }
 }
 
 /// A session found from the request's cookie, whatever its progress through the login.

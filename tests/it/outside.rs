@@ -116,6 +116,7 @@ async fn official_mcp_sdk_client_authorizes_with_a_metadata_document() {
     let t = TestServer::start_with(kennis::config::Settings {
         oauth: Some(kennis::config::OAuthSettings {
             cimd_allow_http_loopback: Some(true),
+            ..Default::default()
         }),
         ..Default::default()
     })
