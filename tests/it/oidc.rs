@@ -354,8 +354,13 @@ async fn a_real_provider_sign_in_is_refused_with_a_page_and_no_session() {
 
     // A disabled person (kennis user disable) cannot sign in through the provider either.
     t.seed("Acme", "disabled@example.org");
-    kennis::erase::disable_person(&t.app().store, "disabled@example.org", t.app().clock.now())
-        .unwrap();
+    kennis::erase::disable_person(
+        &t.app().store,
+        &kennis::audit::Actor::Operator,
+        "disabled@example.org",
+        t.app().clock.now(),
+    )
+    .unwrap();
     let mut b = Browser::new(&t);
     let p = sign_in(&t, &mut b, "disabled", "/portal").await;
     assert_refused(&b, &p, 403, "This account is disabled");
@@ -857,6 +862,7 @@ fn credentials(t: &TestServer, org: u64, person: u64) -> (String, String) {
     let grant = t.grant_pair(org, person, &["kennisbank"]).access_token;
     let (_, pat) = kennis::oauth::pats::create(
         &t.app().store,
+        &kennis::audit::Actor::Operator,
         kennis::oauth::pats::NewToken {
             org_id: org,
             person_id: person,
