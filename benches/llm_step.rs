@@ -9,10 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kennis::agents::{
-    self, AgentEvent, EventSink, Job, JobAgent, JobContext, LlmOptions, NewAgent,
-};
+use kennis::agents::{self, AgentEvent, EventSink, Job, JobAgent, JobContext};
 use kennis::config::Settings;
+use kennis::roster::{self, LlmOptions, NewAgent};
 use serde_json::{Value, json};
 
 struct Sink(Option<String>);
@@ -106,13 +105,13 @@ fn main() {
             },
         )
         .unwrap();
-        let agent = agents::add_agent_with(
+        let agent = roster::add_agent_with(
             &app.store,
             &kennis::audit::Actor::Operator,
             &org.slug,
             &NewAgent {
                 name: "Bench".into(),
-                kind: agents::AgentKind::Generic,
+                kind: roster::AgentKind::Generic,
                 exec: "llm".into(),
                 program: None,
                 args: vec![],

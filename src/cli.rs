@@ -459,7 +459,7 @@ pub enum AgentCommand {
         name: String,
         /// generic (runs triggers) or feature (works on feature requests).
         #[arg(long, value_name = "generic|feature")]
-        kind: crate::agents::AgentKind,
+        kind: crate::roster::AgentKind,
         /// How the agent runs: echo (answers with its input), command (a program), http (a
         /// URL that is POSTed the job) or llm (a chat-completions model with the tools).
         #[arg(long = "exec", value_parser = ["echo", "command", "http", "llm"])]
@@ -1012,7 +1012,7 @@ pub fn llm_options(
     max_steps: Option<u32>,
     max_tokens: Option<u64>,
     system_prompt_file: Option<PathBuf>,
-) -> Result<Option<crate::agents::LlmOptions>, CliError> {
+) -> Result<Option<crate::roster::LlmOptions>, CliError> {
     let any = model.is_some()
         || endpoint.is_some()
         || api_key_env.is_some()
@@ -1033,7 +1033,7 @@ pub fn llm_options(
         Some(f) => Some(absolute(&f)?.to_string_lossy().into_owned()),
         None => None,
     };
-    Ok(Some(crate::agents::LlmOptions {
+    Ok(Some(crate::roster::LlmOptions {
         model: model.unwrap_or_default(),
         api_key_env,
         api_key_file,

@@ -439,7 +439,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 max_tokens,
                 system_prompt_file,
             )?;
-            let agent = kennis::agents::NewAgent {
+            let agent = kennis::roster::NewAgent {
                 name,
                 kind,
                 exec,

@@ -269,7 +269,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
             let app = Arc::downgrade(&app);
             Arc::new(move |id| {
                 if let Some(app) = app.upgrade() {
-                    crate::agents::enqueue(&app, id);
+                    app.enqueue(id);
                 }
             })
         }),

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use std::sync::Arc;
 
-use crate::agents::{self, AgentError, AgentKind, Rollout};
+use crate::agents;
 use crate::clock::SharedClock;
 use crate::identity::{self, ConnectorAccess, IdentityError, NewPerson, PersonalTokens, Role};
 use crate::kb::index::SearchIndex;
@@ -21,6 +21,7 @@ use crate::kb::{self, KbError};
 use crate::oauth::pats::{self, PatError};
 use crate::requests::apps::{self, AppStatus};
 use crate::requests::{self, RequestError};
+use crate::roster::{self, AgentError, AgentKind, Rollout};
 use crate::store::{self, Store, StoreError};
 use crate::triggers::{self, TriggerError};
 
@@ -152,10 +153,10 @@ pub enum AdminRequest {
     },
     AgentAdd {
         org: String,
-        agent: agents::NewAgent,
+        agent: roster::NewAgent,
         /// The settings of an `llm` agent.
         #[serde(default)]
-        llm: Option<Box<agents::LlmOptions>>,
+        llm: Option<Box<roster::LlmOptions>>,
         /// `--env`: variables of the server a `command` agent receives.
         #[serde(default)]
         env: Vec<String>,
@@ -319,7 +320,7 @@ fn run_json(store: &Store, id: u64) -> Result<Value, AdminError> {
         let Some(r) = requests::get(tx, id)? else {
             return Ok(None);
         };
-        let agent = agents::get_agent(tx, r.agent_id)?;
+        let agent = roster::get_agent(tx, r.agent_id)?;
         let org: Option<identity::Org> = tx.get(store::ORGS, &store::key::id(r.org_id))?;
         let transcript = agents::get_transcript(tx, id)?;
         let callback = requests::callback::get(tx, id)?;
@@ -662,12 +663,12 @@ pub fn execute(
             llm,
             env,
         } => {
-            let extra = agents::AgentExtras {
+            let extra = roster::AgentExtras {
                 llm: llm.as_deref(),
                 env: &env,
                 endpoints: &ctx.llm_endpoints,
             };
-            let a = agents::add_agent_full(store, &OPERATOR, &org, &agent, &extra, now)?;
+            let a = roster::add_agent_full(store, &OPERATOR, &org, &agent, &extra, now)?;
             // Requests filed while the organisation had no feature agent go to this one.
             let adopted = match a.kind {
                 AgentKind::Feature => requests::service::adopt_waiting(store, a.org_id)?,
@@ -693,7 +694,7 @@ pub fn execute(
             } else {
                 Rollout::Pending
             };
-            let p = agents::add_project(store, &org, &name, rollout, now)?;
+            let p = roster::add_project(store, &org, &name, rollout, now)?;
             json!({"id": p.id, "name": p.name, "rollout": p.rollout})
         }
         AdminRequest::AppAdd { org, name, status } => {
@@ -714,7 +715,7 @@ pub fn execute(
         }
         AdminRequest::AgentList { org } => {
             let org = identity::find_org(store, &org)?;
-            let items: Vec<Value> = agents::list_agents(store, org.id)?
+            let items: Vec<Value> = roster::list_agents(store, org.id)?
                 .iter()
                 .map(|a| {
                     json!({"id": a.id, "name": a.name, "kind": a.kind,
@@ -725,7 +726,7 @@ pub fn execute(
         }
         AdminRequest::ProjectList { org } => {
             let org = identity::find_org(store, &org)?;
-            let items: Vec<Value> = agents::list_projects(store, org.id)?
+            let items: Vec<Value> = roster::list_projects(store, org.id)?
                 .iter()
                 .map(|p| json!({"id": p.id, "name": p.name, "rollout": p.rollout}))
                 .collect();

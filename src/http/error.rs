@@ -1,12 +1,15 @@
 //! Where module errors become HTTP answers: one place, so statuses, codes and what people may
 //! read stay consistent (in the manner of meilisearch's error codes). Each module keeps its
-//! own `thiserror` enum free of axum types; the mapping lives here and nowhere else.
+//! own `thiserror` enum free of axum types; the mapping lives here, except for the
+//! authorization server's own errors (RFC 6749 / 6750 codes, personal access tokens), which
+//! `oauth::routes` maps with the same [`ToProblem`] so these helpers know no route's errors.
 //!
 //! Every error enum a handler answers with implements [`ToProblem`]: a [`Problem`] is the HTTP
 //! status, a stable machine code and a message safe to show. A refused input keeps the
 //! domain's own words; an internal failure (store, search index, i/o) is logged here with
-//! `tracing` and shown only as "internal error". JSON endpoints answer with [`JsonError`] (or
-//! [`oauth_error`] in RFC 6749 form); portal pages render the same [`Problem`] as HTML.
+//! `tracing` and shown only as "internal error". JSON endpoints answer with [`JsonError`] (the
+//! OAuth endpoints in RFC 6749 form, `oauth::routes::oauth_error`); portal pages render the
+//! same [`Problem`] as HTML.
 
 #![cfg_attr(
     not(test),
@@ -17,13 +20,12 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::agents::{AgentError, CancelError};
+use crate::agents::CancelError;
 use crate::identity::IdentityError;
 use crate::kb::KbError;
 use crate::kb::link::LinkError;
-use crate::oauth::pats::PatError;
-use crate::oauth::{BearerError, OAuthError};
 use crate::requests::RequestError;
+use crate::roster::AgentError;
 use crate::store::StoreError;
 use crate::triggers::TriggerError;
 
@@ -67,7 +69,7 @@ impl Problem {
     }
 
     /// A refusal in the domain's own words.
-    fn refused(status: StatusCode, code: &'static str, e: &dyn std::fmt::Display) -> Self {
+    pub fn refused(status: StatusCode, code: &'static str, e: &dyn std::fmt::Display) -> Self {
         Problem::new(status, code, e.to_string())
     }
 }
@@ -125,19 +127,6 @@ impl ToProblem for IdentityError {
             I::TooManyAttempts { .. } => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
             I::Busy { .. } => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
             I::Interrupted => return Problem::internal("identity check interrupted", self),
-        };
-        Problem::refused(status, code, self)
-    }
-}
-
-impl ToProblem for PatError {
-    fn problem(&self) -> Problem {
-        let (status, code) = match self {
-            PatError::Store(s) => return s.problem(),
-            PatError::Identity(e) => return e.problem(),
-            PatError::InvalidInput(_) => (StatusCode::BAD_REQUEST, "invalid_input"),
-            PatError::Disabled => (StatusCode::FORBIDDEN, "personal_tokens_denied"),
-            PatError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
         };
         Problem::refused(status, code, self)
     }
@@ -205,31 +194,6 @@ impl ToProblem for CancelError {
     }
 }
 
-impl ToProblem for OAuthError {
-    fn problem(&self) -> Problem {
-        let status = match self {
-            OAuthError::Store(s) => {
-                return Problem {
-                    // RFC 6749's code for a server failure.
-                    code: self.code(),
-                    ..Problem::internal("store error in the authorization server", s)
-                };
-            }
-            OAuthError::InvalidClient(_) => StatusCode::UNAUTHORIZED,
-            _ => StatusCode::BAD_REQUEST,
-        };
-        // The codes are the RFC 6749 / 7591 / 8707 ones, which the domain names.
-        Problem::refused(status, self.code(), self)
-    }
-}
-
-impl ToProblem for BearerError {
-    fn problem(&self) -> Problem {
-        // RFC 6750: every unusable token, whatever the reason, is `invalid_token`.
-        Problem::new(StatusCode::UNAUTHORIZED, "invalid_token", self.reason())
-    }
-}
-
 impl ToProblem for LinkError {
     fn problem(&self) -> Problem {
         let (status, code) = match self {
@@ -289,20 +253,6 @@ json_error_from!(
     CancelError,
     LinkError
 );
-
-/// An OAuth error as RFC 6749 / 7591 JSON: `{"error", "error_description"}`, never cached.
-pub fn oauth_error(e: &OAuthError) -> Response {
-    let p = e.problem();
-    (
-        p.status,
-        [
-            (axum::http::header::CACHE_CONTROL, "no-store"),
-            (axum::http::header::PRAGMA, "no-cache"),
-        ],
-        axum::Json(json!({"error": p.code, "error_description": p.message})),
-    )
-        .into_response()
-}
 
 /// Counts a request of `key` against `limiter`; the 429 response when over.
 pub fn rate_limited<K: crate::ratelimit::LimitKey>(
@@ -479,32 +429,6 @@ mod tests {
             (404, "unknown_org")
         );
         assert_hidden(&AgentError::Store(store_error()).problem());
-    }
-
-    #[test]
-    fn oauth_errors_keep_their_rfc_codes() {
-        assert_eq!(
-            sc(OAuthError::InvalidClient("who?".into()).problem()),
-            (401, "invalid_client")
-        );
-        assert_eq!(
-            sc(OAuthError::InvalidGrant("used".into()).problem()),
-            (400, "invalid_grant")
-        );
-        assert_eq!(
-            sc(OAuthError::AccessDenied.problem()),
-            (400, "access_denied")
-        );
-        let p = OAuthError::Store(store_error()).problem();
-        assert_hidden(&p);
-        assert_eq!(p.code, "server_error");
-    }
-
-    #[test]
-    fn bearer_errors() {
-        let p = BearerError::Expired.problem();
-        assert_eq!(sc(p.clone()), (401, "invalid_token"));
-        assert_eq!(p.message, "token expired");
     }
 
     #[test]

@@ -8,9 +8,9 @@ use jiff::Timestamp;
 
 use super::apps::{self, AppStatus};
 use super::{
-    Answer, JobState, Kind, Message, Question, QuestionOption, Request, RequestError, Role, Status,
+    AgentEvent, Answer, JobState, Kind, Message, Question, QuestionOption, Request, RequestError,
+    Role, Status,
 };
-use crate::agents::AgentEvent;
 use crate::kb::fold::fold_text;
 use crate::store::{ACTIVE_RUNS, FEATURE_REQUESTS, Read, ReadTx, WriteTx, key};
 
