@@ -105,7 +105,7 @@ fn main() {
             },
         )
         .unwrap();
-        let agent = roster::add_agent_with(
+        let agent = roster::add_agent_full(
             &app.store,
             &kennis::audit::Actor::Operator,
             &org.slug,
@@ -118,12 +118,15 @@ fn main() {
                 url: Some(url),
                 timeout_secs: Some(3600),
             },
-            Some(&LlmOptions {
+            &roster::AgentExtras {
+            llm: Some(&LlmOptions {
                 model: "bench".into(),
                 max_steps: Some(steps as u32),
                 max_tokens: Some(10_000_000),
                 ..LlmOptions::default()
             }),
+            ..Default::default()
+            },
             now,
         )
         .unwrap();

@@ -200,24 +200,20 @@ pub enum AgentError {
     Store(#[from] StoreError),
 }
 
-/// What `agent add --exec llm` adds to [`NewAgent`] (whose `url` is the API's base URL).
+/// What `agent add --exec llm` adds to [`NewAgent`] (whose `url` is the API's base URL); what
+/// is not given is left to the defaults.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct LlmOptions {
     pub model: String,
-    #[serde(default)]
     pub api_key_env: Option<String>,
-    #[serde(default)]
     pub api_key_file: Option<String>,
-    #[serde(default)]
     pub max_steps: Option<u32>,
-    #[serde(default)]
     pub max_tokens: Option<u64>,
     /// The system prompt's text (the command line reads `--system-prompt-file`).
-    #[serde(default)]
     pub system_prompt: Option<String>,
     /// One of the operator's `[[llm.endpoints]]` (its id) instead of `url` and a key of the
     /// agent's own: the URL and key then come from the server's configuration at run time.
-    #[serde(default)]
     pub endpoint: Option<String>,
 }
 
@@ -228,13 +224,11 @@ pub struct NewAgent {
     pub kind: AgentKind,
     /// `echo`, `command`, `http` or `llm` (whose settings come in [`LlmOptions`]).
     pub exec: String,
-    #[serde(default)]
+    // A missing `Option` reads as `None`.
     pub program: Option<String>,
     #[serde(default)]
     pub args: Vec<String>,
-    #[serde(default)]
     pub url: Option<String>,
-    #[serde(default)]
     pub timeout_secs: Option<u64>,
 }
 
@@ -458,31 +452,16 @@ fn org_id(tx: &ReadTx, slug: &str) -> Result<u64, AgentError> {
         .ok_or_else(|| AgentError::UnknownOrg(slug.to_owned()))
 }
 
-/// Adds an agent to the organisation with slug `org` (the operator's).
+/// Adds an agent to the organisation with slug `org` (the operator's; no executor settings
+/// beyond [`NewAgent`]).
 pub fn add_agent(
     store: &Store,
     org: &str,
     new: &NewAgent,
     now: Timestamp,
 ) -> Result<Agent, AgentError> {
-    add_agent_with(store, &Actor::Operator, org, new, None, now)
-}
-
-/// Adds an agent, with the settings of an `llm` executor when it is one. Audited
-/// (`agent.add`, with where the agent points).
-pub fn add_agent_with(
-    store: &Store,
-    by: &Actor,
-    org: &str,
-    new: &NewAgent,
-    llm: Option<&LlmOptions>,
-    now: Timestamp,
-) -> Result<Agent, AgentError> {
-    let extra = AgentExtras {
-        llm,
-        ..AgentExtras::default()
-    };
-    add_agent_full(store, by, org, new, &extra, now)
+    let extra = AgentExtras::default();
+    add_agent_full(store, &Actor::Operator, org, new, &extra, now)
 }
 
 /// What `agent add` may give beyond [`NewAgent`].
@@ -496,7 +475,8 @@ pub struct AgentExtras<'a> {
     pub endpoints: &'a [LlmEndpoint],
 }
 
-/// Adds an agent as the operator (the command line): any executor, any URL.
+/// Adds an agent as the operator (the command line): any executor, any URL. Audited
+/// (`agent.add`, with where the agent points).
 pub fn add_agent_full(
     store: &Store,
     by: &Actor,

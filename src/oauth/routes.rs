@@ -29,7 +29,7 @@ use super::{
 use crate::app::App;
 use crate::clock::SharedClock;
 use crate::http::client_ip::CallerIp;
-use crate::http::error::{Problem, ToProblem, rate_limited};
+use crate::http::error::{Problem, ToProblem, rate_limited, refusal, refusals};
 use crate::ratelimit::{Limiter, WINDOW};
 
 /// Largest form or JSON body these endpoints read.
@@ -301,16 +301,13 @@ impl ToProblem for BearerError {
     }
 }
 
-impl ToProblem for PatError {
-    fn problem(&self) -> Problem {
-        let (status, code) = match self {
-            PatError::Store(s) => return s.problem(),
-            PatError::Identity(e) => return e.problem(),
-            PatError::InvalidInput(_) => (StatusCode::BAD_REQUEST, "invalid_input"),
-            PatError::Disabled => (StatusCode::FORBIDDEN, "personal_tokens_denied"),
-            PatError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
-        };
-        Problem::refused(status, code, self)
+refusals! {
+    PatError as e {
+        Self::Store(s) => return s.problem(),
+        Self::Identity(e) => return e.problem(),
+        Self::InvalidInput(_) => "invalid_input",
+        Self::Disabled => "personal_tokens_denied",
+        Self::NotFound => "not_found",
     }
 }
 

@@ -21,15 +21,7 @@ use crate::roster;
 use crate::triggers;
 
 fn not_found(m: &OrgAdmin) -> Response {
-    page(
-        StatusCode::NOT_FOUND,
-        layout(
-            &t("not-found-title"),
-            Some(&m.0.user),
-            Some(&m.0.org),
-            html! { p { (t("run-not-found")) } },
-        ),
-    )
+    super::not_found_in(&m.0, &t("run-not-found"))
 }
 
 fn transcript_table(tr: &Transcript) -> Markup {

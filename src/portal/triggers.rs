@@ -245,15 +245,7 @@ pub(super) async fn create(State(app): State<Arc<App>>, m: OrgAdmin, form: CsrfF
 }
 
 fn not_found(m: &OrgAdmin) -> Response {
-    page(
-        StatusCode::NOT_FOUND,
-        layout(
-            &t("not-found-title"),
-            Some(&m.0.user),
-            Some(&m.0.org),
-            html! { p { (t("trigger-not-found")) } },
-        ),
-    )
+    super::not_found_in(&m.0, &t("trigger-not-found"))
 }
 
 pub(super) async fn change(

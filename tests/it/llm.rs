@@ -237,7 +237,7 @@ impl<'a> LlmAgent<'a> {
 
 fn add_llm(x: &Setup, a: LlmAgent) -> roster::Agent {
     let app = x.t.app();
-    roster::add_agent_with(
+    roster::add_agent_full(
         &app.store,
         &kennis::audit::Actor::Operator,
         &x.s.org.slug,
@@ -250,15 +250,18 @@ fn add_llm(x: &Setup, a: LlmAgent) -> roster::Agent {
             url: Some(a.url.into()),
             timeout_secs: a.timeout,
         },
-        Some(&LlmOptions {
-            model: "gpt-4.1-mini".into(),
-            api_key_env: None,
-            api_key_file: Some(x._key_dir.path().join("key").to_string_lossy().into()),
-            max_steps: a.max_steps,
-            max_tokens: a.max_tokens,
-            system_prompt: None,
-            endpoint: None,
-        }),
+        &roster::AgentExtras {
+            llm: Some(&LlmOptions {
+                model: "gpt-4.1-mini".into(),
+                api_key_env: None,
+                api_key_file: Some(x._key_dir.path().join("key").to_string_lossy().into()),
+                max_steps: a.max_steps,
+                max_tokens: a.max_tokens,
+                system_prompt: None,
+                endpoint: None,
+            }),
+            ..Default::default()
+        },
         app.clock.now(),
     )
     .unwrap()
