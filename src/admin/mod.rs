@@ -558,7 +558,8 @@ pub fn execute(
         AdminRequest::KbImport { org, dir, prefix } => {
             let org = identity::find_org(store, &org)?;
             let summary = import::import_dir(ctx, org.id, &dir, prefix.as_deref(), progress)?;
-            serde_json::to_value(summary).expect("summary serialises")
+            serde_json::to_value(summary)
+                .map_err(|e| AdminError::Refused(format!("the import summary: {e}")))?
         }
         AdminRequest::KbDelete { org, path } => {
             let org = identity::find_org(store, &org)?;

@@ -447,11 +447,14 @@ pub fn reply_in(
         });
     }
     for a in &checked {
-        let q = r
+        // `check_answers` found each question; one that is not there is passed over.
+        let Some(q) = r
             .questions
             .iter_mut()
             .find(|q| q.question_id == a.question_id)
-            .expect("checked above");
+        else {
+            continue;
+        };
         q.answered = true;
         let text = answer_note(q, a);
         r.conversation.push(Message {
