@@ -675,9 +675,14 @@ pub fn run_admin(config: &Config, req: AdminRequest) -> Result<Value, CliError> 
         AdminRequest::OrgCreate { .. } | AdminRequest::UserAdd { .. }
     );
     if !starts && !config.data_dir.join(store::DB_FILE).exists() {
+        let dir = config.data_dir.display();
+        let what = if config.data_dir.exists() {
+            format!("no kennis data in {dir}")
+        } else {
+            format!("there is no data directory {dir}")
+        };
         return Err(CliError::Failed(format!(
-            "no kennis data in {} (pass --data-dir, or start with `kennis org create`)",
-            config.data_dir.display()
+            "{what} (pass --data-dir or set KENNIS_DATA_DIR; `kennis org create` starts a new one)"
         )));
     }
     let store = Store::open(&config.data_dir).map_err(|e| match e {
@@ -1150,9 +1155,10 @@ pub fn serve(config: Config, demo: bool) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use super::Cli;
-    use clap::CommandFactory;
+    use clap::{CommandFactory, Parser};
 
-    /// Every command and every option a person can type has a help line (`kennis … --help`).
+    /// Every command and every option a person can type has a help line (`kennis … --help`),
+    /// and `--role` names its values.
     #[test]
     fn every_command_and_option_has_help() {
         fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
@@ -1168,6 +1174,14 @@ mod tests {
                 }
                 if arg.get_help().is_none() {
                     missing.push(format!("`{path}` argument `{}`", arg.get_id()));
+                }
+                // A role is one of a few words: the help names them.
+                let names = arg
+                    .get_value_names()
+                    .map(|n| n.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(" "))
+                    .unwrap_or_default();
+                if arg.get_id() == "role" && names != "admin|member" {
+                    missing.push(format!("`{path}` --role does not list admin|member"));
                 }
             }
             for sub in cmd.get_subcommands() {
@@ -1188,6 +1202,46 @@ mod tests {
             super::fill("{name} (id {id}, {gone}) -d '{}' {missing} {x", &v),
             "Echo (id 7, -) -d '{}' - {x"
         );
+    }
+
+    /// DESIGN.md's two forms: `member add … [--may-connect]` (a flag, or with true|false) and
+    /// `member set … [--may-connect true|false]`.
+    #[test]
+    fn may_connect_takes_both_contract_forms() {
+        use super::{Command, MemberCommand};
+        let may = |args: &[&str]| {
+            let cli = Cli::try_parse_from(["kennis", "member"].iter().chain(args))
+                .map_err(|e| e.to_string())?;
+            match cli.command {
+                Command::Member(MemberCommand::Add { may_connect, .. })
+                | Command::Member(MemberCommand::Set { may_connect, .. }) => Ok(may_connect),
+                other => Err(format!("{other:?}")),
+            }
+        };
+        assert_eq!(may(&["add", "o", "e"]), Ok(None));
+        assert_eq!(may(&["add", "o", "e", "--may-connect"]), Ok(Some(true)));
+        assert_eq!(
+            may(&["add", "o", "e", "--may-connect", "true"]),
+            Ok(Some(true))
+        );
+        assert_eq!(
+            may(&["add", "o", "e", "--may-connect", "false"]),
+            Ok(Some(false))
+        );
+        assert_eq!(
+            may(&["add", "o", "e", "--may-connect", "--json"]),
+            Ok(Some(true))
+        );
+        assert_eq!(
+            may(&["set", "o", "e", "--may-connect", "false"]),
+            Ok(Some(false))
+        );
+        assert_eq!(
+            may(&["set", "o", "e", "--may-connect", "true"]),
+            Ok(Some(true))
+        );
+        assert!(may(&["set", "o", "e", "--may-connect"]).is_err());
+        assert!(may(&["set", "o", "e", "--may-connect", "maybe"]).is_err());
     }
 
     #[test]

@@ -167,9 +167,7 @@ fn operation(command: Command) -> Result<Operation, CliError> {
                     personal_tokens,
                 },
                 json,
-                Say(
-                    "{slug}: connector_access={connector_access} require_second_factor={require_second_factor} personal_tokens={personal_tokens}",
-                ),
+                Text(org_set),
             ),
         },
         Command::User(c) => match c {
@@ -558,8 +556,18 @@ fn trigger_change(a: cli::TriggerId, change: Change, print: Print) -> Result<Ope
     )
 }
 
-fn yes_no(v: &Value) -> &'static str {
-    if v == &Value::Bool(true) { "yes" } else { "no" }
+/// Whether a member may connect an assistant under the organisation's policy, and if not,
+/// what would let them.
+fn connects(v: &Value) -> &'static str {
+    match (v["connects"].as_bool(), v["connector_access"].as_str()) {
+        (Some(true), _) => "yes",
+        (_, Some("nobody")) => {
+            "no (the organisation lets nobody connect: `org set --connector-access`)"
+        }
+        _ => {
+            "no (the organisation lets selected members connect: `member set ORG EMAIL --may-connect true`)"
+        }
+    }
 }
 
 fn member_added(v: &Value) -> String {
@@ -571,10 +579,25 @@ fn member_added(v: &Value) -> String {
     cli::fill(
         &format!(
             "{added} person {{person_id}} in organisation {{org_id}} as {{role}}; may connect an assistant: {}",
-            yes_no(&v["may_connect"])
+            connects(v)
         ),
         v,
     )
+}
+
+/// The policy, and a warning when it leaves no member able to connect an assistant.
+fn org_set(v: &Value) -> String {
+    let mut said = cli::fill(
+        "{slug}: connector_access={connector_access} require_second_factor={require_second_factor} personal_tokens={personal_tokens}",
+        v,
+    );
+    if v["members_who_may_connect"] == 0 && v["connector_access"] != "nobody" {
+        said.push_str(&cli::fill(
+            "\nwarning: no member of {slug} may connect an assistant now; `kennis member set {slug} EMAIL --may-connect true` lets one",
+            v,
+        ));
+    }
+    said
 }
 
 fn kb_imported(v: &Value) -> String {

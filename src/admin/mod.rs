@@ -437,7 +437,16 @@ pub fn execute(
             if let Some(setting) = personal_tokens {
                 org = identity::set_personal_tokens(store, &slug, setting)?;
             }
-            org_json(&org)
+            let members = store.read(|tx| identity::members(tx, org.id))?;
+            let connecting = members
+                .iter()
+                .filter(|(m, p)| {
+                    p.disabled_at.is_none() && org.connector_access.allows(m.may_connect)
+                })
+                .count();
+            let mut v = org_json(&org);
+            v["members_who_may_connect"] = json!(connecting);
+            v
         }
         AdminRequest::UserAdd {
             email,
@@ -495,9 +504,11 @@ pub fn execute(
             may_connect,
         } => {
             let (m, created) = identity::join(store, &org, &email, role, may_connect, now)?;
+            let access = identity::find_org(store, &org)?.connector_access;
             json!({
                 "org_id": m.org_id, "person_id": m.person_id, "role": m.role,
                 "may_connect": m.may_connect, "created": created,
+                "connector_access": access, "connects": access.allows(m.may_connect),
             })
         }
         AdminRequest::MemberList { org } => {
