@@ -394,7 +394,7 @@ async fn data_is_private_and_secrets_stay_out_of_the_log() {
     .unwrap();
     let log = dir.path().join("serve.log");
     let server = ServeProcess::spawn(&data, &[], Some(&log));
-    let c = reqwest::Client::new();
+    let c = crate::fixture::http_client();
     let secret = "kb_trg_Sup3rSecretValueThatMustNotBeLogged";
     for q in [
         format!("t%6Fken={secret}"),
