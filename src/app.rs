@@ -1,12 +1,13 @@
 //! The running service's shared domain services, and how they are opened.
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use dashmap::DashMap;
 use jiff::Timestamp;
+use tokio::sync::{Notify, mpsc};
 
-use crate::agents::RunQueue;
 use crate::audit::limits::ToolLimits;
 use crate::clock::SharedClock;
 use crate::config::Config;
@@ -125,9 +126,87 @@ impl App {
         }
     }
 
+    /// The one way to hand a stored, queued agent job (a trigger's run or a feature request's
+    /// job) to the workers: counts it in the queue gauge, which the worker that picks it up
+    /// counts down again, and wakes a worker.
+    pub fn enqueue(&self, id: u64) {
+        self.metrics.run_queue.inc();
+        self.runs.wake(id);
+    }
+
     /// The connector's URL: the OAuth audience and what people paste into an assistant.
     pub fn connector_url(&self) -> String {
         format!("{}{}", self.public_url, crate::config::CONNECTOR_PATH)
+    }
+}
+
+/// Wakes workers for runs that are stored and queued, and stops runs that were cancelled.
+pub struct RunQueue {
+    tx: mpsc::UnboundedSender<u64>,
+    rx: Mutex<Option<mpsc::UnboundedReceiver<u64>>>,
+    /// The runs a worker is executing, with the signal that stops each.
+    running: Mutex<HashMap<u64, Arc<Notify>>>,
+}
+
+impl Default for RunQueue {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RunQueue {
+    pub fn new() -> RunQueue {
+        let (tx, rx) = mpsc::unbounded_channel();
+        RunQueue {
+            tx,
+            rx: Mutex::new(Some(rx)),
+            running: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Hands a stored, queued run to the workers.
+    pub fn wake(&self, run_id: u64) {
+        let _ = self.tx.send(run_id);
+    }
+
+    /// Stops the executor of run `run_id` if a worker is executing it (its slot is then free
+    /// for the next run). The run's status is the caller's to set (see [`cancel_run`]).
+    pub fn stop(&self, run_id: u64) {
+        if let Some(signal) = self
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&run_id)
+        {
+            // `notify_one` keeps the signal if the worker is not waiting yet.
+            signal.notify_one();
+        }
+    }
+
+    /// Marks run `run_id` as executing; the signal stops it ([`RunQueue::stop`]).
+    pub fn enter(&self, run_id: u64) -> Arc<Notify> {
+        let signal = Arc::new(Notify::new());
+        self.running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(run_id, signal.clone());
+        signal
+    }
+
+    /// Run `run_id` no longer executes.
+    pub fn leave(&self, run_id: u64) {
+        self.running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&run_id);
+    }
+
+    /// The receiving end, for the workers: taken once (`None` the second time).
+    pub fn take_receiver(&self) -> Option<mpsc::UnboundedReceiver<u64>> {
+        self.rx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 }
 

@@ -269,7 +269,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
             let app = Arc::downgrade(&app);
             Arc::new(move |id| {
                 if let Some(app) = app.upgrade() {
-                    crate::agents::enqueue(&app, id);
+                    app.enqueue(id);
                 }
             })
         }),
@@ -301,7 +301,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
             }
         }),
         Some(acceptor) => {
-            let listener = tls::TlsListener::new(listener, acceptor);
+            let listener = tls::TlsListener::new(listener, local_addr, acceptor);
             tokio::spawn(async move {
                 if let Err(e) = axum::serve(listener, service)
                     .with_graceful_shutdown(shutdown)

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use std::sync::Arc;
 
-use crate::agents::{self, AgentError, AgentKind, Rollout};
+use crate::agents;
 use crate::clock::SharedClock;
 use crate::identity::{self, ConnectorAccess, IdentityError, NewPerson, PersonalTokens, Role};
 use crate::kb::index::SearchIndex;
@@ -21,6 +21,7 @@ use crate::kb::{self, KbError};
 use crate::oauth::pats::{self, PatError};
 use crate::requests::apps::{self, AppStatus};
 use crate::requests::{self, RequestError};
+use crate::roster::{self, AgentError, AgentKind, Rollout};
 use crate::store::{self, Store, StoreError};
 use crate::triggers::{self, TriggerError};
 
@@ -152,10 +153,10 @@ pub enum AdminRequest {
     },
     AgentAdd {
         org: String,
-        agent: agents::NewAgent,
+        agent: roster::NewAgent,
         /// The settings of an `llm` agent.
         #[serde(default)]
-        llm: Option<Box<agents::LlmOptions>>,
+        llm: Option<Box<roster::LlmOptions>>,
         /// `--env`: variables of the server a `command` agent receives.
         #[serde(default)]
         env: Vec<String>,
@@ -319,7 +320,7 @@ fn run_json(store: &Store, id: u64) -> Result<Value, AdminError> {
         let Some(r) = requests::get(tx, id)? else {
             return Ok(None);
         };
-        let agent = agents::get_agent(tx, r.agent_id)?;
+        let agent = roster::get_agent(tx, r.agent_id)?;
         let org: Option<identity::Org> = tx.get(store::ORGS, &store::key::id(r.org_id))?;
         let transcript = agents::get_transcript(tx, id)?;
         let callback = requests::callback::get(tx, id)?;
@@ -443,7 +444,16 @@ pub fn execute(
             if let Some(setting) = personal_tokens {
                 org = identity::set_personal_tokens(store, &OPERATOR, &slug, setting, now)?;
             }
-            org_json(&org)
+            let members = store.read(|tx| identity::members(tx, org.id))?;
+            let connecting = members
+                .iter()
+                .filter(|(m, p)| {
+                    p.disabled_at.is_none() && org.connector_access.allows(m.may_connect)
+                })
+                .count();
+            let mut v = org_json(&org);
+            v["members_who_may_connect"] = json!(connecting);
+            v
         }
         AdminRequest::UserAdd {
             email,
@@ -503,9 +513,11 @@ pub fn execute(
             may_connect,
         } => {
             let (m, created) = identity::join(store, &org, &email, role, may_connect, now)?;
+            let access = identity::find_org(store, &org)?.connector_access;
             json!({
                 "org_id": m.org_id, "person_id": m.person_id, "role": m.role,
                 "may_connect": m.may_connect, "created": created,
+                "connector_access": access, "connects": access.allows(m.may_connect),
             })
         }
         AdminRequest::MemberList { org } => {
@@ -566,7 +578,8 @@ pub fn execute(
         AdminRequest::KbImport { org, dir, prefix } => {
             let org = identity::find_org(store, &org)?;
             let summary = import::import_dir(ctx, org.id, &dir, prefix.as_deref(), progress)?;
-            serde_json::to_value(summary).expect("summary serialises")
+            serde_json::to_value(summary)
+                .map_err(|e| AdminError::Refused(format!("the import summary: {e}")))?
         }
         AdminRequest::KbDelete { org, path } => {
             let org = identity::find_org(store, &org)?;
@@ -672,12 +685,12 @@ pub fn execute(
             llm,
             env,
         } => {
-            let extra = agents::AgentExtras {
+            let extra = roster::AgentExtras {
                 llm: llm.as_deref(),
                 env: &env,
                 endpoints: &ctx.llm_endpoints,
             };
-            let a = agents::add_agent_full(store, &OPERATOR, &org, &agent, &extra, now)?;
+            let a = roster::add_agent_full(store, &OPERATOR, &org, &agent, &extra, now)?;
             // Requests filed while the organisation had no feature agent go to this one.
             let adopted = match a.kind {
                 AgentKind::Feature => requests::service::adopt_waiting(store, a.org_id)?,
@@ -703,7 +716,7 @@ pub fn execute(
             } else {
                 Rollout::Pending
             };
-            let p = agents::add_project(store, &org, &name, rollout, now)?;
+            let p = roster::add_project(store, &org, &name, rollout, now)?;
             json!({"id": p.id, "name": p.name, "rollout": p.rollout})
         }
         AdminRequest::AppAdd { org, name, status } => {
@@ -724,7 +737,7 @@ pub fn execute(
         }
         AdminRequest::AgentList { org } => {
             let org = identity::find_org(store, &org)?;
-            let items: Vec<Value> = agents::list_agents(store, org.id)?
+            let items: Vec<Value> = roster::list_agents(store, org.id)?
                 .iter()
                 .map(|a| {
                     json!({"id": a.id, "name": a.name, "kind": a.kind,
@@ -735,7 +748,7 @@ pub fn execute(
         }
         AdminRequest::ProjectList { org } => {
             let org = identity::find_org(store, &org)?;
-            let items: Vec<Value> = agents::list_projects(store, org.id)?
+            let items: Vec<Value> = roster::list_projects(store, org.id)?
                 .iter()
                 .map(|p| json!({"id": p.id, "name": p.name, "rollout": p.rollout}))
                 .collect();

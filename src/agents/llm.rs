@@ -27,48 +27,11 @@ use serde_json::{Value, json};
 
 use super::protocol::{AgentEvent, BodyError, EventSink, Job, Outcome, bounded_body, http_client};
 use super::transcript::{CallNote, Step, TEXT_KEPT, Transcript, shorten};
-use super::{Agent, LlmOptions};
 use crate::app::App;
 use crate::config::LlmConfig;
 use crate::requests::{Status, feature};
+use crate::roster::{Agent, LlmSettings};
 use crate::tools::{self, Caller};
-
-/// How an `llm` agent reaches its model. Stored with the agent; the key itself never is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LlmSettings {
-    /// Base URL without trailing slash, e.g. `https://api.openai.com/v1`.
-    pub url: String,
-    pub model: String,
-    /// The server's environment variable that holds the API key, read at run time.
-    #[serde(default)]
-    pub api_key_env: Option<String>,
-    /// A file holding the API key, read at run time.
-    #[serde(default)]
-    pub api_key_file: Option<String>,
-    pub max_steps: u32,
-    pub max_tokens: u64,
-    #[serde(default)]
-    pub system_prompt: Option<String>,
-    /// One of the operator's `[[llm.endpoints]]`: then `url` only shows where it pointed when
-    /// the agent was added, and the URL and key come from the configuration at run time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub endpoint: Option<String>,
-}
-
-impl LlmSettings {
-    /// The settings as `agent add` would take them back (for listings).
-    pub fn options(&self) -> LlmOptions {
-        LlmOptions {
-            model: self.model.clone(),
-            api_key_env: self.api_key_env.clone(),
-            api_key_file: self.api_key_file.clone(),
-            max_steps: Some(self.max_steps),
-            max_tokens: Some(self.max_tokens),
-            system_prompt: self.system_prompt.clone(),
-            endpoint: self.endpoint.clone(),
-        }
-    }
-}
 
 /// Most characters of one tool result passed back to the model.
 pub const TOOL_RESULT_MAX: usize = 16_000;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// The agent as named in a job.
 #[derive(Debug, Clone, Serialize)]
@@ -27,27 +27,9 @@ pub struct Job {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
-/// One event from an agent.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum AgentEvent {
-    Message {
-        text: String,
-    },
-    Question {
-        text: String,
-        #[serde(default)]
-        options: Vec<serde_json::Value>,
-        #[serde(default)]
-        allow_other: bool,
-    },
-    Status {
-        status: String,
-    },
-    Result {
-        text: String,
-    },
-}
+/// One event from an agent: what it reports about the request it works on, so the type is
+/// the requests' own.
+pub use crate::requests::AgentEvent;
 
 /// Receives an agent's events as they arrive.
 pub trait EventSink: Send {

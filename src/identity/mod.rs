@@ -116,6 +116,15 @@ impl ConnectorAccess {
             Self::Nobody => "nobody",
         }
     }
+
+    /// Whether a member with the right to connect `may_connect` may connect under this policy.
+    pub fn allows(self, may_connect: bool) -> bool {
+        match self {
+            Self::AllMembers => true,
+            Self::SelectedMembers => may_connect,
+            Self::Nobody => false,
+        }
+    }
 }
 
 impl std::str::FromStr for ConnectorAccess {
@@ -824,12 +833,7 @@ pub fn connector_access(
     if person.disabled_at.is_some() {
         return Ok(Err(AccessDenied::Disabled));
     }
-    let allowed = match org.connector_access {
-        ConnectorAccess::AllMembers => true,
-        ConnectorAccess::SelectedMembers => m.may_connect,
-        ConnectorAccess::Nobody => false,
-    };
-    if !allowed {
+    if !org.connector_access.allows(m.may_connect) {
         return Ok(Err(AccessDenied::ConnectingNotAllowed));
     }
     if org.require_second_factor && !person.has_second_factor() {

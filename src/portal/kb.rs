@@ -917,7 +917,7 @@ async fn audit_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Respo
     let me = m.user.person.id;
     let found = app
         .blocking(move |app| {
-            let agents: HashMap<u64, String> = crate::agents::list_agents(&app.store, org_id)?
+            let agents: HashMap<u64, String> = crate::roster::list_agents(&app.store, org_id)?
                 .into_iter()
                 .map(|a| (a.id, a.name))
                 .collect();

@@ -13,10 +13,11 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use maud::{Markup, html};
 
-use super::i18n::{date_time, moment, t, ta};
-use super::{CsrfForm, OrgAdmin, OrgMember, csrf_field, layout, page, problem_page, see_other};
+use super::i18n::{moment, t, ta};
+use super::{
+    CsrfForm, OrgAdmin, OrgMember, csrf_field, layout, once_notice, page, refused, see_other, until,
+};
 use crate::app::App;
-use crate::http::error::ToProblem;
 use crate::identity::{self, IdentityError, MemberChange, Membership, Person, Role};
 use crate::oauth;
 use crate::store::StoreError;
@@ -174,22 +175,8 @@ async fn render(
     }
 }
 
-fn refused(m: &OrgMember, e: &impl ToProblem) -> Response {
-    problem_page(&t("not-saved"), Some(&m.user), Some(&m.org), &e.problem())
-}
-
 async fn members_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Response {
     render(&app, &m, StatusCode::OK, None).await
-}
-
-pub(super) fn link_notice(id: &str, heading: &str, url: &str, explain: &str) -> Markup {
-    html! {
-        div.notice role="status" {
-            p { strong { (heading) } }
-            code.link-box id=(id) { (url) }
-            p.muted { (explain) }
-        }
-    }
 }
 
 async fn invite(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin, form: CsrfForm) -> Response {
@@ -207,15 +194,9 @@ async fn invite(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin, form: CsrfFo
     match r {
         Ok((inv, token)) => {
             let url = format!("{}/invite/{token}", app.public_url);
-            let notice = link_notice(
-                "invite-link",
-                &ta("invite-made", &[("email", inv.email.clone())]),
-                &url,
-                &ta(
-                    "invite-link-explain",
-                    &[("until", date_time(inv.expires_at))],
-                ),
-            );
+            let made = ta("invite-made", &[("email", inv.email.clone())]);
+            let until = until("invite-link-explain", inv.expires_at);
+            let notice = once_notice("invite-link", &made, &url, &until);
             render(&app, &m, StatusCode::OK, Some(notice)).await
         }
         Err(e) => refused(&m, &e),
@@ -274,12 +255,8 @@ async fn change(
             match r {
                 Ok(token) => {
                     let url = format!("{}/reset/{token}", app.public_url);
-                    let notice = link_notice(
-                        "reset-link",
-                        &ta("reset-made", &[("email", person.email.clone())]),
-                        &url,
-                        &t("reset-link-explain"),
-                    );
+                    let made = ta("reset-made", &[("email", person.email.clone())]);
+                    let notice = once_notice("reset-link", &made, &url, &t("reset-link-explain"));
                     render(&app, &m, StatusCode::OK, Some(notice)).await
                 }
                 Err(e) => refused(&m, &e),

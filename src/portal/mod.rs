@@ -61,7 +61,7 @@ pub use refusal::problem_text;
 
 use crate::app::App;
 use crate::clock::SharedClock;
-use crate::http::error::{Problem, login_refusal};
+use crate::http::error::{Problem, ToProblem, login_refusal};
 use crate::identity::{self, IdentityError, Membership, Org, Person, Role, sessions};
 use crate::ratelimit::{Limiter, WINDOW};
 use crate::store::{StoreError, key};
@@ -325,6 +325,38 @@ pub fn problem_page(
         )
     };
     page(problem.status, layout(&title, user, org, body))
+}
+
+/// 404 inside an organisation: the message says what does not exist.
+pub fn not_found_in(m: &OrgMember, message: &str) -> Response {
+    let body = html! { p { (message) } };
+    let title = t("not-found-title");
+    page(
+        StatusCode::NOT_FOUND,
+        layout(&title, Some(&m.user), Some(&m.org), body),
+    )
+}
+
+/// The page for an organisation's operation that was refused or failed ("not saved").
+pub fn refused(m: &OrgMember, e: &impl ToProblem) -> Response {
+    problem_page(&t("not-saved"), Some(&m.user), Some(&m.org), &e.problem())
+}
+
+/// A notice that shows a one-time link or secret (`value`) once: `heading` says what was made,
+/// `explain` how long it works.
+pub fn once_notice(id: &str, heading: &str, value: &str, explain: &str) -> Markup {
+    html! {
+        div.notice role="status" {
+            p { strong { (heading) } }
+            code.link-box id=(id) { (value) }
+            p.muted { (explain) }
+        }
+    }
+}
+
+/// "Works until …": message `key` with the moment as `until`.
+pub fn until(key: &str, moment: jiff::Timestamp) -> String {
+    i18n::ta(key, &[("until", i18n::date_time(moment))])
 }
 
 /// A login step refused by its limits (too many attempts, every password hasher busy): the

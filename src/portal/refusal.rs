@@ -593,7 +593,7 @@ mod tests {
         );
         out.push("boss".parse::<identity::Role>().unwrap_err().problem());
         out.push(
-            crate::agents::endpoint_for(&[], "acme", "elsewhere")
+            crate::roster::endpoint_for(&[], "acme", "elsewhere")
                 .unwrap_err()
                 .problem(),
         );

@@ -13,10 +13,10 @@ use maud::{Markup, html};
 
 use super::consent::scope_label;
 use super::i18n::{date_time, t, ta};
-use super::members::link_notice;
-use super::{CsrfForm, OrgAdmin, OrgMember, csrf_field, layout, page, problem_page, see_other};
+use super::{
+    CsrfForm, OrgAdmin, OrgMember, csrf_field, layout, once_notice, page, refused, see_other, until,
+};
 use crate::app::App;
-use crate::http::error::ToProblem;
 use crate::identity::{self, PersonalTokens};
 use crate::oauth::SCOPES;
 use crate::oauth::pats::{self, NewToken, Revoker, TokenRow};
@@ -129,10 +129,6 @@ async fn render(
     }
 }
 
-fn refused(m: &OrgMember, e: &impl ToProblem) -> Response {
-    problem_page(&t("not-saved"), Some(&m.user), Some(&m.org), &e.problem())
-}
-
 async fn tokens_page(State(app): State<Arc<App>>, m: OrgMember) -> Response {
     render(&app, &m, StatusCode::OK, None).await
 }
@@ -167,15 +163,9 @@ async fn create(State(app): State<Arc<App>>, m: OrgMember, form: CsrfForm) -> Re
         .await;
     match r {
         Ok((token, secret)) => {
-            let notice = link_notice(
-                "new-token",
-                &ta("tokens-made", &[("name", token.name.clone())]),
-                &secret,
-                &ta(
-                    "tokens-made-explain",
-                    &[("until", date_time(token.expires_at))],
-                ),
-            );
+            let made = ta("tokens-made", &[("name", token.name.clone())]);
+            let until = until("tokens-made-explain", token.expires_at);
+            let notice = once_notice("new-token", &made, &secret, &until);
             render(&app, &m, StatusCode::OK, Some(notice)).await
         }
         Err(e) => refused(&m, &e),

@@ -1,7 +1,8 @@
 //! The tools of the knowledge base and the feature requests, with their one entry point
 //! [`call`]: the hourly limit, the tool, the audit record. The MCP connector calls them as a
 //! person's grant; the `llm` agent executor calls the knowledge-base tools in-process as the
-//! organisation's agent, under the same rules, limits and audit.
+//! organisation's agent, under the same rules, limits and audit. No `unwrap`, `expect` or
+//! indexing in this folder (the lints below hold for every file in it).
 
 #![cfg_attr(
     not(test),

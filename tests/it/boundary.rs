@@ -567,16 +567,16 @@ async fn every_portal_admin_action_is_audited_with_the_admin_as_actor() {
     let dave = person(&t, "dave@example.org");
     add_member(&t, &b.org.slug, &dave.email, Role::Member);
     let dave_grant = t.grant_pair(b.org.id, dave.id, &["kennisbank"]);
-    let messenger = kennis::agents::NewAgent {
+    let messenger = kennis::roster::NewAgent {
         name: "Boodschapper".into(),
         ..crate::fixture::echo_agent()
     };
-    let echo = kennis::agents::add_agent(&app.store, &b.org.slug, &messenger, now).unwrap();
-    let project = kennis::agents::add_project(
+    let echo = kennis::roster::add_agent(&app.store, &b.org.slug, &messenger, now).unwrap();
+    let project = kennis::roster::add_project(
         &app.store,
         &b.org.slug,
         "Site",
-        kennis::agents::Rollout::Ready,
+        kennis::roster::Rollout::Ready,
         now,
     )
     .unwrap();
@@ -765,14 +765,14 @@ async fn every_portal_admin_action_is_audited_with_the_admin_as_actor() {
         .unwrap();
 
     // A run cancelled while it runs (an agent that only sleeps).
-    let sleeper = kennis::agents::NewAgent {
+    let sleeper = kennis::roster::NewAgent {
         name: "Slaper".into(),
         exec: "command".into(),
         program: Some("/bin/sleep".into()),
         args: vec!["30".into()],
         ..crate::fixture::echo_agent()
     };
-    let sleeper = kennis::agents::add_agent(&app.store, &b.org.slug, &sleeper, now).unwrap();
+    let sleeper = kennis::roster::add_agent(&app.store, &b.org.slug, &sleeper, now).unwrap();
     let slow = kennis::triggers::add(
         &app.store,
         &b.org.slug,

@@ -14,10 +14,10 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use hmac::{Hmac, Mac};
 use jiff::SignedDuration;
-use kennis::agents::{self, Rollout};
 use kennis::clock::Clock;
 use kennis::config::{Settings, TriggerSettings};
 use kennis::requests;
+use kennis::roster::{self, Rollout};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
@@ -190,16 +190,16 @@ fn standard_webhooks_verify(signing_secret: &str, got: &Got) -> bool {
 }
 
 /// A generic agent and a ready project in `org`: (agent id, project id).
-fn agent_and_project(t: &TestServer, org: &str, agent: agents::NewAgent) -> (String, String) {
+fn agent_and_project(t: &TestServer, org: &str, agent: roster::NewAgent) -> (String, String) {
     let app = t.app();
     let now = app.clock.now();
-    let a = agents::add_agent(&app.store, org, &agent, now).unwrap();
-    let p = agents::add_project(&app.store, org, "Site", Rollout::Ready, now).unwrap();
+    let a = roster::add_agent(&app.store, org, &agent, now).unwrap();
+    let p = roster::add_project(&app.store, org, "Site", Rollout::Ready, now).unwrap();
     (a.id.to_string(), p.id.to_string())
 }
 
 /// `kennis trigger add` with a callback URL through the running server: its JSON answer.
-fn add_trigger(t: &TestServer, org: &str, agent: agents::NewAgent, callback: &str) -> Value {
+fn add_trigger(t: &TestServer, org: &str, agent: roster::NewAgent, callback: &str) -> Value {
     let (a, p) = agent_and_project(t, org, agent);
     run_json(
         t.data_dir(),
@@ -385,7 +385,7 @@ async fn failed_and_timed_out_runs_are_called_back_too() {
     let t = TestServer::start_with(loopback_allowed()).await;
     t.seed("Acme", "ann@example.org");
     let rx = Receiver::start(vec![]).await;
-    let command = |program: &str, args: &[&str], timeout: Option<u64>| agents::NewAgent {
+    let command = |program: &str, args: &[&str], timeout: Option<u64>| roster::NewAgent {
         exec: "command".into(),
         program: Some(program.into()),
         args: args.iter().map(|a| a.to_string()).collect(),
@@ -577,9 +577,9 @@ async fn a_run_ended_while_no_server_runs_is_called_back_at_the_next_start() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    let agent = agents::NewAgent {
+    let agent = roster::NewAgent {
         name: "Slow".into(),
-        kind: agents::AgentKind::Generic,
+        kind: roster::AgentKind::Generic,
         exec: "command".into(),
         program: Some(slow.to_str().unwrap().into()),
         args: vec![],

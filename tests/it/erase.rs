@@ -233,18 +233,18 @@ async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
     )
     .unwrap();
     // A run whose result callback is pending (nobody listens at its URL yet).
-    let agent = kennis::agents::add_agent(
+    let agent = kennis::roster::add_agent(
         &app.store,
         &gone.org.slug,
         &crate::fixture::echo_agent(),
         now,
     )
     .unwrap();
-    let project = kennis::agents::add_project(
+    let project = kennis::roster::add_project(
         &app.store,
         &gone.org.slug,
         "ZQX site",
-        kennis::agents::Rollout::Ready,
+        kennis::roster::Rollout::Ready,
         now,
     )
     .unwrap();
