@@ -1,5 +1,5 @@
 //! Requests to addresses that other people name (a client's metadata document, a trigger's
-//! callback URL, an OpenID provider and the endpoints its discovery document names), guarded
+//! callback URL), guarded
 //! against server-side request forgery, and bounded ([`fetch`]: a time limit and a size
 //! limit for the whole answer):
 //! - the host is resolved first and every address checked (never loopback, private,
@@ -8,7 +8,9 @@
 //!   point it inside;
 //! - redirects are never followed, and no proxy from the environment is used.
 //!
-//! The only exception is for tests: with a switch (`cimd_allow_http_loopback`,
+//! [`fetch_configured`] is for addresses the operator wrote into the configuration (OpenID
+//! providers, which may be inside the operator's network): the same bounds without the address
+//! check. The only other exception is for tests: with a switch (`cimd_allow_http_loopback`,
 //! `callback_allow_http_loopback`, `oidc_allow_http_loopback`) an `http://127.0.0.1:<port>/…`
 //! URL may be used.
 
@@ -363,21 +365,58 @@ pub async fn fetch(
                 Guard::Unresolved(reason) => FetchError::Failed(reason),
             })?;
         let client = client(&pinned, timeout).map_err(FetchError::Failed)?;
-        let response = build(&client)
-            .send()
-            .await
-            .map_err(|e| FetchError::Failed(describe(&e)))?;
-        let (status, headers) = (response.status(), response.headers().clone());
-        let body = bounded_body(response, max).await.map_err(|e| match e {
-            BodyError::TooLarge => FetchError::Refused(format!("it is larger than {max} bytes")),
-            BodyError::Read(reason) => FetchError::Failed(reason),
-        })?;
-        Ok(Reply {
-            status,
-            headers,
-            body,
-        })
+        send(build(&client), max).await
     };
+    within(timeout, work).await
+}
+
+/// [`fetch`] for an address the operator configured (an `[[oidc]]` provider and the endpoints
+/// its discovery document names), which may lie inside the operator's own network: the same
+/// bounds (time, size, no redirect, no proxy), without the public-address check. Never for an
+/// address an organisation or a client names.
+pub async fn fetch_configured(
+    timeout: Duration,
+    max: u64,
+    build: impl FnOnce(&reqwest::Client) -> reqwest::RequestBuilder,
+) -> Result<Reply, FetchError> {
+    let work = async {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .user_agent(concat!("kennis/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| FetchError::Failed(e.to_string()))?;
+        send(build(&client), max).await
+    };
+    within(timeout, work).await
+}
+
+/// Sends a request and reads its answer, at most `max` bytes.
+async fn send(request: reqwest::RequestBuilder, max: u64) -> Result<Reply, FetchError> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| FetchError::Failed(describe(&e)))?;
+    let (status, headers) = (response.status(), response.headers().clone());
+    let body = bounded_body(response, max).await.map_err(|e| match e {
+        BodyError::TooLarge => FetchError::Refused(format!("it is larger than {max} bytes")),
+        BodyError::Read(reason) => FetchError::Failed(reason),
+    })?;
+    Ok(Reply {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// The whole of `work` within `timeout`: lookup, connection, answer and body.
+async fn within(
+    timeout: Duration,
+    work: impl Future<Output = Result<Reply, FetchError>>,
+) -> Result<Reply, FetchError> {
     match tokio::time::timeout(timeout, work).await {
         Ok(r) => r,
         Err(_) => Err(FetchError::Failed(format!(

@@ -839,16 +839,32 @@ async fn an_unreachable_provider_gets_a_page_without_its_addresses() {
         "no address on the page"
     );
     assert!(!b.cookies.contains_key("kb_oidc"));
-    // Without the test switch an http issuer is not even a valid configuration; and a
-    // provider resolving inside the network is refused at the fetch (SSRF guard) the same way.
+    // A provider is the operator's choice, so it may live inside the operator's network (a
+    // Keycloak on the LAN): kennis connects to an https issuer on a private address (here
+    // loopback, without the test switch, which is only about http). The listener sees the
+    // connection; the TLS handshake then fails and the page names no address.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let inside = listener.local_addr().unwrap().port();
     let t = TestServer::start_with(Settings {
-        oidc: Some(vec![provider("idp", "https://10.0.0.1/realms/x", None)]),
+        oidc: Some(vec![provider(
+            "idp",
+            &format!("https://127.0.0.1:{inside}/realms/x"),
+            None,
+        )]),
         ..Default::default()
     })
     .await;
+    let accepted = std::thread::spawn(move || listener.accept().is_ok());
     let p = Browser::new(&t).get("/login/oidc/idp").await;
     assert_eq!(p.status, 502, "{}", p.body);
-    assert!(!p.body.contains("10.0.0.1"));
+    assert!(
+        !p.body.contains(&inside.to_string()),
+        "no address on the page"
+    );
+    assert!(
+        accepted.join().unwrap(),
+        "kennis connected to the provider inside the network"
+    );
 }
 
 /// Makes `email` a member of `org` too.

@@ -392,7 +392,6 @@ impl Oidc {
         let tokens = provider::exchange_code(
             cfg,
             &d,
-            self.loopback,
             secret.as_deref(),
             &code,
             &self.redirect_uri(&cfg.id),
@@ -415,7 +414,7 @@ impl Oidc {
             let (Some(url), Some(access)) = (&d.userinfo_endpoint, &tokens.access_token) else {
                 return Err(OidcError::NoEmail);
             };
-            let info = provider::userinfo(cfg, url, self.loopback, access).await?;
+            let info = provider::userinfo(cfg, url, access).await?;
             if info.get("sub") != claims.get("sub") {
                 return Err(OidcError::IdToken(
                     "the userinfo answer is for another subject".into(),
@@ -539,7 +538,7 @@ impl Oidc {
         if let Some(k) = hit {
             return Ok(k);
         }
-        let keys = Arc::new(provider::fetch_keys(&p.config, d, self.loopback).await?);
+        let keys = Arc::new(provider::fetch_keys(&p.config, d).await?);
         let mut c = self.cache(p);
         c.keys = Some((keys.clone(), now));
         if again {

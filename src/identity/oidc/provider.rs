@@ -101,11 +101,7 @@ pub fn discovery_url(issuer: &str) -> String {
 pub async fn discover(p: &OidcProvider, loopback: bool) -> Result<Discovery, OidcError> {
     let url = OidcProvider::usable_url(&discovery_url(&p.issuer), loopback)
         .ok_or_else(|| unusable(p, "the issuer is not a usable URL"))?;
-    let body = expect_ok(
-        p,
-        "discovery",
-        fetch(p, &url, loopback, Request::Get).await?,
-    )?;
+    let body = expect_ok(p, "discovery", fetch(p, &url, Request::Get).await?)?;
     let raw: RawDiscovery = serde_json::from_slice(&body)
         .map_err(|e| unusable(p, format!("its discovery document is not valid: {e}")))?;
     if raw.issuer != p.issuer {
@@ -158,16 +154,8 @@ pub async fn discover(p: &OidcProvider, loopback: bool) -> Result<Discovery, Oid
 
 /// The provider's signing keys. Keys kennis cannot use (encryption keys, unknown key types)
 /// are left out rather than spoiling the set.
-pub async fn fetch_keys(
-    p: &OidcProvider,
-    d: &Discovery,
-    loopback: bool,
-) -> Result<Vec<Jwk>, OidcError> {
-    let body = expect_ok(
-        p,
-        "jwks_uri",
-        fetch(p, &d.jwks_uri, loopback, Request::Get).await?,
-    )?;
+pub async fn fetch_keys(p: &OidcProvider, d: &Discovery) -> Result<Vec<Jwk>, OidcError> {
+    let body = expect_ok(p, "jwks_uri", fetch(p, &d.jwks_uri, Request::Get).await?)?;
     #[derive(Deserialize)]
     struct RawSet {
         keys: Vec<Value>,
@@ -197,7 +185,6 @@ pub struct Tokens {
 pub async fn exchange_code(
     p: &OidcProvider,
     d: &Discovery,
-    loopback: bool,
     secret: Option<&str>,
     code: &str,
     redirect_uri: &str,
@@ -219,13 +206,7 @@ pub async fn exchange_code(
         }
         None => form.push(("client_id".to_owned(), p.client_id.clone())),
     }
-    let (status, body) = fetch(
-        p,
-        &d.token_endpoint,
-        loopback,
-        Request::Form { form, basic },
-    )
-    .await?;
+    let (status, body) = fetch(p, &d.token_endpoint, Request::Form { form, basic }).await?;
     let json: Map<String, Value> = serde_json::from_slice(&body).unwrap_or_default();
     if !(200..300).contains(&status) {
         let error = json
@@ -259,13 +240,12 @@ pub async fn exchange_code(
 pub async fn userinfo(
     p: &OidcProvider,
     url: &url::Url,
-    loopback: bool,
     access_token: &str,
 ) -> Result<Map<String, Value>, OidcError> {
     let body = expect_ok(
         p,
         "userinfo_endpoint",
-        fetch(p, url, loopback, Request::Bearer(access_token.to_owned())).await?,
+        fetch(p, url, Request::Bearer(access_token.to_owned())).await?,
     )?;
     serde_json::from_slice(&body)
         .map_err(|e| unusable(p, format!("its userinfo answer is not a JSON object: {e}")))
@@ -296,14 +276,15 @@ fn expect_ok(
     }
 }
 
-/// One bounded, guarded request (`crate::outbound::fetch`): the status and the body.
+/// One bounded request (`crate::outbound::fetch_configured`: the provider is the operator's
+/// choice, so it may be inside the operator's network; no redirect, 10 s, 256 KiB): the status
+/// and the body.
 async fn fetch(
     p: &OidcProvider,
     url: &url::Url,
-    loopback: bool,
     request: Request,
 ) -> Result<(u16, Vec<u8>), OidcError> {
-    let reply = outbound::fetch(url, loopback, FETCH_TIMEOUT, MAX_REPLY as u64, |client| {
+    let reply = outbound::fetch_configured(FETCH_TIMEOUT, MAX_REPLY as u64, |client| {
         let builder = match request {
             Request::Get => client.get(url.clone()),
             Request::Bearer(token) => client.get(url.clone()).bearer_auth(token),
