@@ -30,6 +30,11 @@ pub const BACKOFF_FACTOR: i64 = 8;
 pub const MAX_WAIT: SignedDuration = SignedDuration::from_hours(12);
 /// Attempts kept per callback (the oldest are dropped beyond this).
 pub const KEPT_ATTEMPTS: usize = 100;
+/// How every `webhook-id` of a callback begins. A callback is signed with its trigger's
+/// signing secret, the key that trigger's signed deliveries are checked with, so a callback
+/// sent on to the trigger's URL would verify as a delivery; `triggers::verify` refuses an id
+/// with this prefix, so that a callback never starts a run.
+pub const WEBHOOK_ID_PREFIX: &str = "msg_kennis_cb_";
 
 /// Where a callback stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,7 +134,7 @@ pub fn subscribe_in(tx: &mut WriteTx, run: &Request, url: &str) -> Result<(), St
         run_id: run.id,
         org_id: run.org_id,
         url: url.to_owned(),
-        webhook_id: format!("msg_{}", uuid::Uuid::new_v4().simple()),
+        webhook_id: format!("{WEBHOOK_ID_PREFIX}{}", uuid::Uuid::new_v4().simple()),
         state: State::Waiting,
         next_at: None,
         attempts: Vec::new(),

@@ -1059,3 +1059,83 @@ async fn retention_keeps_a_run_until_its_callback_is_done() {
         "the callback record went with it"
     );
 }
+
+/// A callback is signed with the trigger's signing secret, the key its signed deliveries are
+/// checked with; yet a callback is kennis telling the receiver a run ended, not the receiver
+/// asking for a run. Whoever gets a callback (the receiver, a relay or log on its way) sending
+/// it on to the trigger's URL within the 5-minute window starts no run: 401, nothing stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callback_sent_back_to_its_trigger_starts_no_run() {
+    let t = TestServer::start_with(loopback_allowed()).await;
+    t.seed("Acme", "ann@example.org");
+    let rx = Receiver::start(vec![]).await;
+    let trigger = add_trigger(&t, "acme", echo_agent(), &rx.url("/kennis/result"));
+    let run = fire(&t, &trigger).await;
+    let got = rx.wait_for(1).await;
+    let got = &got[0];
+    assert!(standard_webhooks_verify(
+        trigger["signing_secret"].as_str().unwrap(),
+        got
+    ));
+
+    let replay = |path: String| {
+        let mut r = t.client.post(t.url(&path));
+        for name in [
+            "webhook-id",
+            "webhook-timestamp",
+            "webhook-signature",
+            "content-type",
+        ] {
+            r = r.header(name, got.header(name));
+        }
+        r.body(got.body.clone()).send()
+    };
+    let hook = format!("/api/hooks/events/{}", trigger["id"].as_str().unwrap());
+    let r = replay(hook.clone()).await.unwrap();
+    let status = r.status();
+    let answer = r.text().await.unwrap();
+    assert_eq!(status, 401, "a callback replayed as a delivery: {answer}");
+    let next = t.app().store.read(|tx| requests::get(tx, run + 1)).unwrap();
+    assert!(next.is_none(), "a run was started: {next:?}");
+    // Under another event key too: the refusal comes from what the callback is, not the slot.
+    let r = t
+        .client
+        .post(t.url(&hook))
+        .header("webhook-id", got.header("webhook-id"))
+        .header("webhook-timestamp", got.header("webhook-timestamp"))
+        .header("webhook-signature", got.header("webhook-signature"))
+        .header("X-Service-Event-Key", "other")
+        .body(got.body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    // The trigger's own signed deliveries still work.
+    let id = "msg_2Lh3pX";
+    let ts = t.clock.now().as_second().to_string();
+    let body = br#"{"build": 43}"#;
+    let key = STANDARD
+        .decode(
+            trigger["signing_secret"]
+                .as_str()
+                .unwrap()
+                .strip_prefix("whsec_")
+                .unwrap(),
+        )
+        .unwrap();
+    let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
+    mac.update(format!("{id}.{ts}.").as_bytes());
+    mac.update(body);
+    let sig = format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()));
+    let r = t
+        .client
+        .post(t.url(&hook))
+        .header("webhook-id", id)
+        .header("webhook-timestamp", &ts)
+        .header("webhook-signature", sig)
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap());
+}
