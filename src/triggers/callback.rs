@@ -33,7 +33,7 @@ use crate::app::App;
 use crate::audit::{self, Actor};
 use crate::outbound::{self, Guard};
 use crate::requests::{self, callback as record};
-use crate::store::{StoreError, TRIGGERS};
+use crate::store::StoreError;
 
 /// How long one attempt may take, from resolving the name to the answer's status.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
@@ -123,8 +123,10 @@ fn prepare(app: &App, run_id: u64, now: Timestamp) -> Result<Next, StoreError> {
         let Some(run) = requests::get(tx, run_id)? else {
             return Ok(Next::GiveUp("the run no longer exists".into()));
         };
+        // A deleted trigger stays stored (marked `deleted`) but no longer exists for anyone:
+        // its runs' results go nowhere any more.
         let trigger: Option<Trigger> = match run.trigger_id {
-            Some(id) => tx.get(TRIGGERS, id.as_bytes())?,
+            Some(id) => super::live(tx, id)?,
             None => None,
         };
         let Some(trigger) = trigger else {

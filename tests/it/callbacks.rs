@@ -1139,3 +1139,37 @@ async fn a_callback_sent_back_to_its_trigger_starts_no_run() {
         .unwrap();
     assert_eq!(r.status(), 202, "{}", r.text().await.unwrap());
 }
+
+/// Deleting a trigger ends its runs' callbacks: one still waiting for its next attempt is
+/// given up at that attempt (`failed`, "the run's trigger no longer exists") and nothing more
+/// reaches the URL — an admin who deletes a trigger because of where it reports gets no
+/// further results sent there, for up to two days of retries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_triggers_callbacks_stop() {
+    let t = TestServer::start_with(loopback_allowed()).await;
+    t.seed("Acme", "ann@example.org");
+    let rx = Receiver::start(vec![(500, None), (500, None)]).await;
+    let trigger = add_trigger(&t, "acme", echo_agent(), &rx.url("/hook"));
+    let run = fire(&t, &trigger).await;
+    rx.wait_for(1).await;
+    let cb = attempts(&t, run, 1).await;
+    assert_eq!(cb.state, requests::callback::State::Pending);
+
+    let out = crate::fixture::run(
+        t.data_dir(),
+        &["trigger", "delete", trigger["id"].as_str().unwrap()],
+        None,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    t.clock.advance(SignedDuration::from_secs(60));
+    let cb = attempts(&t, run, 2).await;
+    assert_eq!(cb.state, requests::callback::State::Failed, "{cb:?}");
+    assert_eq!(cb.attempts[1].status, 0);
+    assert!(
+        cb.attempts[1].reason.contains("trigger no longer exists"),
+        "{cb:?}"
+    );
+    t.clock.advance(SignedDuration::from_hours(48));
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(rx.got().len(), 1, "the URL heard from a deleted trigger");
+}
