@@ -303,7 +303,9 @@ fn revoke_in(tx: &mut WriteTx, grant_id: u64, now: Timestamp) -> Result<bool, St
 }
 
 /// Revokes every live grant of a person — in one organisation (`Some(org_id)`) or in every
-/// one (`None`) — in the caller's transaction; returns how many.
+/// one (`None`) — in the caller's transaction; returns how many. The person's authorization
+/// codes there that were not exchanged yet go too: each would become a new grant, so a code
+/// asked for before (by whoever held the session a moment) must not outlive the revocation.
 pub(super) fn revoke_person_grants_in(
     tx: &mut WriteTx,
     person_id: u64,
@@ -319,6 +321,16 @@ pub(super) fn revoke_person_grants_in(
         .collect();
     for id in &theirs {
         revoke_in(tx, *id, now)?;
+    }
+    let codes: Vec<Vec<u8>> = tx
+        .scan::<CodeRecord>(OAUTH_CODES, b"")?
+        .into_iter()
+        .filter(|(_, c)| c.person_id == person_id && c.used_by_grant.is_none())
+        .filter(|(_, c)| org_id.is_none_or(|o| o == c.org_id))
+        .map(|(k, _)| k)
+        .collect();
+    for k in &codes {
+        tx.delete(OAUTH_CODES, k)?;
     }
     Ok(theirs.len())
 }

@@ -1170,3 +1170,78 @@ fn audit_records_written_before_admin_actions_were_audited_still_read() {
     assert_eq!((r.actor, r.action), (None, None));
     assert_eq!(r.tool, "kennisbank_list");
 }
+
+/// An authorization code not yet exchanged is a way in too: whoever held the person's session
+/// (or password) for a moment can ask for one and keep it, then exchange it for a fresh grant
+/// once the person has ended everything. Revoking all connections, changing the password and
+/// disabling the account each void the person's codes, so such a code gets `invalid_grant`
+/// and no grant; a code asked for afterwards works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ending_a_persons_credentials_voids_their_unexchanged_codes() {
+    let mut t = TestServer::start().await;
+    let mut s = t.seed("Acme", "gus@example.org");
+    let grants = |t: &TestServer| {
+        t.app()
+            .store
+            .read(|tx| tx.count(kennis::store::OAUTH_GRANTS))
+            .unwrap()
+    };
+    let tick = |t: &TestServer| t.clock.advance(jiff::SignedDuration::from_secs(31));
+
+    // 1. "Revoke all" on the account page.
+    let (client, verifier, code) = code_for(&t, &s, &["kennisbank"]).await;
+    tick(&t);
+    let mut me = Browser::new(&t);
+    let page = me.login(&s, "/portal/account").await;
+    let p = me
+        .post(
+            "/portal/account/revoke-all",
+            &[("csrf_token", &page.csrf())],
+        )
+        .await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    let before = grants(&t);
+    let (st, tok) = exchange(&t, &client, &verifier, &code).await;
+    assert_eq!((st, &tok["error"]), (400, &json!("invalid_grant")), "{tok}");
+    assert_eq!(grants(&t), before, "no grant was made");
+
+    // 2. A password change.
+    tick(&t);
+    let (client, verifier, code) = code_for(&t, &s, &["kennisbank"]).await;
+    tick(&t);
+    let page = me.get("/portal/account").await;
+    let p = me
+        .post(
+            "/portal/account/password",
+            &[
+                ("csrf_token", &page.csrf()),
+                ("current_password", &s.password),
+                ("new_password", "nieuw-lang-wachtwoord"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    s.password = "nieuw-lang-wachtwoord".into();
+    let (st, tok) = exchange(&t, &client, &verifier, &code).await;
+    assert_eq!((st, &tok["error"]), (400, &json!("invalid_grant")), "{tok}");
+
+    // 3. `user disable` (and `user enable` before the code comes back).
+    tick(&t);
+    let (client, verifier, code) = code_for(&t, &s, &["kennisbank"]).await;
+    cli(&t, &["user", "disable", "gus@example.org", "--json"]).await;
+    cli(&t, &["user", "enable", "gus@example.org", "--json"]).await;
+    let (st, tok) = exchange(&t, &client, &verifier, &code).await;
+    assert_eq!((st, &tok["error"]), (400, &json!("invalid_grant")), "{tok}");
+    assert_eq!(grants(&t), before, "no grant was made");
+
+    // A code asked for now is exchanged as usual.
+    tick(&t);
+    let (client, verifier, code) = code_for(&t, &s, &["kennisbank"]).await;
+    let (st, tok) = exchange(&t, &client, &verifier, &code).await;
+    assert_eq!(st, 200, "{tok}");
+    assert_eq!(
+        connector(&t, tok["access_token"].as_str().unwrap()).await,
+        200
+    );
+    t.stop().await;
+}
