@@ -172,7 +172,6 @@ fn denied_calls() -> Vec<libc::c_long> {
         libc::SYS_process_vm_readv,
         libc::SYS_process_vm_writev,
         libc::SYS_process_madvise,
-        libc::SYS_process_mrelease,
         libc::SYS_kcmp,
         // Signals to other processes: `kill` here; `tkill`, `tgkill`, `rt_sigqueueinfo` and
         // `rt_tgsigqueueinfo` only towards itself (see `seccomp`); a pidfd reaches any.
