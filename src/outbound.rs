@@ -191,12 +191,22 @@ pub fn loopback_allowed(url: &url::Url, allow_http_loopback: bool) -> bool {
     allow_http_loopback && url.scheme() == "http" && url.host_str() == Some("127.0.0.1")
 }
 
-/// The addresses a URL's host names without asking DNS (an IP literal), else `None`.
+/// The addresses a URL's host names without asking DNS (an IP literal, or `localhost` and the
+/// names below it, which are loopback by definition, RFC 6761), else `None`.
 fn literal(url: &url::Url, port: u16) -> Option<Vec<SocketAddr>> {
     match url.host() {
         Some(url::Host::Ipv4(ip)) => Some(vec![SocketAddr::new(ip.into(), port)]),
         Some(url::Host::Ipv6(ip)) => Some(vec![SocketAddr::new(ip.into(), port)]),
-        _ => None,
+        Some(url::Host::Domain(name)) => {
+            let name = name.trim_end_matches('.').to_ascii_lowercase();
+            (name == "localhost" || name.ends_with(".localhost")).then(|| {
+                vec![
+                    SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), port),
+                    SocketAddr::new(std::net::Ipv6Addr::LOCALHOST.into(), port),
+                ]
+            })
+        }
+        None => None,
     }
 }
 
@@ -602,5 +612,21 @@ mod tests {
         assert_eq!(ok.addr, "127.0.0.1:9".parse().unwrap());
         let public = resolve_blocking(&u("https://93.184.215.14/hook"), false).unwrap();
         assert_eq!(public.addr.port(), 443);
+        // `localhost` and the names below it are loopback without asking DNS (RFC 6761), in
+        // any letter case and with the root's dot: refused at once, even with every lookup
+        // slot taken.
+        for name in ["localhost", "LocalHost.", "api.localhost", "x.y.LOCALHOST"] {
+            let url = u(&format!("https://{name}/hook"));
+            assert_eq!(
+                literal(&url, 443).map(|a| a.len()),
+                Some(2),
+                "{name} is loopback by definition"
+            );
+            assert!(
+                matches!(resolve_blocking(&url, true), Err(Guard::Refused(_))),
+                "{name}"
+            );
+        }
+        assert_eq!(literal(&u("https://localhost.example/hook"), 443), None);
     }
 }
