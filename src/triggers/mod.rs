@@ -414,8 +414,8 @@ impl From<&Request> for RunView {
 }
 
 /// `GET /api/hooks/runs/:id`: 404 for an unknown id or anything but a run of a generic agent;
-/// 403 unless the secret is that of the run's trigger. Runs of a deleted trigger stay readable
-/// with its last secret: deleting stops the URL, existing runs remain.
+/// 403 unless the secret is that of the run's live trigger. A deleted trigger (only marked, its
+/// record kept for its runs) answers like an unknown one: its last secret reads nothing more.
 pub fn read_run(tx: &impl Read, id: &str, secret: Option<&str>) -> Result<RunView, TriggerError> {
     let id: u64 = id.parse().map_err(|_| TriggerError::RunNotFound)?;
     let run = requests::get(tx, id)?.ok_or(TriggerError::RunNotFound)?;
@@ -427,8 +427,8 @@ pub fn read_run(tx: &impl Read, id: &str, secret: Option<&str>) -> Result<RunVie
     if !generic {
         return Err(TriggerError::RunNotFound);
     }
-    let trigger: Option<Trigger> = match run.trigger_id {
-        Some(t) => tx.get(TRIGGERS, t.as_bytes())?,
+    let trigger = match run.trigger_id {
+        Some(t) => live(tx, t)?,
         None => None,
     };
     match (trigger, secret) {

@@ -432,11 +432,15 @@ async fn trigger_state_table_pause_resume_renew_delete() {
     assert_eq!(fire(&c, &h, None, &json!({})).await.0, 202);
     assert_eq!(read(&t, first, &h.secret).await.0, 200);
 
-    // Delete: the URL stops working, runs remain readable.
+    // Delete: the URL stops working, and its secret reads no run any more (the runs remain,
+    // for the portal and `run show`).
     triggers::change(&store, None, &h.id.to_string(), Change::Delete, now).unwrap();
     let (s, v) = fire(&c, &h, None, &json!({})).await;
     assert_eq!((s, v), (404, json!({"message": "Unknown event trigger"})));
-    assert_eq!(read(&t, first, &h.secret).await.0, 200);
+    assert_eq!(
+        read(&t, first, &h.secret).await,
+        (403, json!({"message": "Access denied"}))
+    );
     assert!(triggers::change(&store, None, &h.id.to_string(), Change::Resume, now).is_err());
     assert_eq!(
         store
