@@ -243,8 +243,10 @@ pub fn move_document(
     Ok(moved)
 }
 
-/// Removes every trashed document deleted before `cutoff` (all organisations), then the content
-/// no version refers to any more; returns how many documents were purged.
+/// Removes every trashed document deleted before `cutoff` (all organisations); returns how many
+/// documents were purged. Their content goes with the next [`purge_orphaned_content`], which
+/// housekeeping runs every round whether or not trash expired, so a crash between the two
+/// leaves the content only until the next round.
 pub fn purge_trash(store: &Store, cutoff: Timestamp) -> Result<usize, StoreError> {
     /// Deletions per write transaction, so a large purge never holds the writer for long.
     const CHUNK: usize = 500;
@@ -258,16 +260,14 @@ pub fn purge_trash(store: &Store, cutoff: Timestamp) -> Result<usize, StoreError
         )
     })?;
     store.delete_in_chunks(KB_TRASH, &expired, CHUNK)?;
-    if !expired.is_empty() {
-        purge_orphaned_content(store)?;
-    }
     Ok(expired.len())
 }
 
 /// Removes content (and the text extracted from it) that no version of a live or trashed
 /// document refers to; returns how many contents were removed. One write transaction, so a
 /// write storing that content at the same moment is either before (and keeps it) or after
-/// (and stores it anew).
+/// (and stores it anew). Extracted text or an extraction record left for content that is gone
+/// (an extraction finishing after its content was removed) goes too, uncounted.
 pub fn purge_orphaned_content(store: &Store) -> Result<usize, StoreError> {
     store.write(|tx| {
         let mut referenced: HashSet<[u8; 32]> = HashSet::new();
@@ -284,13 +284,22 @@ pub fn purge_orphaned_content(store: &Store) -> Result<usize, StoreError> {
                 keep(&v.hash);
             }
         }
-        let orphans: Vec<Vec<u8>> = tx
-            .scan_keys(KB_CONTENT, b"", usize::MAX)?
-            .into_iter()
-            .filter(|k| <[u8; 32]>::try_from(k.as_slice()).is_ok_and(|h| !referenced.contains(&h)))
-            .collect();
+        let unreferenced = |tx: &WriteTx, table| -> Result<Vec<Vec<u8>>, StoreError> {
+            Ok(tx
+                .scan_keys(table, b"", usize::MAX)?
+                .into_iter()
+                .filter(|k| {
+                    <[u8; 32]>::try_from(k.as_slice()).is_ok_and(|h| !referenced.contains(&h))
+                })
+                .collect())
+        };
+        let orphans = unreferenced(tx, KB_CONTENT)?;
+        let mut derived = unreferenced(tx, KB_TEXT)?;
+        derived.extend(unreferenced(tx, KB_EXTRACTION)?);
         for k in &orphans {
             tx.delete(KB_CONTENT, k)?;
+        }
+        for k in orphans.iter().chain(&derived) {
             tx.delete(KB_TEXT, k)?;
             tx.delete(KB_EXTRACTION, k)?;
         }

@@ -668,7 +668,7 @@ async fn retention_purges_old_runs_audit_and_trash_with_their_content() {
     // Day 101: runs (90 days), audit (100 days here) and trash (30 days) past their time go.
     t.clock.advance(jiff::SignedDuration::from_hours(6 * 24));
     let r = app.blocking(kennis::housekeeping::retain).await.unwrap();
-    assert_eq!((r.runs, r.documents), (1, 2), "{r:?}");
+    assert_eq!((r.runs, r.documents, r.contents), (1, 2, 1), "{r:?}");
     assert_eq!(r.audit, old_audit, "{r:?}");
     let run_of = |id| app.store.read(|tx| kennis::requests::get(tx, id)).unwrap();
     assert!(run_of(old_run).is_none());
@@ -704,6 +704,91 @@ async fn retention_purges_old_runs_audit_and_trash_with_their_content() {
         assert!(body.contains(&line), "{line} in {body}");
     }
     // A second round finds nothing more.
+    let r = app.blocking(kennis::housekeeping::retain).await.unwrap();
+    assert_eq!(r, kennis::housekeeping::Retained::default());
+    t.stop().await;
+}
+
+/// A crash after the trash purge removed expired entries but before their content went: the
+/// next housekeeping round removes that content although no more trash has expired, and keeps
+/// what a live or trashed document still refers to. Extracted text whose content is gone goes
+/// too. The crash is the purge's first step done by hand (removing the trash records).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn content_left_by_a_crash_after_the_trash_purge_goes_next_round() {
+    use kennis::store::{KB_CONTENT, KB_TEXT, KB_TRASH, StoreError};
+    let (mut t, mcp, s) = setup().await;
+    let slug = s.org.slug.clone();
+    let app = t.app().clone();
+    let has = |table, h: blake3::Hash| {
+        app.store
+            .read(|tx| tx.get_raw(table, h.as_bytes()))
+            .unwrap()
+            .is_some()
+    };
+    let hash = |text: &str| blake3::hash(text.as_bytes());
+    for (path, text) in [
+        ("aangeleverd/oud.md", "alleen oud"),
+        ("aangeleverd/blijft.md", "blijft"),
+    ] {
+        mcp.ok("kennisbank_write", json!({"path": path, "content": text}))
+            .await;
+    }
+    run_json(
+        t.data_dir(),
+        &["kb", "delete", &slug, "aangeleverd/oud.md", "--json"],
+        None,
+    );
+    // Day 31: the trash entry expired; a newer document is in the trash.
+    t.clock.advance(jiff::SignedDuration::from_hours(31 * 24));
+    let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
+    mcp.ok(
+        "kennisbank_write",
+        json!({"path": "aangeleverd/nieuw.md", "content": "alleen nieuw"}),
+    )
+    .await;
+    run_json(
+        t.data_dir(),
+        &["kb", "delete", &slug, "aangeleverd/nieuw.md", "--json"],
+        None,
+    );
+    // The crash: the expired trash record went, its content stayed.
+    let cutoff = app.clock.now() - jiff::SignedDuration::from_hours(30 * 24);
+    app.store
+        .write(|tx| {
+            for (k, trashed) in tx.scan::<kennis::kb::trash::Trashed>(KB_TRASH, b"")? {
+                if trashed.deleted_at < cutoff {
+                    tx.delete(KB_TRASH, &k)?;
+                }
+            }
+            Ok::<_, StoreError>(())
+        })
+        .unwrap();
+    // Text extracted for content that is gone (an extraction that ended after its removal).
+    let stray = hash("verdwenen");
+    app.store
+        .write(|tx| tx.put_raw(KB_TEXT, stray.as_bytes(), b"tekst"))
+        .unwrap();
+    assert!(has(KB_CONTENT, hash("alleen oud")));
+
+    let r = app.blocking(kennis::housekeeping::retain).await.unwrap();
+    assert_eq!((r.documents, r.contents), (0, 1), "{r:?}");
+    assert!(!has(KB_CONTENT, hash("alleen oud")), "left content removed");
+    assert!(!has(KB_TEXT, stray), "stray extracted text removed");
+    assert!(has(KB_CONTENT, hash("blijft")), "a live document's");
+    assert!(has(KB_CONTENT, hash("alleen nieuw")), "still in the trash");
+    let metrics = t
+        .client
+        .get(t.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("kennis_records_purged_total{kind=\"content\"} 1"),
+        "{metrics}"
+    );
     let r = app.blocking(kennis::housekeeping::retain).await.unwrap();
     assert_eq!(r, kennis::housekeeping::Retained::default());
     t.stop().await;
