@@ -709,6 +709,85 @@ async fn retention_purges_old_runs_audit_and_trash_with_their_content() {
     t.stop().await;
 }
 
+/// Exporting into a folder others can write to: a symbolic link planted in the export's tree
+/// while it runs (before the first document, or between documents) is refused, not followed,
+/// and nothing is written where it points; an export folder that is itself a symbolic link is
+/// refused at once. The links are planted from the export's progress callback, so the moment
+/// is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_refuses_symbolic_links_planted_in_its_folder() {
+    use std::os::unix::fs::symlink;
+    let (mut t, _mcp, s) = setup().await;
+    let slug = s.org.slug.clone();
+    let src = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(src.path().join("a")).unwrap();
+    for i in 0..30 {
+        std::fs::write(src.path().join(format!("a/{i:02}.md")), "tekst\n").unwrap();
+    }
+    std::fs::create_dir_all(src.path().join("b/c")).unwrap();
+    std::fs::write(src.path().join("b/c/d.md"), "geheim\n").unwrap();
+    let v = run_json(
+        t.data_dir(),
+        &[
+            "kb",
+            "import",
+            &slug,
+            src.path().to_str().unwrap(),
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(v["created"], 31, "{v}");
+    let app = t.app().clone();
+    let work = tempfile::tempdir().unwrap();
+
+    // (folder linked, documents done when it is planted)
+    for (n, (linked, at)) in [("a", 0), ("b", 25)].into_iter().enumerate() {
+        let dest = work.path().join(format!("export{n}"));
+        let outside = work.path().join(format!("outside{n}"));
+        std::fs::create_dir(&outside).unwrap();
+        let err = kennis::kb::export::export_dir(&app.store, s.org.id, &dest, &mut |done, _| {
+            if done == at {
+                symlink(&outside, dest.join(linked)).unwrap();
+            }
+        })
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("symbolic link"),
+            "{linked} at {at}: {err}"
+        );
+        assert_eq!(
+            tree(&outside),
+            BTreeMap::new(),
+            "{linked} at {at}: written through the link"
+        );
+    }
+
+    // The export folder itself a link (to an empty folder): refused, nothing written there.
+    let target = work.path().join("target");
+    std::fs::create_dir(&target).unwrap();
+    let link = work.path().join("link");
+    symlink(&target, &link).unwrap();
+    let out = run(
+        t.data_dir(),
+        &["kb", "export", &slug, link.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
+    assert_eq!(tree(&target), BTreeMap::new());
+    // The same export into a plain new folder works.
+    let dest = work.path().join("plain");
+    let v = run_json(
+        t.data_dir(),
+        &["kb", "export", &slug, dest.to_str().unwrap(), "--json"],
+        None,
+    );
+    assert_eq!(v["documents"], 31, "{v}");
+    assert_eq!(tree(&dest), tree(src.path()));
+    t.stop().await;
+}
+
 /// A crash after the trash purge removed expired entries but before their content went: the
 /// next housekeeping round removes that content although no more trash has expired, and keeps
 /// what a live or trashed document still refers to. Extracted text whose content is gone goes
