@@ -8,6 +8,7 @@ use dashmap::DashMap;
 use jiff::Timestamp;
 use tokio::sync::{Notify, mpsc};
 
+use crate::audit::gate::{CLOSE_WAIT, OrgGate};
 use crate::audit::limits::ToolLimits;
 use crate::clock::SharedClock;
 use crate::config::Config;
@@ -62,6 +63,8 @@ pub struct App {
     pub extractor: Extractor,
     /// Sign-in with the `[[oidc]]` providers: their cached discovery and keys, and limits.
     pub oidc: Oidc,
+    /// Passes for an organisation's in-flight calls, closed when its removal begins.
+    pub org_gate: OrgGate,
 }
 
 impl App {
@@ -105,6 +108,7 @@ impl App {
             login,
             extractor,
             oidc,
+            org_gate: OrgGate::default(),
         }))
     }
 
@@ -132,6 +136,14 @@ impl App {
     pub fn enqueue(&self, id: u64) {
         self.metrics.run_queue.inc();
         self.runs.wake(id);
+    }
+
+    /// The removal of organisation `org_id` has begun (it is hidden): its calls still in
+    /// flight end first, none starts any more, and every record they queued for the batch
+    /// writer is committed when this returns, before the removal sweeps those tables.
+    pub fn close_org(&self, org_id: u64) {
+        self.org_gate.close(org_id, CLOSE_WAIT);
+        self.batch.flush();
     }
 
     /// The connector's URL: the OAuth audience and what people paste into an assistant.

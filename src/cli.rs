@@ -705,6 +705,7 @@ pub fn run_admin(config: &Config, req: AdminRequest) -> Result<Value, CliError> 
         public_url: offline_public_url(config),
         wake_jobs: None,
         stop_run: None,
+        close_org: None,
         extractor: crate::app::extractor(config),
         llm_endpoints: config.llm.endpoints.clone(),
         callback_allow_http_loopback: config.callback_allow_http_loopback,

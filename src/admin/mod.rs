@@ -297,6 +297,9 @@ pub struct AdminContext {
     pub wake_jobs: Option<JobWaker>,
     /// Stops a running server's executor of a cancelled run (`None` without a server).
     pub stop_run: Option<JobWaker>,
+    /// A running server's [`App::close_org`](crate::app::App::close_org), for `org delete`
+    /// (`None` without a server: then no call is in flight).
+    pub close_org: Option<JobWaker>,
     /// Takes the text of PDF and Office files (imports, reindex).
     pub extractor: crate::kb::extract::Extractor,
     /// The operator's `[[llm.endpoints]]` (for `agent add --endpoint`).
@@ -417,7 +420,12 @@ pub fn execute(
                     stop(id);
                 }
             };
-            let r = crate::erase::delete_org(store, &ctx.kb_index, &org, &stop, progress)?;
+            let close = |id: u64| {
+                if let Some(close) = &ctx.close_org {
+                    close(id);
+                }
+            };
+            let r = crate::erase::delete_org(store, &ctx.kb_index, &org, &stop, &close, progress)?;
             serde_json::to_value(r).unwrap_or_default()
         }
         AdminRequest::OrgSet {

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::store::{AUDIT, ReadTx, StoreError, WriteTx, key};
 
+pub mod gate;
 pub mod limits;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -208,6 +208,7 @@ pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError
         app,
         &app.grant_use_stamped,
         OAUTH_LAST_USED,
+        ctx.org_id,
         ctx.grant_id,
         now,
     );

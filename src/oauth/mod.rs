@@ -136,9 +136,14 @@ pub(crate) fn stamp_last_use(
     app: &crate::app::App,
     stamped: &dashmap::DashMap<u64, jiff::Timestamp>,
     table: crate::store::Table,
+    org_id: u64,
     id: u64,
     now: jiff::Timestamp,
 ) {
+    // Not for an organisation being removed: the stamp would outlive its grant or token.
+    let Some(_pass) = app.org_gate.enter(org_id) else {
+        return;
+    };
     let due = match stamped.get(&id) {
         Some(t) => now.duration_since(*t) >= LAST_USE_EVERY,
         None => true,

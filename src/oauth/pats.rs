@@ -355,7 +355,14 @@ pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError
         }
     };
     if let Some(id) = ctx.token_id {
-        super::stamp_last_use(app, &app.pat_use_stamped, PAT_LAST_USED, id, now);
+        super::stamp_last_use(
+            app,
+            &app.pat_use_stamped,
+            PAT_LAST_USED,
+            ctx.org_id,
+            id,
+            now,
+        );
     }
     Ok(ctx)
 }

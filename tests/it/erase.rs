@@ -901,3 +901,142 @@ async fn the_next_start_finishes_an_interrupted_removal() {
     );
     assert_eq!(members["items"].as_array().unwrap().len(), 1);
 }
+
+/// Every key of `table` that starts with organisation `id`.
+fn keys_of_org(store: &kennis::store::Store, table: kennis::store::Table, id: u64) -> usize {
+    store
+        .read(|tx| tx.scan_keys(table, &id.to_be_bytes(), usize::MAX))
+        .unwrap()
+        .len()
+}
+
+/// A connector call that passed its checks before `org delete` and runs its tool after the
+/// removal swept the organisation's tables (the call in flight, made here with the context
+/// its bearer check gave): it is refused, and neither its write nor its audit record (which
+/// goes through the batch writer) outlives the organisation.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_in_flight_during_org_delete_leaves_no_record() {
+    use kennis::store::{AUDIT, KB_DOCS, KB_VERSIONS};
+    use kennis::tools::{self, Caller};
+    let mut t = TestServer::start().await;
+    let gone = t.seed("Verdwijnt Bouw", "vera@verdwijnt.nl");
+    let stays = t.seed("Blijft Bouw", "bert@blijft.nl");
+    let app = t.app().clone();
+    let token = t.grant(&gone, SCOPE);
+    let access = kennis::oauth::check_bearer(&app, &token).unwrap();
+    let caller = Caller::person(
+        access.org_id,
+        access.person_id,
+        access.grant_id,
+        access.scopes.clone(),
+    );
+    let write = tools::tool_for(&caller, "kennisbank_write").unwrap();
+    let args: tools::args::Args = serde_json::from_value(json!({
+        "path": "aangeleverd/laat.md",
+        "content": "ZQXLATE te laat"
+    }))
+    .unwrap();
+
+    run_json(
+        t.data_dir(),
+        &["org", "delete", &gone.org.slug, "--yes", "--json"],
+        None,
+    );
+    let caller2 = caller.clone();
+    let args2 = args.clone();
+    let result = app
+        .blocking(move |app| tools::call(app, &caller2, write, &args2).map(|ok| ok.target))
+        .await;
+    let err = result.unwrap_err();
+    assert_eq!(err.code(), "not_found", "{err}");
+    app.batch.flush();
+    for table in [AUDIT, KB_DOCS, KB_VERSIONS] {
+        assert_eq!(
+            keys_of_org(&app.store, table, gone.org.id),
+            0,
+            "{}",
+            table.name()
+        );
+    }
+    assert!(
+        !live_rows(&app.store)
+            .iter()
+            .any(|(_, k, v)| contains(k, b"ZQXLATE") || contains(v, b"ZQXLATE")),
+        "the late write is stored"
+    );
+    // Another organisation's calls go on and are recorded.
+    let other = t.grant(&stays, SCOPE);
+    t.mcp(&other).ok("kennisbank_list", json!({})).await;
+    app.batch.flush();
+    assert!(keys_of_org(&app.store, AUDIT, stays.org.id) > 0);
+    drop(app);
+    t.stop().await;
+}
+
+/// Another organisation writes content the removed one also has and deletes that document
+/// again while the removal runs, after it listed what to remove: the content stays, for the
+/// trashed document, which comes back whole. (The write and the delete happen at the
+/// removal's progress report that comes between its listing and its deletions.)
+#[tokio::test(flavor = "multi_thread")]
+async fn content_another_organisation_writes_and_trashes_during_org_delete_stays() {
+    let mut t = TestServer::start().await;
+    let gone = t.seed("Verdwijnt Bouw", "vera@verdwijnt.nl");
+    let stays = t.seed("Blijft Bouw", "bert@blijft.nl");
+    let app = t.app().clone();
+    let text = b"Gedeelde tekst die later ook bij Blijft Bouw komt.";
+    write_doc(&t, &gone, "eigen/tekst.md", text, kb::Expect::Create);
+    let mut acted = false;
+    let mut on_progress = |p: kennis::progress::Progress| {
+        if !acted && p.line().contains("contents to remove") {
+            acted = true;
+            write_doc(&t, &stays, "later/tekst.md", text, kb::Expect::Create);
+            kb::trash::delete(
+                &app.store,
+                &app.kb_index,
+                stays.org.id,
+                "later/tekst.md",
+                &kennis::audit::Actor::Operator,
+                app.clock.now(),
+            )
+            .unwrap();
+        }
+    };
+    let removed = kennis::erase::delete_org(
+        &app.store,
+        &app.kb_index,
+        &gone.org.slug,
+        &|_| {},
+        &|id| app.close_org(id),
+        &mut on_progress,
+    )
+    .unwrap();
+    assert!(acted, "the removal reported no content step");
+    assert_eq!((removed.content_removed, removed.content_kept), (0, 1));
+    let hash = blake3::hash(text);
+    assert!(
+        app.store
+            .read(|tx| tx.get_raw(kennis::store::KB_CONTENT, hash.as_bytes()))
+            .unwrap()
+            .is_some(),
+        "content of a trashed document of another organisation removed"
+    );
+    kb::trash::restore(
+        &app.store,
+        &app.kb_index,
+        stays.org.id,
+        "later/tekst.md",
+        &kennis::audit::Actor::Operator,
+        app.clock.now(),
+    )
+    .unwrap();
+    let back = app
+        .store
+        .read(|tx| {
+            let d = kb::get_document(tx, stays.org.id, "later/tekst.md")?.unwrap();
+            kb::content(tx, &d.hash)
+        })
+        .unwrap();
+    assert_eq!(back.as_deref(), Some(&text[..]));
+    drop(app);
+    t.stop().await;
+}
