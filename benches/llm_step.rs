@@ -9,10 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kennis::agents::{
-    self, AgentEvent, EventSink, Job, JobAgent, JobContext, LlmOptions, NewAgent,
-};
+use kennis::agents::{self, AgentEvent, EventSink, Job, JobAgent, JobContext};
 use kennis::config::Settings;
+use kennis::roster::{self, LlmOptions, NewAgent};
 use serde_json::{Value, json};
 
 struct Sink(Option<String>);
@@ -106,25 +105,28 @@ fn main() {
             },
         )
         .unwrap();
-        let agent = agents::add_agent_with(
+        let agent = roster::add_agent_full(
             &app.store,
             &kennis::audit::Actor::Operator,
             &org.slug,
             &NewAgent {
                 name: "Bench".into(),
-                kind: agents::AgentKind::Generic,
+                kind: roster::AgentKind::Generic,
                 exec: "llm".into(),
                 program: None,
                 args: vec![],
                 url: Some(url),
                 timeout_secs: Some(3600),
             },
-            Some(&LlmOptions {
+            &roster::AgentExtras {
+            llm: Some(&LlmOptions {
                 model: "bench".into(),
                 max_steps: Some(steps as u32),
                 max_tokens: Some(10_000_000),
                 ..LlmOptions::default()
             }),
+            ..Default::default()
+            },
             now,
         )
         .unwrap();

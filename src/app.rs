@@ -1,16 +1,19 @@
 //! The running service's shared domain services, and how they are opened.
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use dashmap::DashMap;
 use jiff::Timestamp;
+use tokio::sync::{Notify, mpsc};
 
-use crate::agents::RunQueue;
+use crate::audit::gate::{CLOSE_WAIT, OrgGate};
 use crate::audit::limits::ToolLimits;
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::identity::LoginGuard;
+use crate::identity::oidc::Oidc;
 use crate::kb::KbError;
 use crate::kb::extract::{Extractor, Limits};
 use crate::kb::index::SearchIndex;
@@ -58,6 +61,10 @@ pub struct App {
     pub login: LoginGuard,
     /// Takes the text of PDF and Office files in a sandboxed child process.
     pub extractor: Extractor,
+    /// Sign-in with the `[[oidc]]` providers: their cached discovery and keys, and limits.
+    pub oidc: Oidc,
+    /// Passes for an organisation's in-flight calls, closed when its removal begins.
+    pub org_gate: OrgGate,
 }
 
 impl App {
@@ -83,6 +90,7 @@ impl App {
         let batch = BatchWriter::start(store.clone());
         let commits = GroupCommit::start(store.clone());
         let login = LoginGuard::new(clock.clone(), crate::identity::login::hashers());
+        let oidc = Oidc::new(&config, &public_url, server_key, clock.clone());
         Ok(Arc::new(App {
             grant_use_stamped: DashMap::new(),
             pat_use_stamped: DashMap::new(),
@@ -99,6 +107,8 @@ impl App {
             runs: RunQueue::new(),
             login,
             extractor,
+            oidc,
+            org_gate: OrgGate::default(),
         }))
     }
 
@@ -120,9 +130,95 @@ impl App {
         }
     }
 
+    /// The one way to hand a stored, queued agent job (a trigger's run or a feature request's
+    /// job) to the workers: counts it in the queue gauge, which the worker that picks it up
+    /// counts down again, and wakes a worker.
+    pub fn enqueue(&self, id: u64) {
+        self.metrics.run_queue.inc();
+        self.runs.wake(id);
+    }
+
+    /// The removal of organisation `org_id` has begun (it is hidden): its calls still in
+    /// flight end first, none starts any more, and every record they queued for the batch
+    /// writer is committed when this returns, before the removal sweeps those tables.
+    pub fn close_org(&self, org_id: u64) {
+        self.org_gate.close(org_id, CLOSE_WAIT);
+        self.batch.flush();
+    }
+
     /// The connector's URL: the OAuth audience and what people paste into an assistant.
     pub fn connector_url(&self) -> String {
         format!("{}{}", self.public_url, crate::config::CONNECTOR_PATH)
+    }
+}
+
+/// Wakes workers for runs that are stored and queued, and stops runs that were cancelled.
+pub struct RunQueue {
+    tx: mpsc::UnboundedSender<u64>,
+    rx: Mutex<Option<mpsc::UnboundedReceiver<u64>>>,
+    /// The runs a worker is executing, with the signal that stops each.
+    running: Mutex<HashMap<u64, Arc<Notify>>>,
+}
+
+impl Default for RunQueue {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RunQueue {
+    pub fn new() -> RunQueue {
+        let (tx, rx) = mpsc::unbounded_channel();
+        RunQueue {
+            tx,
+            rx: Mutex::new(Some(rx)),
+            running: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Hands a stored, queued run to the workers.
+    pub fn wake(&self, run_id: u64) {
+        let _ = self.tx.send(run_id);
+    }
+
+    /// Stops the executor of run `run_id` if a worker is executing it (its slot is then free
+    /// for the next run). The run's status is the caller's to set (see [`cancel_run`]).
+    pub fn stop(&self, run_id: u64) {
+        if let Some(signal) = self
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&run_id)
+        {
+            // `notify_one` keeps the signal if the worker is not waiting yet.
+            signal.notify_one();
+        }
+    }
+
+    /// Marks run `run_id` as executing; the signal stops it ([`RunQueue::stop`]).
+    pub fn enter(&self, run_id: u64) -> Arc<Notify> {
+        let signal = Arc::new(Notify::new());
+        self.running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(run_id, signal.clone());
+        signal
+    }
+
+    /// Run `run_id` no longer executes.
+    pub fn leave(&self, run_id: u64) {
+        self.running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&run_id);
+    }
+
+    /// The receiving end, for the workers: taken once (`None` the second time).
+    pub fn take_receiver(&self) -> Option<mpsc::UnboundedReceiver<u64>> {
+        self.rx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 }
 

@@ -40,6 +40,43 @@ pub struct GlobalArgs {
     pub log_format: Option<String>,
 }
 
+/// The help line of every `--json`.
+const JSON_HELP: &str = "Print one JSON object on stdout instead of text for people.";
+
+/// Only `--json`.
+#[derive(Debug, Args)]
+pub struct JsonArg {
+    #[arg(long, help = JSON_HELP)]
+    pub json: bool,
+}
+
+/// An organisation and `--json`.
+#[derive(Debug, Args)]
+pub struct OrgArgs {
+    /// The organisation's slug.
+    pub org: String,
+    #[arg(long, help = JSON_HELP)]
+    pub json: bool,
+}
+
+/// A person and `--json`.
+#[derive(Debug, Args)]
+pub struct EmailArgs {
+    /// The person's email address.
+    pub email: String,
+    #[arg(long, help = JSON_HELP)]
+    pub json: bool,
+}
+
+/// A trigger and `--json`.
+#[derive(Debug, Args)]
+pub struct TriggerId {
+    /// The trigger's id (UUID, from `trigger add` or `trigger list`).
+    pub id: String,
+    #[arg(long, help = JSON_HELP)]
+    pub json: bool,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the server.
@@ -58,8 +95,7 @@ pub enum Command {
     Backup {
         /// A new directory (or an empty one) to write the backup into.
         path: PathBuf,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// Agents of an organisation.
@@ -81,8 +117,7 @@ pub enum Command {
     Restore {
         /// A directory written by `kennis backup`.
         path: PathBuf,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// The knowledge base.
@@ -94,17 +129,12 @@ pub enum Command {
         /// Only this organisation (its slug); default all.
         #[arg(long, value_name = "ORG")]
         org: Option<String>,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// Give the database file's unused space back and merge the search index (also done after
     /// large imports and reindexing).
-    Compact {
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
-        json: bool,
-    },
+    Compact(JsonArg),
     /// Audit records.
     #[command(subcommand)]
     Audit(AuditCommand),
@@ -123,8 +153,7 @@ pub enum RunCommand {
     Show {
         /// The run's id (as the hook answer and `trigger list` show it).
         id: u64,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// Cancel a queued or running run: it becomes `cancelled`, its executor is stopped and
@@ -132,8 +161,7 @@ pub enum RunCommand {
     Cancel {
         /// The run's id.
         id: u64,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
 }
@@ -149,8 +177,7 @@ pub enum KbCommand {
         /// Folder inside the knowledge base to put the documents under (default: the top).
         #[arg(long, value_name = "P")]
         prefix: Option<String>,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// Move a document to the trash (its versions are kept; `kb restore` brings it back).
@@ -159,26 +186,18 @@ pub enum KbCommand {
         org: String,
         /// The document's path.
         path: String,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// List an organisation's deleted documents.
-    Trash {
-        /// The organisation's slug.
-        org: String,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
-        json: bool,
-    },
+    Trash(OrgArgs),
     /// Bring a deleted document back with its whole history.
     Restore {
         /// The organisation's slug.
         org: String,
         /// The deleted document's path.
         path: String,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// Move or rename a document (its history moves with it).
@@ -189,8 +208,7 @@ pub enum KbCommand {
         from: String,
         /// Its new path (no live document may hold it).
         to: String,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// Write the latest version of every document as files under a new or empty folder.
@@ -199,8 +217,7 @@ pub enum KbCommand {
         org: String,
         /// The folder to write into (created; refused when not empty).
         dir: PathBuf,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
 }
@@ -252,16 +269,11 @@ pub enum OrgCommand {
     Create {
         /// The organisation's name, e.g. "Bouwbedrijf De Vries".
         name: String,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// Every organisation with its slug.
-    List {
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
-        json: bool,
-    },
+    List(JsonArg),
     /// Remove an organisation and everything of it for good: memberships, documents and their
     /// history, content no other organisation has, search entries, triggers, runs, agents,
     /// projects, apps, feature requests, audit, grants and tokens (people stay). Run it again
@@ -272,8 +284,7 @@ pub enum OrgCommand {
         /// Confirm the removal (without it nothing happens: exit status 2).
         #[arg(long)]
         yes: bool,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// Change an organisation's connector policy (ORG is its slug).
@@ -290,8 +301,7 @@ pub enum OrgCommand {
         /// Whether members may make and use personal access tokens.
         #[arg(long, value_name = "allow|deny")]
         personal_tokens: Option<crate::identity::PersonalTokens>,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
 }
@@ -308,33 +318,16 @@ pub enum UserCommand {
         /// Read the password as one line from stdin instead of asking twice.
         #[arg(long)]
         password_stdin: bool,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// Every person with their organisations.
-    List {
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
-        json: bool,
-    },
+    List(JsonArg),
     /// Stop a person from signing in: their portal sessions end and their connections are
     /// revoked at once.
-    Disable {
-        /// The person's email address.
-        email: String,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
-        json: bool,
-    },
+    Disable(EmailArgs),
     /// Let a disabled person sign in again (they connect their assistants anew).
-    Enable {
-        /// The person's email address.
-        email: String,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
-        json: bool,
-    },
+    Enable(EmailArgs),
     /// Erase a person for good: name, email, password, second factor, memberships, sessions,
     /// connections. Audit records stay and name them `deleted-<id>`. Refused while they are
     /// an organisation's last admin.
@@ -344,18 +337,11 @@ pub enum UserCommand {
         /// Confirm the erasure (without it nothing happens: exit status 2).
         #[arg(long)]
         yes: bool,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// Start a new second-factor enrolment; prints the otpauth URI and secret.
-    Totp {
-        /// The person's email address.
-        email: String,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
-        json: bool,
-    },
+    Totp(EmailArgs),
     /// Set a new password.
     Passwd {
         /// The person's email address.
@@ -363,8 +349,7 @@ pub enum UserCommand {
         /// Read the password as one line from stdin instead of asking twice.
         #[arg(long)]
         password_stdin: bool,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// Invite someone to organisation ORG: prints a one-time link (valid 7 days) to pass on.
@@ -376,19 +361,12 @@ pub enum UserCommand {
         /// The role the person gets: admin or member.
         #[arg(long, default_value = "member", value_name = "admin|member")]
         role: Role,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// A one-time password-reset link (valid 24 hours); ends the person's sessions now, and
     /// using it requires a new second factor.
-    Reset {
-        /// The person's email address.
-        email: String,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
-        json: bool,
-    },
+    Reset(EmailArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -407,18 +385,11 @@ pub enum MemberCommand {
         #[arg(long, value_name = "true|false", num_args = 0..=1, default_missing_value = "true",
               action = clap::ArgAction::Set)]
         may_connect: Option<bool>,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// The members of an organisation.
-    List {
-        /// The organisation's slug.
-        org: String,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
-        json: bool,
-    },
+    List(OrgArgs),
     /// Change a member's role or right to connect (an organisation keeps one admin).
     Set {
         /// The organisation's slug.
@@ -431,8 +402,7 @@ pub enum MemberCommand {
         /// Whether the member may connect an assistant.
         #[arg(long, value_name = "true|false", action = clap::ArgAction::Set)]
         may_connect: Option<bool>,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// Remove a person from an organisation; their connections there are revoked at once.
@@ -441,8 +411,7 @@ pub enum MemberCommand {
         org: String,
         /// The member's email address.
         email: String,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
 }
@@ -459,7 +428,7 @@ pub enum AgentCommand {
         name: String,
         /// generic (runs triggers) or feature (works on feature requests).
         #[arg(long, value_name = "generic|feature")]
-        kind: crate::agents::AgentKind,
+        kind: crate::roster::AgentKind,
         /// How the agent runs: echo (answers with its input), command (a program), http (a
         /// URL that is POSTed the job) or llm (a chat-completions model with the tools).
         #[arg(long = "exec", value_parser = ["echo", "command", "http", "llm"])]
@@ -503,18 +472,11 @@ pub enum AgentCommand {
         /// File with the system prompt of an `llm` agent (read now and stored with the agent).
         #[arg(long, value_name = "F")]
         system_prompt_file: Option<PathBuf>,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// The agents of organisation ORG with their ids (what `trigger add --agent` takes).
-    List {
-        /// The organisation's slug.
-        org: String,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
-        json: bool,
-    },
+    List(OrgArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -528,18 +490,11 @@ pub enum AppCommand {
         /// live (accepts new requests), draft or archived.
         #[arg(long, value_enum, default_value = "live")]
         status: crate::requests::apps::AppStatus,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// The apps of organisation ORG.
-    List {
-        /// The organisation's slug.
-        org: String,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
-        json: bool,
-    },
+    List(OrgArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -553,18 +508,11 @@ pub enum ProjectCommand {
         /// The project is fully rolled out (only ready projects can have triggers).
         #[arg(long)]
         ready: bool,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// The projects of organisation ORG with their ids (what `trigger add --project` takes).
-    List {
-        /// The organisation's slug.
-        org: String,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
-        json: bool,
-    },
+    List(OrgArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -591,50 +539,19 @@ pub enum TriggerCommand {
         /// and a public address only.
         #[arg(long, value_name = "URL")]
         callback_url: Option<String>,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// The organisation's triggers.
-    List {
-        /// The organisation's slug.
-        org: String,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
-        json: bool,
-    },
+    List(OrgArgs),
     /// Pause: events get 200 `skipped: inactive`.
-    Pause {
-        /// The trigger's id (UUID, from `trigger add` or `trigger list`).
-        id: String,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
-        json: bool,
-    },
+    Pause(TriggerId),
     /// Resume a paused trigger: events start runs again.
-    Resume {
-        /// The trigger's id (UUID).
-        id: String,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
-        json: bool,
-    },
+    Resume(TriggerId),
     /// A new secret; the old one stops working at once, the URL stays.
-    RenewSecret {
-        /// The trigger's id (UUID).
-        id: String,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
-        json: bool,
-    },
+    RenewSecret(TriggerId),
     /// The URL stops working; existing runs remain.
-    Delete {
-        /// The trigger's id (UUID).
-        id: String,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
-        json: bool,
-    },
+    Delete(TriggerId),
 }
 
 #[derive(Debug, Subcommand)]
@@ -655,24 +572,16 @@ pub enum TokenCommand {
         /// Days until the token expires: 1 to 365 (default 90).
         #[arg(long, value_name = "D")]
         expires_in_days: Option<i64>,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
     /// The personal access tokens of organisation ORG.
-    List {
-        /// The organisation's slug.
-        org: String,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
-        json: bool,
-    },
+    List(OrgArgs),
     /// Revoke token ID: its next call gets 401.
     Revoke {
         /// The token's id (from `token create` or `token list`).
         id: u64,
-        /// Print one JSON object on stdout instead of text for people.
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
     },
 }
@@ -766,9 +675,14 @@ pub fn run_admin(config: &Config, req: AdminRequest) -> Result<Value, CliError> 
         AdminRequest::OrgCreate { .. } | AdminRequest::UserAdd { .. }
     );
     if !starts && !config.data_dir.join(store::DB_FILE).exists() {
+        let dir = config.data_dir.display();
+        let what = if config.data_dir.exists() {
+            format!("no kennis data in {dir}")
+        } else {
+            format!("there is no data directory {dir}")
+        };
         return Err(CliError::Failed(format!(
-            "no kennis data in {} (pass --data-dir, or start with `kennis org create`)",
-            config.data_dir.display()
+            "{what} (pass --data-dir or set KENNIS_DATA_DIR; `kennis org create` starts a new one)"
         )));
     }
     let store = Store::open(&config.data_dir).map_err(|e| match e {
@@ -791,6 +705,7 @@ pub fn run_admin(config: &Config, req: AdminRequest) -> Result<Value, CliError> 
         public_url: offline_public_url(config),
         wake_jobs: None,
         stop_run: None,
+        close_org: None,
         extractor: crate::app::extractor(config),
         llm_endpoints: config.llm.endpoints.clone(),
         callback_allow_http_loopback: config.callback_allow_http_loopback,
@@ -885,23 +800,95 @@ pub fn offline_public_url(config: &Config) -> String {
     })
 }
 
-/// Prints the JSON object, or the human rendering.
-pub fn output(json: bool, value: &Value, human: impl FnOnce(&Value) -> String) {
-    let mut out = std::io::stdout().lock();
-    let text = if json {
-        value.to_string()
-    } else {
-        human(value)
-    };
-    let _ = writeln!(out, "{}", text.trim_end());
+/// How a command's answer reads for people (`--json` prints the answer itself, or the fields
+/// [`Shown::only`] names).
+#[derive(Debug, Clone, Copy)]
+pub enum Print {
+    /// A sentence with the answer's `{field}`s filled in ([`fill`]).
+    Say(&'static str),
+    /// The answer's `items`, a line each with these fields, tab-separated ([`human_list`]).
+    List(&'static [&'static str]),
+    /// What a function makes of the answer.
+    Text(fn(&Value) -> String),
 }
 
-/// Prints the `items` of a list as JSON lines.
-pub fn print_json_lines(v: &Value) {
-    let mut out = std::io::stdout().lock();
-    for item in v["items"].as_array().into_iter().flatten() {
-        let _ = writeln!(out, "{item}");
+/// How one command's answer is shown.
+#[derive(Debug, Clone, Copy)]
+pub struct Shown {
+    /// `--json`: JSON on stdout instead of text for people.
+    pub json: bool,
+    pub print: Print,
+    /// With `--json`, only these fields of the answer (the others are for people to read).
+    pub only: Option<&'static [&'static str]>,
+}
+
+impl Shown {
+    /// Prints the answer on stdout.
+    pub fn print(&self, answer: &Value) {
+        let text = match (self.json, self.only) {
+            (true, Some(fields)) => Value::Object(
+                fields
+                    .iter()
+                    .map(|f| ((*f).to_owned(), answer[*f].clone()))
+                    .collect(),
+            )
+            .to_string(),
+            (true, None) => answer.to_string(),
+            (false, _) => match self.print {
+                Print::Say(template) => fill(template, answer),
+                Print::List(fields) => human_list(answer, fields),
+                Print::Text(f) => f(answer),
+            },
+        };
+        let text = text.trim_end();
+        if !text.is_empty() {
+            let _ = writeln!(std::io::stdout().lock(), "{text}");
+        }
     }
+}
+
+/// `template` with each `{field}` (a name of letters, digits and `_`) replaced by that field
+/// of `v` as [`text`] shows it; other braces stay as they are.
+pub fn fill(template: &str, v: &Value) -> String {
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some((before, after)) = rest.split_once('{') {
+        out.push_str(before);
+        let name_end = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(after.len());
+        match after.split_at(name_end) {
+            (name, tail) if !name.is_empty() && tail.starts_with('}') => {
+                out.push_str(&text(&v[name]));
+                rest = &tail[1..];
+            }
+            _ => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A value as people read it: a string as it is, null as `-`, anything else as JSON.
+pub fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+/// The `items` of a list as JSON lines.
+pub fn json_lines(v: &Value) -> String {
+    v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|item| format!("{item}\n"))
+        .collect()
 }
 
 /// Reads a password: one line from stdin with `--password-stdin`, else twice from a prompt.
@@ -987,11 +974,7 @@ pub fn human_list(v: &Value, fields: &[&str]) -> String {
         .map(|item| {
             fields
                 .iter()
-                .map(|f| match &item[*f] {
-                    Value::String(s) => s.clone(),
-                    Value::Null => "-".into(),
-                    other => other.to_string(),
-                })
+                .map(|f| text(&item[*f]))
                 .collect::<Vec<_>>()
                 .join("\t")
         })
@@ -1012,7 +995,7 @@ pub fn llm_options(
     max_steps: Option<u32>,
     max_tokens: Option<u64>,
     system_prompt_file: Option<PathBuf>,
-) -> Result<Option<crate::agents::LlmOptions>, CliError> {
+) -> Result<Option<crate::roster::LlmOptions>, CliError> {
     let any = model.is_some()
         || endpoint.is_some()
         || api_key_env.is_some()
@@ -1033,7 +1016,7 @@ pub fn llm_options(
         Some(f) => Some(absolute(&f)?.to_string_lossy().into_owned()),
         None => None,
     };
-    Ok(Some(crate::agents::LlmOptions {
+    Ok(Some(crate::roster::LlmOptions {
         model: model.unwrap_or_default(),
         api_key_env,
         api_key_file,
@@ -1046,11 +1029,7 @@ pub fn llm_options(
 
 /// Human rendering of `run show`: the run, then its transcript one line per entry.
 pub fn human_run(v: &Value) -> String {
-    let s = |x: &Value| match x {
-        Value::String(t) => t.clone(),
-        Value::Null => "-".into(),
-        other => other.to_string(),
-    };
+    let s = text;
     let mut out = format!(
         "run {} ({}) · agent {} · {} · created {} · updated {}\nresult: {}\n",
         v["id"],
@@ -1177,9 +1156,10 @@ pub fn serve(config: Config, demo: bool) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use super::Cli;
-    use clap::CommandFactory;
+    use clap::{CommandFactory, Parser};
 
-    /// Every command and every option a person can type has a help line (`kennis … --help`).
+    /// Every command and every option a person can type has a help line (`kennis … --help`),
+    /// and `--role` names its values.
     #[test]
     fn every_command_and_option_has_help() {
         fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
@@ -1196,6 +1176,14 @@ mod tests {
                 if arg.get_help().is_none() {
                     missing.push(format!("`{path}` argument `{}`", arg.get_id()));
                 }
+                // A role is one of a few words: the help names them.
+                let names = arg
+                    .get_value_names()
+                    .map(|n| n.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(" "))
+                    .unwrap_or_default();
+                if arg.get_id() == "role" && names != "admin|member" {
+                    missing.push(format!("`{path}` --role does not list admin|member"));
+                }
             }
             for sub in cmd.get_subcommands() {
                 if sub.get_name() != "help" {
@@ -1206,6 +1194,55 @@ mod tests {
         let mut missing = Vec::new();
         walk(&Cli::command(), "kennis", &mut missing);
         assert!(missing.is_empty(), "no help text: {missing:#?}");
+    }
+
+    #[test]
+    fn fill_names_fields_and_leaves_other_braces() {
+        let v = serde_json::json!({"id": 7, "name": "Echo", "gone": null});
+        assert_eq!(
+            super::fill("{name} (id {id}, {gone}) -d '{}' {missing} {x", &v),
+            "Echo (id 7, -) -d '{}' - {x"
+        );
+    }
+
+    /// DESIGN.md's two forms: `member add … [--may-connect]` (a flag, or with true|false) and
+    /// `member set … [--may-connect true|false]`.
+    #[test]
+    fn may_connect_takes_both_contract_forms() {
+        use super::{Command, MemberCommand};
+        let may = |args: &[&str]| {
+            let cli = Cli::try_parse_from(["kennis", "member"].iter().chain(args))
+                .map_err(|e| e.to_string())?;
+            match cli.command {
+                Command::Member(MemberCommand::Add { may_connect, .. })
+                | Command::Member(MemberCommand::Set { may_connect, .. }) => Ok(may_connect),
+                other => Err(format!("{other:?}")),
+            }
+        };
+        assert_eq!(may(&["add", "o", "e"]), Ok(None));
+        assert_eq!(may(&["add", "o", "e", "--may-connect"]), Ok(Some(true)));
+        assert_eq!(
+            may(&["add", "o", "e", "--may-connect", "true"]),
+            Ok(Some(true))
+        );
+        assert_eq!(
+            may(&["add", "o", "e", "--may-connect", "false"]),
+            Ok(Some(false))
+        );
+        assert_eq!(
+            may(&["add", "o", "e", "--may-connect", "--json"]),
+            Ok(Some(true))
+        );
+        assert_eq!(
+            may(&["set", "o", "e", "--may-connect", "false"]),
+            Ok(Some(false))
+        );
+        assert_eq!(
+            may(&["set", "o", "e", "--may-connect", "true"]),
+            Ok(Some(true))
+        );
+        assert!(may(&["set", "o", "e", "--may-connect"]).is_err());
+        assert!(may(&["set", "o", "e", "--may-connect", "maybe"]).is_err());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Time, behind a trait, so every rule that depends on it (token lifetimes, cooldowns, rate
 //! windows, TOTP steps) can be tested by moving a clock instead of sleeping.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use jiff::{SignedDuration, Timestamp};
 
@@ -42,18 +42,18 @@ impl ManualClock {
     }
 
     pub fn advance(&self, by: SignedDuration) {
-        let mut now = self.now.lock().expect("clock lock");
+        let mut now = self.now.lock().unwrap_or_else(PoisonError::into_inner);
         *now = now.checked_add(by).expect("clock overflow");
     }
 
     pub fn set(&self, to: Timestamp) {
-        *self.now.lock().expect("clock lock") = to;
+        *self.now.lock().unwrap_or_else(PoisonError::into_inner) = to;
     }
 }
 
 impl Clock for ManualClock {
     fn now(&self) -> Timestamp {
-        *self.now.lock().expect("clock lock")
+        *self.now.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -132,6 +132,11 @@ pub struct Config {
     pub cimd_allow_http_loopback: bool,
     /// Tests only: a trigger's `callback_url` may also be `http://127.0.0.1:<port>/…`.
     pub callback_allow_http_loopback: bool,
+    /// `[[oidc]]`: the OpenID Connect providers people may sign in with, in the file's order.
+    pub oidc: Vec<OidcProvider>,
+    /// Tests only: an `[[oidc]]` issuer (and the endpoints its discovery document names) may
+    /// also be `http://127.0.0.1:<port>`.
+    pub oidc_allow_http_loopback: bool,
     /// `[kb] extract_text`: take the text of PDF and Office files when they are stored and
     /// search and show it; off restores the specification's rule 8 exactly.
     pub extract_text: bool,
@@ -323,6 +328,39 @@ fn validate_llm(t: LlmTable) -> Result<LlmConfig, ConfigError> {
     })
 }
 
+/// The longest secret file read (`api_key_file`, `client_secret_file`).
+const MAX_SECRET_FILE: u64 = 16 * 1024;
+
+/// Reads a secret the configuration names (`what`: "API key", "client secret") from the
+/// server's environment or a file, when it is needed, trimmed. `Ok(None)` when neither is
+/// named; an unset variable, an empty or unreadable file is an error that says which.
+pub fn read_secret(
+    what: &str,
+    env: Option<&str>,
+    file: Option<&str>,
+) -> Result<Option<String>, String> {
+    if let Some(var) = env {
+        return match std::env::var(var) {
+            Ok(v) if !v.trim().is_empty() => Ok(Some(v.trim().to_owned())),
+            _ => Err(format!(
+                "the environment variable {var} that should hold the {what} is not set in the server's environment"
+            )),
+        };
+    }
+    if let Some(path) = file {
+        use std::io::Read;
+        let mut text = String::new();
+        let read = std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_SECRET_FILE).read_to_string(&mut text));
+        return match read {
+            Ok(_) if !text.trim().is_empty() => Ok(Some(text.trim().to_owned())),
+            Ok(_) => Err(format!("the {what} file {path} is empty")),
+            Err(e) => Err(format!("the {what} file {path} cannot be read: {e}")),
+        };
+    }
+    Ok(None)
+}
+
 /// Let's Encrypt's production directory, the default ACME directory.
 pub const LETS_ENCRYPT: &str = "https://acme-v02.api.letsencrypt.org/directory";
 
@@ -369,6 +407,177 @@ impl AcmeSettings {
 #[serde(deny_unknown_fields)]
 pub struct OAuthSettings {
     pub cimd_allow_http_loopback: Option<bool>,
+    pub oidc_allow_http_loopback: Option<bool>,
+}
+
+impl OAuthSettings {
+    fn overlay(self, over: OAuthSettings) -> OAuthSettings {
+        OAuthSettings {
+            cimd_allow_http_loopback: over
+                .cimd_allow_http_loopback
+                .or(self.cimd_allow_http_loopback),
+            oidc_allow_http_loopback: over
+                .oidc_allow_http_loopback
+                .or(self.oidc_allow_http_loopback),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.cimd_allow_http_loopback.is_none() && self.oidc_allow_http_loopback.is_none()
+    }
+}
+
+/// The scopes asked of an OpenID Connect provider when a table names none.
+pub const DEFAULT_OIDC_SCOPES: &str = "openid email profile";
+
+fn default_oidc_scopes() -> String {
+    DEFAULT_OIDC_SCOPES.to_owned()
+}
+
+/// One `[[oidc]]` table: an OpenID Connect provider (Entra ID, Google, Keycloak, Authentik …)
+/// people may sign in with, beside their password. Its client secret is read when a sign-in
+/// needs it, from `client_secret_env` or `client_secret_file`; with neither, kennis is a public
+/// client (PKCE only).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OidcProvider {
+    /// In the redirect URI (`/login/oidc/<id>/callback`) and the button's id: `a-z`, `0-9`,
+    /// `-`, `_`.
+    pub id: String,
+    /// The button's text on the login page.
+    pub name: String,
+    /// The provider's issuer URL; discovery reads `<issuer>/.well-known/openid-configuration`.
+    pub issuer: String,
+    pub client_id: String,
+    #[serde(default)]
+    pub client_secret_env: Option<String>,
+    #[serde(default)]
+    pub client_secret_file: Option<PathBuf>,
+    /// Space-separated; must contain `openid`.
+    #[serde(default = "default_oidc_scopes")]
+    pub scopes: String,
+    /// Trust the provider's own sign-in instead of asking for kennis's second factor.
+    #[serde(default)]
+    pub skip_second_factor: bool,
+}
+
+impl OidcProvider {
+    /// Whether `url` (the issuer, or an endpoint its discovery names) may be used: https, or
+    /// with the test switch `http://127.0.0.1:<port>`; no user information or fragment.
+    pub fn usable_url(url: &str, allow_http_loopback: bool) -> Option<url::Url> {
+        let u = url::Url::parse(url).ok()?;
+        let scheme_ok = match u.scheme() {
+            "https" => u.host_str().is_some_and(|h| !h.is_empty()),
+            "http" => allow_http_loopback && u.host_str() == Some("127.0.0.1"),
+            _ => false,
+        };
+        (scheme_ok && u.username().is_empty() && u.password().is_none() && u.fragment().is_none())
+            .then_some(u)
+    }
+}
+
+fn validate_oidc(
+    providers: Vec<OidcProvider>,
+    allow_http_loopback: bool,
+) -> Result<Vec<OidcProvider>, ConfigError> {
+    let mut out: Vec<OidcProvider> = Vec::new();
+    for mut p in providers {
+        let bad = |m: String| Err(invalid("oidc", m));
+        p.id = p.id.trim().to_owned();
+        if p.id.is_empty()
+            || p.id.len() > 64
+            || !p
+                .id
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        {
+            return bad(format!(
+                "id `{}` must be 1 to 64 characters of a-z, 0-9, - and _",
+                p.id
+            ));
+        }
+        if out.iter().any(|o| o.id == p.id) {
+            return bad(format!("id `{}` is defined twice", p.id));
+        }
+        p.name = p.name.trim().to_owned();
+        if p.name.is_empty() || p.name.chars().count() > 100 || p.name.chars().any(char::is_control)
+        {
+            return bad(format!(
+                "provider `{}`: name (the button's text) must be 1 to 100 characters",
+                p.id
+            ));
+        }
+        p.issuer = p.issuer.trim().to_owned();
+        let Some(issuer) = OidcProvider::usable_url(&p.issuer, allow_http_loopback) else {
+            return bad(format!(
+                "provider `{}`: issuer `{}` is not an https:// URL without user, fragment or query{}",
+                p.id,
+                p.issuer,
+                if allow_http_loopback {
+                    " (or http://127.0.0.1:<port>)"
+                } else {
+                    ""
+                }
+            ));
+        };
+        if issuer.query().is_some() {
+            return bad(format!(
+                "provider `{}`: issuer `{}` must not have a query",
+                p.id, p.issuer
+            ));
+        }
+        p.client_id = p.client_id.trim().to_owned();
+        if p.client_id.is_empty()
+            || p.client_id.len() > 512
+            || p.client_id.chars().any(char::is_control)
+        {
+            return bad(format!(
+                "provider `{}`: client_id must be 1 to 512 characters",
+                p.id
+            ));
+        }
+        match (&p.client_secret_env, &p.client_secret_file) {
+            (Some(_), Some(_)) => {
+                return bad(format!(
+                    "provider `{}`: give client_secret_env or client_secret_file, not both",
+                    p.id
+                ));
+            }
+            (Some(var), None)
+                if var.is_empty()
+                    || !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
+            {
+                return bad(format!(
+                    "provider `{}`: client_secret_env `{var}` is not an environment variable's name",
+                    p.id
+                ));
+            }
+            (None, Some(f)) if !f.is_absolute() => {
+                return bad(format!(
+                    "provider `{}`: client_secret_file must be an absolute path",
+                    p.id
+                ));
+            }
+            _ => {}
+        }
+        // RFC 6749's scope-token: printable ASCII but space, `"` and `\`.
+        let scopes: Vec<&str> = p.scopes.split_whitespace().collect();
+        if !scopes.contains(&"openid")
+            || scopes.iter().any(|s| {
+                !s.chars()
+                    .all(|c| c.is_ascii_graphic() && c != '"' && c != '\\')
+            })
+            || p.scopes.len() > 1000
+        {
+            return bad(format!(
+                "provider `{}`: scopes `{}` must be space-separated scope names including `openid`",
+                p.id, p.scopes
+            ));
+        }
+        p.scopes = scopes.join(" ");
+        out.push(p);
+    }
+    Ok(out)
 }
 
 /// The `[triggers]` table.
@@ -508,6 +717,7 @@ pub struct Settings {
     pub llm: Option<LlmTable>,
     pub triggers: Option<TriggerSettings>,
     pub retention: Option<RetentionSettings>,
+    pub oidc: Option<Vec<OidcProvider>>,
 }
 
 impl Settings {
@@ -530,6 +740,7 @@ impl Settings {
         let cimd_allow_http_loopback = env_switch("KENNIS_CIMD_ALLOW_HTTP_LOOPBACK", get)?;
         let extract_text = env_switch("KENNIS_EXTRACT_TEXT", get)?;
         let callback_allow_http_loopback = env_switch("KENNIS_CALLBACK_ALLOW_HTTP_LOOPBACK", get)?;
+        let oidc_allow_http_loopback = env_switch("KENNIS_OIDC_ALLOW_HTTP_LOOPBACK", get)?;
         let retention = RetentionSettings {
             runs_days: env_days("KENNIS_RETENTION_RUNS_DAYS", get)?,
             audit_days: env_days("KENNIS_RETENTION_AUDIT_DAYS", get)?,
@@ -559,9 +770,11 @@ impl Settings {
                 ca_root: get("KENNIS_ACME_CA_ROOT").map(PathBuf::from),
             })
             .filter(|a| !a.is_empty()),
-            oauth: cimd_allow_http_loopback.map(|on| OAuthSettings {
-                cimd_allow_http_loopback: Some(on),
-            }),
+            oauth: Some(OAuthSettings {
+                cimd_allow_http_loopback,
+                oidc_allow_http_loopback,
+            })
+            .filter(|o| !o.is_empty()),
             kb: extract_text.map(|on| KbSettings {
                 extract_text: Some(on),
             }),
@@ -571,6 +784,7 @@ impl Settings {
                 callback_allow_http_loopback: Some(on),
             }),
             retention: Some(retention).filter(|r| !r.is_empty()),
+            oidc: None,
         })
     }
 
@@ -591,10 +805,10 @@ impl Settings {
                 (Some(a), Some(b)) => Some(a.overlay(b)),
                 (a, b) => b.or(a),
             },
-            oauth: over
-                .oauth
-                .filter(|o| o.cimd_allow_http_loopback.is_some())
-                .or(self.oauth),
+            oauth: match (self.oauth, over.oauth) {
+                (Some(a), Some(b)) => Some(a.overlay(b)),
+                (a, b) => b.or(a),
+            },
             kb: over.kb.filter(|k| k.extract_text.is_some()).or(self.kb),
             proxy: over.proxy.filter(|p| p.header.is_some()).or(self.proxy),
             llm: match (self.llm, over.llm) {
@@ -609,6 +823,7 @@ impl Settings {
                 (Some(a), Some(b)) => Some(a.overlay(b)),
                 (a, b) => b.or(a),
             },
+            oidc: over.oidc.or(self.oidc),
         }
     }
 
@@ -701,6 +916,9 @@ impl Settings {
         validate_redirect(&redirect)?;
         let llm = validate_llm(self.llm.unwrap_or_default())?;
         let retention = validate_retention(self.retention.unwrap_or_default())?;
+        let oauth = self.oauth.unwrap_or_default();
+        let oidc_allow_http_loopback = oauth.oidc_allow_http_loopback.unwrap_or(false);
+        let oidc = validate_oidc(self.oidc.unwrap_or_default(), oidc_allow_http_loopback)?;
         Ok(Config {
             listen,
             public_url,
@@ -713,10 +931,7 @@ impl Settings {
             proxy_header,
             log_format,
             acme,
-            cimd_allow_http_loopback: self
-                .oauth
-                .and_then(|o| o.cimd_allow_http_loopback)
-                .unwrap_or(false),
+            cimd_allow_http_loopback: oauth.cimd_allow_http_loopback.unwrap_or(false),
             callback_allow_http_loopback: self
                 .triggers
                 .and_then(|t| t.callback_allow_http_loopback)
@@ -725,6 +940,8 @@ impl Settings {
             extract_program: None,
             llm,
             retention,
+            oidc,
+            oidc_allow_http_loopback,
         })
     }
 }

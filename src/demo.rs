@@ -9,7 +9,7 @@ use crate::kb::{self, index::SearchIndex};
 use crate::requests::RequestError;
 use crate::requests::apps::{self, AppStatus};
 use crate::store::{META, Store};
-use crate::{agents, triggers};
+use crate::{roster, triggers};
 
 pub const DEMO_ORG: &str = "Demo Organisatie";
 pub const DEMO_SLUG: &str = "demo-organisatie";
@@ -169,8 +169,8 @@ fn demo_trigger(
     now: jiff::Timestamp,
 ) -> Result<(uuid::Uuid, String), identity::IdentityError> {
     let refused = |e: String| identity::IdentityError::InvalidInput(e);
-    let agent = echo_agent(store, org, "Echo", agents::AgentKind::Generic, now)?;
-    let project = agents::add_project(store, org, "Demo project", agents::Rollout::Ready, now)
+    let agent = echo_agent(store, org, "Echo", roster::AgentKind::Generic, now)?;
+    let project = roster::add_project(store, org, "Demo project", roster::Rollout::Ready, now)
         .map_err(|e| refused(e.to_string()))?;
     let created = triggers::add(
         store,
@@ -219,7 +219,7 @@ fn demo_feature_requests(
         store,
         &org.slug,
         "Echo (feature requests)",
-        agents::AgentKind::Feature,
+        roster::AgentKind::Feature,
         now,
     )?;
     store.write(|tx| tx.put(META, DEMO_APPS_MARKER, &true))?;
@@ -231,13 +231,13 @@ fn echo_agent(
     store: &Store,
     org: &str,
     name: &str,
-    kind: agents::AgentKind,
+    kind: roster::AgentKind,
     now: jiff::Timestamp,
-) -> Result<agents::Agent, identity::IdentityError> {
-    agents::add_agent(
+) -> Result<roster::Agent, identity::IdentityError> {
+    roster::add_agent(
         store,
         org,
-        &agents::NewAgent {
+        &roster::NewAgent {
             name: name.into(),
             kind,
             exec: "echo".into(),

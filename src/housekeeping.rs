@@ -125,6 +125,8 @@ pub struct Retained {
     pub runs: usize,
     pub audit: usize,
     pub documents: usize,
+    /// Stored contents no version refers to any more.
+    pub contents: usize,
 }
 
 /// Removes runs (not feature requests) that reached a final status before `cutoff`, with their
@@ -228,7 +230,9 @@ pub fn purge_audit(store: &Store, cutoff: Timestamp) -> Result<usize, StoreError
 }
 
 /// Applies the `[retention]` settings at `now`: finished runs, audit records and trashed
-/// documents past theirs are removed (with content no version refers to any more).
+/// documents past theirs are removed; then, every round and whatever the settings, content no
+/// version refers to any more (so content left by a crash after a trash purge goes the next
+/// round, even when no more trash expires).
 pub fn purge_retained(
     store: &Store,
     retention: &Retention,
@@ -244,6 +248,7 @@ pub fn purge_retained(
     if let Some(cutoff) = retention_cutoff(now, retention.trash_days) {
         out.documents = kb::trash::purge_trash(store, cutoff)?;
     }
+    out.contents = kb::trash::purge_orphaned_content(store)?;
     Ok(out)
 }
 
@@ -254,6 +259,7 @@ pub fn retain(app: &App) -> Result<Retained, KbError> {
     app.metrics.purged("run", r.runs);
     app.metrics.purged("audit", r.audit);
     app.metrics.purged("document", r.documents);
+    app.metrics.purged("content", r.contents);
     Ok(r)
 }
 
@@ -288,6 +294,7 @@ pub fn start(app: &Arc<App>, mut stop: watch::Receiver<bool>) -> tokio::task::Jo
                     runs = r.runs,
                     audit = r.audit,
                     documents = r.documents,
+                    contents = r.contents,
                     "removed records past their retention"
                 ),
                 Ok(_) => {}

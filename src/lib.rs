@@ -27,6 +27,7 @@ pub mod portal;
 pub mod progress;
 pub mod ratelimit;
 pub mod requests;
+pub mod roster;
 pub mod server;
 pub mod store;
 pub mod tools;

@@ -179,7 +179,7 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts a run created (the queue gauge is counted by `agents::enqueue`).
+    /// Counts a run created (the queue gauge is counted by `App::enqueue`).
     pub fn run_created(&self) {
         self.runs
             .get_or_create(&StatusLabels { status: "queued" })

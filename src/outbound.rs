@@ -1,13 +1,18 @@
 //! Requests to addresses that other people name (a client's metadata document, a trigger's
-//! callback URL), guarded against server-side request forgery:
+//! callback URL), guarded
+//! against server-side request forgery, and bounded ([`fetch`]: a time limit and a size
+//! limit for the whole answer):
 //! - the host is resolved first and every address checked (never loopback, private,
 //!   link-local, shared, multicast or unspecified): one inside address is enough to refuse;
 //! - the connection is pinned to a checked address, so a second DNS answer (rebinding) cannot
 //!   point it inside;
 //! - redirects are never followed, and no proxy from the environment is used.
 //!
-//! The only exception is for tests: with a switch (`cimd_allow_http_loopback`,
-//! `callback_allow_http_loopback`) an `http://127.0.0.1:<port>/…` URL may be used.
+//! [`fetch_configured`] is for addresses the operator wrote into the configuration (OpenID
+//! providers, which may be inside the operator's network): the same bounds without the address
+//! check. The only other exception is for tests: with a switch (`cimd_allow_http_loopback`,
+//! `callback_allow_http_loopback`, `oidc_allow_http_loopback`) an `http://127.0.0.1:<port>/…`
+//! URL may be used.
 
 #![cfg_attr(
     not(test),
@@ -130,17 +135,78 @@ async fn bounded_blocking<T: Send + 'static>(
     .map_err(|_| std::io::Error::other("the lookup did not finish"))?
 }
 
+/// How long a lookup made while saving a setting ([`resolve_blocking`]) may take, waiting for a
+/// slot included, before it counts as not resolved.
+pub const SAVE_LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
+/// Lookups of [`resolve_blocking`] at once (slots of their own, beside [`MAX_LOOKUPS`]).
+pub const MAX_SAVE_LOOKUPS: usize = 4;
+static SAVE_LOOKUPS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_SAVE_LOOKUPS);
+
+/// Runs blocking `work` on a thread of its own holding one of `slots` for as long as the work
+/// runs, for callers outside the async runtime: waits for a slot and for the answer up to
+/// `timeout` in all, then gives up; an abandoned `work` keeps its slot until it returns, so a
+/// slow resolver never has more than `slots` threads waiting on it.
+fn bounded_thread<T: Send + 'static>(
+    slots: &'static tokio::sync::Semaphore,
+    timeout: Duration,
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    let deadline = std::time::Instant::now() + timeout;
+    let permit = loop {
+        match slots.try_acquire() {
+            Ok(p) => break p,
+            Err(tokio::sync::TryAcquireError::Closed) => {
+                return Err(std::io::Error::other("the resolver is shut down"));
+            }
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "too many lookups at once",
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    };
+    let (send, answer) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("kennis-lookup".into())
+        .spawn(move || {
+            let result = work();
+            drop(permit);
+            let _ = send.send(result);
+        })?;
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    answer.recv_timeout(left).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {} seconds", timeout.as_secs()),
+        )
+    })?
+}
+
 /// Whether the test switch lets this URL through: `http://127.0.0.1:<port>` only.
 pub fn loopback_allowed(url: &url::Url, allow_http_loopback: bool) -> bool {
     allow_http_loopback && url.scheme() == "http" && url.host_str() == Some("127.0.0.1")
 }
 
-/// The addresses a URL's host names without asking DNS (an IP literal), else `None`.
+/// The addresses a URL's host names without asking DNS (an IP literal, or `localhost` and the
+/// names below it, which are loopback by definition, RFC 6761), else `None`.
 fn literal(url: &url::Url, port: u16) -> Option<Vec<SocketAddr>> {
     match url.host() {
         Some(url::Host::Ipv4(ip)) => Some(vec![SocketAddr::new(ip.into(), port)]),
         Some(url::Host::Ipv6(ip)) => Some(vec![SocketAddr::new(ip.into(), port)]),
-        _ => None,
+        Some(url::Host::Domain(name)) => {
+            let name = name.trim_end_matches('.').to_ascii_lowercase();
+            (name == "localhost" || name.ends_with(".localhost")).then(|| {
+                vec![
+                    SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), port),
+                    SocketAddr::new(std::net::Ipv6Addr::LOCALHOST.into(), port),
+                ]
+            })
+        }
+        None => None,
     }
 }
 
@@ -184,17 +250,24 @@ pub async fn resolve(url: &url::Url, allow_http_loopback: bool) -> Result<Pinned
     check(url, &host, &addrs, allow_http_loopback)
 }
 
-/// [`resolve`] for callers outside the async runtime (saving a setting).
+/// [`resolve`] for callers outside the async runtime (saving a setting): the lookup runs in
+/// one of [`MAX_SAVE_LOOKUPS`] slots and is given up after [`SAVE_LOOKUP_TIMEOUT`]
+/// ([`Guard::Unresolved`]).
 pub fn resolve_blocking(url: &url::Url, allow_http_loopback: bool) -> Result<Pinned, Guard> {
     use std::net::ToSocketAddrs;
     let host = url.host_str().unwrap_or_default().to_owned();
     let port = url.port_or_known_default().unwrap_or(443);
     let addrs = match literal(url, port) {
         Some(a) => a,
-        None => (host.as_str(), port)
-            .to_socket_addrs()
+        None => {
+            let name = host.clone();
+            bounded_thread(&SAVE_LOOKUPS, SAVE_LOOKUP_TIMEOUT, move || {
+                (name.as_str(), port)
+                    .to_socket_addrs()
+                    .map(Iterator::collect)
+            })
             .map_err(|e| Guard::Unresolved(format!("cannot resolve {host}: {e}")))?
-            .collect(),
+        }
     };
     check(url, &host, &addrs, allow_http_loopback)
 }
@@ -212,6 +285,155 @@ pub fn client(pinned: &Pinned, timeout: Duration) -> Result<reqwest::Client, Str
         .user_agent(concat!("kennis/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| e.to_string())
+}
+
+/// Why a bounded response body was not read.
+#[derive(Debug)]
+pub enum BodyError {
+    /// The body is (or announced itself) larger than the limit; reading stopped there.
+    TooLarge,
+    /// The connection failed while reading.
+    Read(String),
+}
+
+/// Reads a response body of at most `limit` bytes, chunk by chunk: a larger one is refused as
+/// soon as it passes the limit (or at once when its `Content-Length` says so), never buffered
+/// whole.
+pub async fn bounded_body(
+    mut response: reqwest::Response,
+    limit: u64,
+) -> Result<Vec<u8>, BodyError> {
+    if response.content_length().is_some_and(|n| n > limit) {
+        return Err(BodyError::TooLarge);
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| BodyError::Read(describe(&e)))?
+    {
+        let len = u64::try_from(body.len().saturating_add(chunk.len())).unwrap_or(u64::MAX);
+        if len > limit {
+            return Err(BodyError::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// A request's failure in words for a log: the error and its causes.
+fn describe(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        return "no complete answer in time".to_owned();
+    }
+    if e.is_connect() {
+        return "cannot connect".to_owned();
+    }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// A complete answer of [`fetch`] (a redirect is an answer too: never followed).
+#[derive(Debug)]
+pub struct Reply {
+    pub status: reqwest::StatusCode,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Vec<u8>,
+}
+
+/// Why [`fetch`] has no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FetchError {
+    /// Not asked, or not read: the address is inside a private network, or the answer is
+    /// larger than allowed.
+    Refused(String),
+    /// No complete answer: the name did not resolve, no connection, too slow, broken off.
+    Failed(String),
+}
+
+/// Resolves and checks `url`'s address ([`resolve`]), sends the request `build` makes on a
+/// client pinned to it ([`client`]), and reads the answer: at most `max` bytes, everything
+/// within `timeout`.
+pub async fn fetch(
+    url: &url::Url,
+    allow_http_loopback: bool,
+    timeout: Duration,
+    max: u64,
+    build: impl FnOnce(&reqwest::Client) -> reqwest::RequestBuilder,
+) -> Result<Reply, FetchError> {
+    let work = async {
+        let pinned = resolve(url, allow_http_loopback)
+            .await
+            .map_err(|e| match e {
+                Guard::Refused(reason) => FetchError::Refused(reason),
+                Guard::Unresolved(reason) => FetchError::Failed(reason),
+            })?;
+        let client = client(&pinned, timeout).map_err(FetchError::Failed)?;
+        send(build(&client), max).await
+    };
+    within(timeout, work).await
+}
+
+/// [`fetch`] for an address the operator configured (an `[[oidc]]` provider and the endpoints
+/// its discovery document names), which may lie inside the operator's own network: the same
+/// bounds (time, size, no redirect, no proxy), without the public-address check. Never for an
+/// address an organisation or a client names.
+pub async fn fetch_configured(
+    timeout: Duration,
+    max: u64,
+    build: impl FnOnce(&reqwest::Client) -> reqwest::RequestBuilder,
+) -> Result<Reply, FetchError> {
+    let work = async {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .user_agent(concat!("kennis/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| FetchError::Failed(e.to_string()))?;
+        send(build(&client), max).await
+    };
+    within(timeout, work).await
+}
+
+/// Sends a request and reads its answer, at most `max` bytes.
+async fn send(request: reqwest::RequestBuilder, max: u64) -> Result<Reply, FetchError> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| FetchError::Failed(describe(&e)))?;
+    let (status, headers) = (response.status(), response.headers().clone());
+    let body = bounded_body(response, max).await.map_err(|e| match e {
+        BodyError::TooLarge => FetchError::Refused(format!("it is larger than {max} bytes")),
+        BodyError::Read(reason) => FetchError::Failed(reason),
+    })?;
+    Ok(Reply {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// The whole of `work` within `timeout`: lookup, connection, answer and body.
+async fn within(
+    timeout: Duration,
+    work: impl Future<Output = Result<Reply, FetchError>>,
+) -> Result<Reply, FetchError> {
+    match tokio::time::timeout(timeout, work).await {
+        Ok(r) => r,
+        Err(_) => Err(FetchError::Failed(format!(
+            "no complete answer within {} seconds",
+            timeout.as_secs()
+        ))),
+    }
 }
 
 #[cfg(test)]
@@ -321,6 +543,49 @@ mod tests {
         assert_eq!(bounded_blocking(&SLOTS, || Ok(7)).await.unwrap(), 7);
     }
 
+    /// The same for lookups outside the runtime: one abandoned at its timeout keeps its slot
+    /// (and its thread) until the resolver returns; with every slot taken a new one waits for
+    /// one only until its timeout and starts no thread.
+    #[test]
+    fn abandoned_blocking_lookups_keep_their_slot_until_they_end() {
+        static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+        let (release, hold) = std::sync::mpsc::channel::<()>();
+        let hold = std::sync::Arc::new(std::sync::Mutex::new(hold));
+        let started = std::sync::Arc::new(AtomicUsize::new(0));
+        let slow = || {
+            let (hold, started) = (hold.clone(), started.clone());
+            move || {
+                started.fetch_add(1, Ordering::SeqCst);
+                let _ = hold.lock().map(|h| h.recv());
+                Ok(())
+            }
+        };
+        for _ in 0..2 {
+            let e = bounded_thread(&SLOTS, Duration::from_millis(50), slow()).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        }
+        assert_eq!(SLOTS.available_permits(), 0);
+        let e = bounded_thread(&SLOTS, Duration::from_millis(100), slow()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert!(e.to_string().contains("too many lookups"), "{e}");
+        assert_eq!(
+            started.load(Ordering::SeqCst),
+            2,
+            "no third thread was started"
+        );
+        release.send(()).unwrap();
+        release.send(()).unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while SLOTS.available_permits() < 2 {
+            assert!(std::time::Instant::now() < until, "slots not given back");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(
+            bounded_thread(&SLOTS, Duration::from_secs(1), || Ok(7)).unwrap(),
+            7
+        );
+    }
+
     #[tokio::test]
     async fn resolve_answers_for_an_address_literal() {
         let addrs = lookup("127.0.0.1", 443).await.unwrap();
@@ -347,5 +612,21 @@ mod tests {
         assert_eq!(ok.addr, "127.0.0.1:9".parse().unwrap());
         let public = resolve_blocking(&u("https://93.184.215.14/hook"), false).unwrap();
         assert_eq!(public.addr.port(), 443);
+        // `localhost` and the names below it are loopback without asking DNS (RFC 6761), in
+        // any letter case and with the root's dot: refused at once, even with every lookup
+        // slot taken.
+        for name in ["localhost", "LocalHost.", "api.localhost", "x.y.LOCALHOST"] {
+            let url = u(&format!("https://{name}/hook"));
+            assert_eq!(
+                literal(&url, 443).map(|a| a.len()),
+                Some(2),
+                "{name} is loopback by definition"
+            );
+            assert!(
+                matches!(resolve_blocking(&url, true), Err(Guard::Refused(_))),
+                "{name}"
+            );
+        }
+        assert_eq!(literal(&u("https://localhost.example/hook"), 443), None);
     }
 }

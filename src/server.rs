@@ -242,7 +242,8 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
     workers.push({
         let app = app.clone();
         tokio::task::spawn_blocking(move || {
-            match crate::erase::finish_pending(&app.store, &app.kb_index, &mut |_| {}) {
+            let close = |id| app.close_org(id);
+            match crate::erase::finish_pending(&app.store, &app.kb_index, &close, &mut |_| {}) {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(removals = n, "finished interrupted removals"),
                 Err(e) => tracing::error!(error = %e, "could not finish an interrupted removal"),
@@ -269,7 +270,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
             let app = Arc::downgrade(&app);
             Arc::new(move |id| {
                 if let Some(app) = app.upgrade() {
-                    crate::agents::enqueue(&app, id);
+                    app.enqueue(id);
                 }
             })
         }),
@@ -278,6 +279,14 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
             Arc::new(move |id| {
                 if let Some(app) = app.upgrade() {
                     app.runs.stop(id);
+                }
+            })
+        }),
+        close_org: Some({
+            let app = Arc::downgrade(&app);
+            Arc::new(move |id| {
+                if let Some(app) = app.upgrade() {
+                    app.close_org(id);
                 }
             })
         }),
@@ -301,7 +310,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
             }
         }),
         Some(acceptor) => {
-            let listener = tls::TlsListener::new(listener, acceptor);
+            let listener = tls::TlsListener::new(listener, local_addr, acceptor);
             tokio::spawn(async move {
                 if let Err(e) = axum::serve(listener, service)
                     .with_graceful_shutdown(shutdown)

@@ -586,3 +586,28 @@ refused-no-document = “{ $path }” does not exist.
 refused-path-taken = “{ $path }” is taken by a live document (version { $version }); move or delete that one first.
 refused-not-in-trash = “{ $path }” is not in the trash.
 refused-same-path = “{ $path }” is already at that path.
+
+# Sign-in with an identity provider (OpenID Connect).
+login-with-provider = Or sign in with your organisation's account:
+oidc-refused-title = Sign-in refused
+oidc-back-to-login = Back to the login page
+problem-oidc_unknown_provider = There is no such sign-in provider here.
+problem-oidc_state = This sign-in was not started here, was started again in another tab, or took too long. Start again from the login page.
+problem-oidc_id_token = The provider's answer did not pass kennis's checks, so the sign-in is refused. Start again; if it keeps happening, tell the server's operator.
+problem-oidc_no_email = The provider gave no email address for your account, so kennis cannot tell who you are.
+problem-oidc_unavailable = The sign-in provider could not be reached or gave an answer kennis cannot use. Try again later; if it keeps happening, tell the server's operator.
+refused-oidc-unknown-email = There is no account for { $email } here. kennis makes no accounts by itself: ask an admin of your organisation for an invitation.
+refused-oidc-unverified = The provider has not verified the email address { $email }, so kennis cannot sign you in with it.
+refused-oidc-refused = The provider ended the sign-in ({ $error }).
+refused-invitation-email = This invitation is for { $invited }, but you signed in as { $signed_in }. Sign in with the invited account, or ask for an invitation for your own address.
+refused-oidc-expired = The provider's answer had expired by the time it reached kennis, so the sign-in is refused. Start again; if it keeps happening, the server's clock may be wrong.
+refused-oidc-nonce = The provider's answer was not made for this sign-in (its nonce differs), so it is refused. Start again from the login page.
+refused-oidc-signature = The provider's answer is not signed with a key the provider publishes, so it is refused. Start again; if it keeps happening, tell the server's operator.
+
+# Revoking every connection at once.
+revoke-all-heading = Connections and tokens
+revoke-all-explain = Ends every assistant connection and personal access token of yours, in every organisation, and your sessions elsewhere. Removing you at your organisation's identity provider stops new sign-ins, but connections made before stay until they are revoked.
+action-revoke-all = Revoke all my connections
+revoke-all-done = Revoked: { $grants } connection(s) and { $tokens } personal access token(s); { $sessions } other session(s) logged out.
+action-revoke-connections = Revoke connections
+revoke-member-done = { $email }: { $grants } connection(s) and { $tokens } personal access token(s) in this organisation revoked.

@@ -586,3 +586,28 @@ refused-no-document = “{ $path }” bestaat niet.
 refused-path-taken = Op “{ $path }” staat al een document (versie { $version }); verplaats of verwijder dat eerst.
 refused-not-in-trash = “{ $path }” staat niet in de prullenbak.
 refused-same-path = “{ $path }” staat al op die plek.
+
+# Inloggen via een identiteitsprovider (OpenID Connect).
+login-with-provider = Of log in met het account van uw organisatie:
+oidc-refused-title = Inloggen geweigerd
+oidc-back-to-login = Terug naar de inlogpagina
+problem-oidc_unknown_provider = Die inlogprovider bestaat hier niet.
+problem-oidc_state = Dit inloggen is niet hier begonnen, is opnieuw begonnen in een ander tabblad, of duurde te lang. Begin opnieuw op de inlogpagina.
+problem-oidc_id_token = Het antwoord van de provider doorstond de controles van kennis niet, dus het inloggen is geweigerd. Begin opnieuw; blijft het gebeuren, meld het dan aan de beheerder van de server.
+problem-oidc_no_email = De provider gaf geen e-mailadres voor uw account, dus kennis weet niet wie u bent.
+problem-oidc_unavailable = De inlogprovider was niet bereikbaar of gaf een antwoord waar kennis niets mee kan. Probeer het later opnieuw; blijft het gebeuren, meld het dan aan de beheerder van de server.
+refused-oidc-unknown-email = Er is hier geen account voor { $email }. kennis maakt zelf geen accounts aan: vraag een beheerder van uw organisatie om een uitnodiging.
+refused-oidc-unverified = De provider heeft het e-mailadres { $email } niet bevestigd, dus kennis kan u daarmee niet laten inloggen.
+refused-oidc-refused = De provider heeft het inloggen afgebroken ({ $error }).
+refused-invitation-email = Deze uitnodiging is voor { $invited }, maar u logde in als { $signed_in }. Log in met het uitgenodigde account, of vraag een uitnodiging voor uw eigen adres.
+refused-oidc-expired = Het antwoord van de provider was al verlopen toen het bij kennis aankwam, dus het inloggen is geweigerd. Begin opnieuw; blijft het gebeuren, dan loopt de klok van de server misschien verkeerd.
+refused-oidc-nonce = Het antwoord van de provider is niet voor dit inloggen gemaakt (de nonce verschilt), dus het is geweigerd. Begin opnieuw op de inlogpagina.
+refused-oidc-signature = Het antwoord van de provider is niet ondertekend met een sleutel die de provider publiceert, dus het is geweigerd. Begin opnieuw; blijft het gebeuren, meld het dan aan de beheerder van de server.
+
+# Alle koppelingen tegelijk intrekken.
+revoke-all-heading = Koppelingen en tokens
+revoke-all-explain = Beëindigt al uw koppelingen met assistenten en al uw persoonlijke toegangstokens, in elke organisatie, en uw sessies elders. Wie bij de identiteitsprovider van de organisatie is verwijderd, kan niet meer inloggen, maar eerder gemaakte koppelingen blijven tot ze worden ingetrokken.
+action-revoke-all = Al mijn koppelingen intrekken
+revoke-all-done = Ingetrokken: { $grants } koppeling(en) en { $tokens } persoonlijke toegangstoken(s); { $sessions } andere sessie(s) afgemeld.
+action-revoke-connections = Koppelingen intrekken
+revoke-member-done = { $email }: { $grants } koppeling(en) en { $tokens } persoonlijke toegangstoken(s) in deze organisatie ingetrokken.

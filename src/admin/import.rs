@@ -30,6 +30,8 @@ pub struct ImportSummary {
     pub extraction_failed: usize,
     /// Which, and why.
     pub extraction_failures: Vec<kb::ExtractionFailure>,
+    /// Changes the search index took in for this import (a new or revised document is one).
+    pub index_updates: usize,
 }
 
 /// Files larger than this are skipped (with a message) rather than loaded into memory.
@@ -70,6 +72,7 @@ pub fn import_dir(
         extracted: 0,
         extraction_failed: 0,
         extraction_failures: Vec::new(),
+        index_updates: 0,
     };
     let now = ctx.clock.now();
     let mut writer = kb::Writer::new(&ctx.store, &ctx.kb_index).extracting(&ctx.extractor);
@@ -112,6 +115,7 @@ pub fn import_dir(
     // database file is repacked and compacted (neither waits for the other).
     let started = Instant::now();
     let indexed = indexed_meanwhile + ctx.kb_index.follow(&ctx.store, false)?;
+    summary.index_updates = indexed;
     if imported_bytes >= COMPACT_AFTER_BYTES {
         progress(Progress::note(
             "compacting the database and the search index",

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use std::sync::Arc;
 
-use crate::agents::{self, AgentError, AgentKind, Rollout};
+use crate::agents;
 use crate::clock::SharedClock;
 use crate::identity::{self, ConnectorAccess, IdentityError, NewPerson, PersonalTokens, Role};
 use crate::kb::index::SearchIndex;
@@ -21,6 +21,7 @@ use crate::kb::{self, KbError};
 use crate::oauth::pats::{self, PatError};
 use crate::requests::apps::{self, AppStatus};
 use crate::requests::{self, RequestError};
+use crate::roster::{self, AgentError, AgentKind, Rollout};
 use crate::store::{self, Store, StoreError};
 use crate::triggers::{self, TriggerError};
 
@@ -152,10 +153,10 @@ pub enum AdminRequest {
     },
     AgentAdd {
         org: String,
-        agent: agents::NewAgent,
+        agent: roster::NewAgent,
         /// The settings of an `llm` agent.
         #[serde(default)]
-        llm: Option<Box<agents::LlmOptions>>,
+        llm: Option<Box<roster::LlmOptions>>,
         /// `--env`: variables of the server a `command` agent receives.
         #[serde(default)]
         env: Vec<String>,
@@ -296,6 +297,9 @@ pub struct AdminContext {
     pub wake_jobs: Option<JobWaker>,
     /// Stops a running server's executor of a cancelled run (`None` without a server).
     pub stop_run: Option<JobWaker>,
+    /// A running server's [`App::close_org`](crate::app::App::close_org), for `org delete`
+    /// (`None` without a server: then no call is in flight).
+    pub close_org: Option<JobWaker>,
     /// Takes the text of PDF and Office files (imports, reindex).
     pub extractor: crate::kb::extract::Extractor,
     /// The operator's `[[llm.endpoints]]` (for `agent add --endpoint`).
@@ -319,7 +323,7 @@ fn run_json(store: &Store, id: u64) -> Result<Value, AdminError> {
         let Some(r) = requests::get(tx, id)? else {
             return Ok(None);
         };
-        let agent = agents::get_agent(tx, r.agent_id)?;
+        let agent = roster::get_agent(tx, r.agent_id)?;
         let org: Option<identity::Org> = tx.get(store::ORGS, &store::key::id(r.org_id))?;
         let transcript = agents::get_transcript(tx, id)?;
         let callback = requests::callback::get(tx, id)?;
@@ -416,7 +420,12 @@ pub fn execute(
                     stop(id);
                 }
             };
-            let r = crate::erase::delete_org(store, &ctx.kb_index, &org, &stop, progress)?;
+            let close = |id: u64| {
+                if let Some(close) = &ctx.close_org {
+                    close(id);
+                }
+            };
+            let r = crate::erase::delete_org(store, &ctx.kb_index, &org, &stop, &close, progress)?;
             serde_json::to_value(r).unwrap_or_default()
         }
         AdminRequest::OrgSet {
@@ -425,18 +434,34 @@ pub fn execute(
             require_second_factor,
             personal_tokens,
         } => {
-            let mut org = identity::set_org_policy(
-                store,
-                &OPERATOR,
-                &slug,
-                connector_access,
-                require_second_factor,
-                now,
-            )?;
+            // Only the settings given are changed and audited (none given: the policy as it
+            // is, audited as before).
+            let policy = connector_access.is_some() || require_second_factor.is_some();
+            let mut org = if policy || personal_tokens.is_none() {
+                identity::set_org_policy(
+                    store,
+                    &OPERATOR,
+                    &slug,
+                    connector_access,
+                    require_second_factor,
+                    now,
+                )?
+            } else {
+                identity::find_org(store, &slug)?
+            };
             if let Some(setting) = personal_tokens {
-                org = identity::set_personal_tokens(store, &slug, setting)?;
+                org = identity::set_personal_tokens(store, &OPERATOR, &slug, setting, now)?;
             }
-            org_json(&org)
+            let members = store.read(|tx| identity::members(tx, org.id))?;
+            let connecting = members
+                .iter()
+                .filter(|(m, p)| {
+                    p.disabled_at.is_none() && org.connector_access.allows(m.may_connect)
+                })
+                .count();
+            let mut v = org_json(&org);
+            v["members_who_may_connect"] = json!(connecting);
+            v
         }
         AdminRequest::UserAdd {
             email,
@@ -470,14 +495,16 @@ pub fn execute(
             json!({ "items": items })
         }
         AdminRequest::UserDisable { email } => {
-            serde_json::to_value(crate::erase::disable_person(store, &email, now)?)
+            serde_json::to_value(crate::erase::disable_person(store, &OPERATOR, &email, now)?)
                 .unwrap_or_default()
         }
         AdminRequest::UserEnable { email } => {
-            serde_json::to_value(crate::erase::enable_person(store, &email)?).unwrap_or_default()
+            serde_json::to_value(crate::erase::enable_person(store, &OPERATOR, &email, now)?)
+                .unwrap_or_default()
         }
         AdminRequest::UserDelete { email } => {
-            serde_json::to_value(crate::erase::delete_person(store, &email)?).unwrap_or_default()
+            serde_json::to_value(crate::erase::delete_person(store, &OPERATOR, &email, now)?)
+                .unwrap_or_default()
         }
         AdminRequest::UserTotp { email } => {
             let e = identity::reset_totp_by(store, &OPERATOR, &email, now)?;
@@ -494,9 +521,11 @@ pub fn execute(
             may_connect,
         } => {
             let (m, created) = identity::join(store, &org, &email, role, may_connect, now)?;
+            let access = identity::find_org(store, &org)?.connector_access;
             json!({
                 "org_id": m.org_id, "person_id": m.person_id, "role": m.role,
                 "may_connect": m.may_connect, "created": created,
+                "connector_access": access, "connects": access.allows(m.may_connect),
             })
         }
         AdminRequest::MemberList { org } => {
@@ -557,11 +586,12 @@ pub fn execute(
         AdminRequest::KbImport { org, dir, prefix } => {
             let org = identity::find_org(store, &org)?;
             let summary = import::import_dir(ctx, org.id, &dir, prefix.as_deref(), progress)?;
-            serde_json::to_value(summary).expect("summary serialises")
+            serde_json::to_value(summary)
+                .map_err(|e| AdminError::Refused(format!("the import summary: {e}")))?
         }
         AdminRequest::KbDelete { org, path } => {
             let org = identity::find_org(store, &org)?;
-            let item = kb::trash::delete(store, &ctx.kb_index, org.id, &path, None, now)?;
+            let item = kb::trash::delete(store, &ctx.kb_index, org.id, &path, &OPERATOR, now)?;
             json!({"path": item.path, "version": item.version, "deleted": true})
         }
         AdminRequest::KbTrash { org } => {
@@ -584,12 +614,13 @@ pub fn execute(
         }
         AdminRequest::KbRestore { org, path } => {
             let org = identity::find_org(store, &org)?;
-            let item = kb::trash::restore(store, &ctx.kb_index, org.id, &path)?;
+            let item = kb::trash::restore(store, &ctx.kb_index, org.id, &path, &OPERATOR, now)?;
             json!({"path": item.path, "version": item.version, "restored": true})
         }
         AdminRequest::KbMove { org, from, to } => {
             let org = identity::find_org(store, &org)?;
-            let moved = kb::trash::move_document(store, &ctx.kb_index, org.id, &from, &to)?;
+            let moved =
+                kb::trash::move_document(store, &ctx.kb_index, org.id, &from, &to, &OPERATOR, now)?;
             json!({"from": moved.from, "to": moved.to, "version": moved.version})
         }
         AdminRequest::KbExport { org, dir } => {
@@ -662,12 +693,12 @@ pub fn execute(
             llm,
             env,
         } => {
-            let extra = agents::AgentExtras {
+            let extra = roster::AgentExtras {
                 llm: llm.as_deref(),
                 env: &env,
                 endpoints: &ctx.llm_endpoints,
             };
-            let a = agents::add_agent_full(store, &OPERATOR, &org, &agent, &extra, now)?;
+            let a = roster::add_agent_full(store, &OPERATOR, &org, &agent, &extra, now)?;
             // Requests filed while the organisation had no feature agent go to this one.
             let adopted = match a.kind {
                 AgentKind::Feature => requests::service::adopt_waiting(store, a.org_id)?,
@@ -693,7 +724,7 @@ pub fn execute(
             } else {
                 Rollout::Pending
             };
-            let p = agents::add_project(store, &org, &name, rollout, now)?;
+            let p = roster::add_project(store, &org, &name, rollout, now)?;
             json!({"id": p.id, "name": p.name, "rollout": p.rollout})
         }
         AdminRequest::AppAdd { org, name, status } => {
@@ -714,7 +745,7 @@ pub fn execute(
         }
         AdminRequest::AgentList { org } => {
             let org = identity::find_org(store, &org)?;
-            let items: Vec<Value> = agents::list_agents(store, org.id)?
+            let items: Vec<Value> = roster::list_agents(store, org.id)?
                 .iter()
                 .map(|a| {
                     json!({"id": a.id, "name": a.name, "kind": a.kind,
@@ -725,7 +756,7 @@ pub fn execute(
         }
         AdminRequest::ProjectList { org } => {
             let org = identity::find_org(store, &org)?;
-            let items: Vec<Value> = agents::list_projects(store, org.id)?
+            let items: Vec<Value> = roster::list_projects(store, org.id)?
                 .iter()
                 .map(|p| json!({"id": p.id, "name": p.name, "rollout": p.rollout}))
                 .collect();
@@ -783,7 +814,7 @@ pub fn execute(
                 scopes,
                 expires_in_days,
             };
-            let (token, secret) = pats::create(store, new, now)?;
+            let (token, secret) = pats::create(store, &OPERATOR, new, now)?;
             json!({"id": token.id, "token": secret})
         }
         AdminRequest::TokenList { org } => {

@@ -56,7 +56,7 @@ pub fn try_send(
         }
         Err(e) => return Err(io(e).into()),
     };
-    let mut line = serde_json::to_vec(req).expect("request serialises");
+    let mut line = serde_json::to_vec(req).map_err(|e| SocketError::Protocol(e.to_string()))?;
     line.push(b'\n');
     stream.write_all(&line).map_err(io)?;
     let reader = BufReader::new(stream);

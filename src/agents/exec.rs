@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
+use super::llm;
 use super::protocol::{AgentEvent, BodyError, EventSink, Job, Outcome, bounded_body, http_client};
 use super::transcript::{Step, Transcript};
-use super::{Agent, Executor, llm};
 use crate::app::App;
+use crate::roster::{Agent, Executor};
 
 /// Longest line or response body we read from an agent: a misbehaving agent cannot make the
 /// server buffer without bound.

@@ -27,48 +27,11 @@ use serde_json::{Value, json};
 
 use super::protocol::{AgentEvent, BodyError, EventSink, Job, Outcome, bounded_body, http_client};
 use super::transcript::{CallNote, Step, TEXT_KEPT, Transcript, shorten};
-use super::{Agent, LlmOptions};
 use crate::app::App;
 use crate::config::LlmConfig;
 use crate::requests::{Status, feature};
+use crate::roster::{Agent, LlmSettings};
 use crate::tools::{self, Caller};
-
-/// How an `llm` agent reaches its model. Stored with the agent; the key itself never is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LlmSettings {
-    /// Base URL without trailing slash, e.g. `https://api.openai.com/v1`.
-    pub url: String,
-    pub model: String,
-    /// The server's environment variable that holds the API key, read at run time.
-    #[serde(default)]
-    pub api_key_env: Option<String>,
-    /// A file holding the API key, read at run time.
-    #[serde(default)]
-    pub api_key_file: Option<String>,
-    pub max_steps: u32,
-    pub max_tokens: u64,
-    #[serde(default)]
-    pub system_prompt: Option<String>,
-    /// One of the operator's `[[llm.endpoints]]`: then `url` only shows where it pointed when
-    /// the agent was added, and the URL and key come from the configuration at run time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub endpoint: Option<String>,
-}
-
-impl LlmSettings {
-    /// The settings as `agent add` would take them back (for listings).
-    pub fn options(&self) -> LlmOptions {
-        LlmOptions {
-            model: self.model.clone(),
-            api_key_env: self.api_key_env.clone(),
-            api_key_file: self.api_key_file.clone(),
-            max_steps: Some(self.max_steps),
-            max_tokens: Some(self.max_tokens),
-            system_prompt: self.system_prompt.clone(),
-            endpoint: self.endpoint.clone(),
-        }
-    }
-}
 
 /// Most characters of one tool result passed back to the model.
 pub const TOOL_RESULT_MAX: usize = 16_000;
@@ -78,8 +41,6 @@ pub const MAX_ATTEMPTS: u32 = 4;
 pub const BACKOFF_START: Duration = Duration::from_millis(250);
 /// Longest `Retry-After` honoured; a longer one ends the run.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(120);
-/// Longest API key file read.
-const MAX_KEY_FILE: u64 = 16 * 1024;
 
 /// The names of the agent-protocol events offered to a feature job's model.
 pub const FN_MESSAGE: &str = "feature_request_message";
@@ -89,30 +50,11 @@ pub const FN_STATUS: &str = "feature_request_status";
 /// Reads the API key from the server's environment or the key file, at run time. `Ok(None)`
 /// when the agent has no key (local servers need none).
 pub fn read_api_key(s: &LlmSettings) -> Result<Option<String>, String> {
-    read_key(s.api_key_env.as_deref(), s.api_key_file.as_deref())
-}
-
-fn read_key(env: Option<&str>, file: Option<&str>) -> Result<Option<String>, String> {
-    if let Some(var) = env {
-        return match std::env::var(var) {
-            Ok(v) if !v.trim().is_empty() => Ok(Some(v.trim().to_owned())),
-            _ => Err(format!(
-                "the environment variable {var} that should hold the API key is not set in the server's environment"
-            )),
-        };
-    }
-    if let Some(path) = file {
-        use std::io::Read;
-        let mut text = String::new();
-        let read =
-            std::fs::File::open(path).and_then(|f| f.take(MAX_KEY_FILE).read_to_string(&mut text));
-        return match read {
-            Ok(_) if !text.trim().is_empty() => Ok(Some(text.trim().to_owned())),
-            Ok(_) => Err(format!("the API key file {path} is empty")),
-            Err(e) => Err(format!("the API key file {path} cannot be read: {e}")),
-        };
-    }
-    Ok(None)
+    crate::config::read_secret(
+        "API key",
+        s.api_key_env.as_deref(),
+        s.api_key_file.as_deref(),
+    )
 }
 
 #[derive(Deserialize)]
@@ -319,7 +261,7 @@ fn target(config: &LlmConfig, s: &LlmSettings, org: &str) -> Result<Target, Stri
     let file = e.api_key_file.as_ref().map(|f| f.to_string_lossy());
     Ok(Target {
         url: e.url.clone(),
-        key: read_key(e.api_key_env.as_deref(), file.as_deref())?,
+        key: crate::config::read_secret("API key", e.api_key_env.as_deref(), file.as_deref())?,
     })
 }
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// The agent as named in a job.
 #[derive(Debug, Clone, Serialize)]
@@ -27,27 +27,9 @@ pub struct Job {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
-/// One event from an agent.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum AgentEvent {
-    Message {
-        text: String,
-    },
-    Question {
-        text: String,
-        #[serde(default)]
-        options: Vec<serde_json::Value>,
-        #[serde(default)]
-        allow_other: bool,
-    },
-    Status {
-        status: String,
-    },
-    Result {
-        text: String,
-    },
-}
+/// One event from an agent: what it reports about the request it works on, so the type is
+/// the requests' own.
+pub use crate::requests::AgentEvent;
 
 /// Receives an agent's events as they arrive.
 pub trait EventSink: Send {
@@ -66,39 +48,7 @@ pub enum Outcome {
     TimedOut,
 }
 
-/// Why a bounded response body was not read.
-#[derive(Debug)]
-pub(super) enum BodyError {
-    /// The body is (or announced itself) larger than the limit; reading stopped there.
-    TooLarge,
-    /// The connection failed while reading.
-    Read(String),
-}
-
-/// Reads a response body of at most `limit` bytes, chunk by chunk: a larger one is refused as
-/// soon as it passes the limit (or at once when its `Content-Length` says so), never buffered
-/// whole.
-pub(super) async fn bounded_body(
-    mut response: reqwest::Response,
-    limit: u64,
-) -> Result<Vec<u8>, BodyError> {
-    if response.content_length().is_some_and(|n| n > limit) {
-        return Err(BodyError::TooLarge);
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| BodyError::Read(e.to_string()))?
-    {
-        let len = u64::try_from(body.len().saturating_add(chunk.len())).unwrap_or(u64::MAX);
-        if len > limit {
-            return Err(BodyError::TooLarge);
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
+pub(super) use crate::outbound::{BodyError, bounded_body};
 
 /// The shared client for agent endpoints: redirects are not followed (an API key must not
 /// travel to another host). `Err` when no TLS back end could start (every request fails then).

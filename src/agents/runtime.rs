@@ -1,4 +1,5 @@
-//! The run queue and its bounded worker pool.
+//! The bounded worker pool that takes jobs off the run queue (`app::RunQueue`, woken by
+//! `App::enqueue`).
 //!
 //! A run is durable in redb (`REQUESTS` plus the `ACTIVE_RUNS` index) before anyone hears of it;
 //! the in-memory channel only wakes the workers. At start, [`recover`] puts runs a crash left
@@ -10,84 +11,24 @@
 //! ([`guarded`]), and a panic anywhere else in a job is caught at the worker, which fails the
 //! run if it is still active and takes the next one.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures::FutureExt;
 
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::watch;
 
 use super::exec::{JobContext, dispatch};
 use super::protocol::{AgentEvent, EventSink, Job, JobAgent, Outcome};
 use super::transcript::{self, Step, Transcript};
-use crate::app::App;
+use crate::app::{App, RunQueue};
 use crate::audit::{self, Actor};
 use crate::identity;
 use crate::requests::{self, JobState, Kind, Message, Request, Role, Status, feature};
+use crate::roster::Agent;
 use crate::store::{ACTIVE_RUNS, Store, StoreError, key};
-
-/// Wakes workers for runs that are stored and queued, and stops runs that were cancelled.
-pub struct RunQueue {
-    tx: mpsc::UnboundedSender<u64>,
-    rx: Mutex<Option<mpsc::UnboundedReceiver<u64>>>,
-    /// The runs a worker is executing, with the signal that stops each.
-    running: Mutex<HashMap<u64, Arc<Notify>>>,
-}
-
-impl Default for RunQueue {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl RunQueue {
-    pub fn new() -> RunQueue {
-        let (tx, rx) = mpsc::unbounded_channel();
-        RunQueue {
-            tx,
-            rx: Mutex::new(Some(rx)),
-            running: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Hands a stored, queued run to the workers.
-    pub fn wake(&self, run_id: u64) {
-        let _ = self.tx.send(run_id);
-    }
-
-    /// Stops the executor of run `run_id` if a worker is executing it (its slot is then free
-    /// for the next run). The run's status is the caller's to set (see [`cancel_run`]).
-    pub fn stop(&self, run_id: u64) {
-        if let Some(signal) = self
-            .running
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&run_id)
-        {
-            // `notify_one` keeps the signal if the worker is not waiting yet.
-            signal.notify_one();
-        }
-    }
-
-    fn enter(&self, run_id: u64) -> Arc<Notify> {
-        let signal = Arc::new(Notify::new());
-        self.running
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(run_id, signal.clone());
-        signal
-    }
-
-    fn leave(&self, run_id: u64) {
-        self.running
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&run_id);
-    }
-}
 
 /// Why a run could not be cancelled.
 #[derive(Debug, thiserror::Error)]
@@ -147,14 +88,6 @@ pub fn cancel_run(
         runs.stop(id);
     }
     Ok(run)
-}
-
-/// The one way to hand a stored, queued agent job (a trigger's run or a feature request's
-/// job) to the workers: counts it in the queue gauge, which the worker that picks it up counts
-/// down again, and wakes a worker.
-pub fn enqueue(app: &App, id: u64) {
-    app.metrics.run_queue.inc();
-    app.runs.wake(id);
 }
 
 /// A run that was `running` when the server stopped this many times is failed, not retried.
@@ -261,15 +194,9 @@ pub fn start_workers(
     stop: watch::Receiver<bool>,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, StoreError> {
     for id in recover(&app.store, app.clock.now())? {
-        enqueue(app, id);
+        app.enqueue(id);
     }
-    let Some(rx) = app
-        .runs
-        .rx
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .take()
-    else {
+    let Some(rx) = app.runs.take_receiver() else {
         tracing::error!("the agent workers were started twice; the second start is ignored");
         return Ok(Vec::new());
     };
@@ -404,8 +331,8 @@ impl EventSink for FeatureSink {
 }
 
 enum Claim {
-    Run(Box<(Request, Job, super::Agent)>),
-    Feature(Box<(Job, super::Agent)>),
+    Run(Box<(Request, Job, Agent)>),
+    Feature(Box<(Job, Agent)>),
     /// Already final or not a run: nothing to do.
     Skip,
     /// The agent or organisation vanished; the run was failed.
@@ -428,8 +355,7 @@ async fn execute_run(app: &Arc<App>, id: u64) {
             if run.status != Status::Queued {
                 return Ok(Claim::Skip);
             }
-            let agent: Option<super::Agent> =
-                tx.get(crate::store::AGENTS, &key::id(run.agent_id))?;
+            let agent: Option<Agent> = tx.get(crate::store::AGENTS, &key::id(run.agent_id))?;
             let org: Option<identity::Org> = tx.get(crate::store::ORGS, &key::id(run.org_id))?;
             let (Some(agent), Some(org)) = (agent, org) else {
                 run.status = Status::Failed;
@@ -581,7 +507,7 @@ fn claim_feature(
     if r.job != Some(JobState::Queued) {
         return Ok(Claim::Skip);
     }
-    let agent: Option<super::Agent> = tx.get(crate::store::AGENTS, &key::id(r.agent_id))?;
+    let agent: Option<Agent> = tx.get(crate::store::AGENTS, &key::id(r.agent_id))?;
     let org: Option<identity::Org> = tx.get(crate::store::ORGS, &key::id(r.org_id))?;
     let (Some(agent), Some(org)) = (agent, org) else {
         r.job = None;
@@ -631,7 +557,7 @@ fn claim_feature(
 /// Runs the feature agent on a request and applies what it said, in one transaction: its
 /// messages and questions join the conversation, valid status changes are made, and anything
 /// refused (or the agent failing) is noted in the conversation so people see it.
-async fn execute_feature(app: &Arc<App>, job: Job, agent: super::Agent) {
+async fn execute_feature(app: &Arc<App>, job: Job, agent: Agent) {
     let mut sink = FeatureSink::default();
     let ctx = JobContext::new(app);
     let started = Instant::now();
@@ -699,7 +625,7 @@ async fn execute_feature(app: &Arc<App>, job: Job, agent: super::Agent) {
         })
         .await;
     match saved {
-        Ok(true) => enqueue(app, id),
+        Ok(true) => app.enqueue(id),
         Ok(false) => {}
         Err(e) => {
             tracing::error!(request = id, error = %e, "could not store a feature agent's events")

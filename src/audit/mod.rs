@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::store::{AUDIT, ReadTx, StoreError, WriteTx, key};
 
+pub mod gate;
 pub mod limits;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,6 +86,14 @@ impl Actor {
         match self {
             Actor::Operator => 0,
             Actor::Person { person_id, .. } => *person_id,
+        }
+    }
+
+    /// The acting person's id, or `None` for the operator.
+    pub fn acting_person(&self) -> Option<u64> {
+        match self {
+            Actor::Operator => None,
+            Actor::Person { person_id, .. } => Some(*person_id),
         }
     }
 }

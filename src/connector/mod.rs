@@ -2,7 +2,8 @@
 //! replies, served by the official `rmcp` SDK. In front of it, [`http`] checks Host/Origin,
 //! the body size and the bearer token (rechecking the person on every call); the SDK's handler
 //! ([`mcp`]) lists and calls only the tools of the grant's scopes. The tools themselves, with
-//! their hourly limits and audit, are the domain's ([`crate::tools`]).
+//! their hourly limits and audit, are the domain's ([`crate::tools`]). No `unwrap`, `expect`
+//! or indexing in this folder (the lints below hold for every file in it).
 
 #![cfg_attr(
     not(test),

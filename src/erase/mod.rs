@@ -122,10 +122,12 @@ fn sweep<R: DeserializeOwned>(
     }
 }
 
-/// Finishes every removal an interruption left unfinished (at the server's start).
+/// Finishes every removal an interruption left unfinished (at the server's start); `close` as
+/// for [`delete_org`].
 pub fn finish_pending(
     store: &Store,
     index: &SearchIndex,
+    close: &dyn Fn(u64),
     progress: Report<'_>,
 ) -> Result<usize, EraseError> {
     let pending: Vec<Vec<u8>> = store.read(|tx| tx.scan_keys(ERASING, b"", usize::MAX))?;
@@ -133,7 +135,7 @@ pub fn finish_pending(
         let id = key::id_at(k, 1).unwrap_or_default();
         match k.first() {
             Some(b'o') => {
-                org::finish(store, index, id, &|_| {}, progress)?;
+                org::finish(store, index, id, &|_| {}, close, progress)?;
             }
             Some(b'p') => {
                 person::finish(store, id)?;

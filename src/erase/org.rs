@@ -6,6 +6,8 @@
 //!    memberships go (no one can act in it), its triggers are marked deleted (no delivery
 //!    starts a run) and its queued and running jobs leave the queue (their executors are
 //!    stopped).
+//!    Then the running server's in-flight calls of it end (none starts any more) and the
+//!    records they queued for the batch writer are committed ([`crate::audit::gate`]).
 //! 2. Records are deleted in batches, children before the parents that lead to them (a run's
 //!    attachments and transcript before the run, a grant's tokens before the grant, content
 //!    before the versions that name it), so a rerun after a crash still finds every child.
@@ -103,18 +105,22 @@ const ORG: u8 = b'o';
 
 /// Removes organisation `slug` and everything of it, or finishes a removal an interruption
 /// left (the slug stays taken until the removal ends). `stop` stops the executor of a job of
-/// the organisation that was running.
+/// the organisation that was running; `close` (a running server's
+/// [`App::close_org`](crate::app::App::close_org)) is called once the organisation is hidden
+/// and returns when its in-flight calls have ended and their queued records are committed, so
+/// the sweeps that follow find them.
 pub fn delete_org(
     store: &Store,
     index: &SearchIndex,
     slug: &str,
     stop: &dyn Fn(u64),
+    close: &dyn Fn(u64),
     progress: Report<'_>,
 ) -> Result<OrgRemoved, EraseError> {
     let id = store
         .read(|tx| tx.get::<u64>(ORG_SLUGS, slug.as_bytes()))?
         .ok_or_else(|| IdentityError::UnknownOrg(slug.to_owned()))?;
-    finish(store, index, id, stop, progress)
+    finish(store, index, id, stop, close, progress)
 }
 
 /// Hides organisation `id` (or finds its removal begun) and removes everything of it.
@@ -123,10 +129,12 @@ pub(super) fn finish(
     index: &SearchIndex,
     id: u64,
     stop: &dyn Fn(u64),
+    close: &dyn Fn(u64),
     progress: Report<'_>,
 ) -> Result<OrgRemoved, EraseError> {
     let (org, jobs) = store.write(|tx| hide(tx, id))?;
     jobs.iter().for_each(|j| stop(*j));
+    close(id);
     progress(Progress::note(format!(
         "removing organisation {} (id {id})",
         org.slug
@@ -197,7 +205,7 @@ pub(super) fn finish(
     }
     let n = store.write(|tx| crate::oauth::pats::delete_in(tx, |t| t.org_id == id))?;
     step("personal access tokens", n as u64, progress);
-    let (content_removed, content_kept) = remove_content(store, id)?;
+    let (content_removed, content_kept) = remove_content(store, id, progress)?;
     step("content", content_removed, progress);
 
     // The records themselves.
@@ -357,18 +365,19 @@ struct HashOf {
     hash: String,
 }
 
-/// Deletes the content (and its extracted text and extraction record) that the
-/// organisation's versions name and no other organisation's do. Content written by another
-/// organisation meanwhile is seen through the change log, in the same transaction as each
-/// deletion, so nothing another organisation refers to is ever deleted. Returns (removed,
-/// kept).
 /// The hashes of a trashed document's versions (`kb::trash::Trashed`, read in part).
 #[derive(Deserialize)]
 struct TrashedHashes {
     versions: Vec<HashOf>,
 }
 
-fn remove_content(store: &Store, id: u64) -> Result<(u64, u64), StoreError> {
+/// Deletes the content (and its extracted text and extraction record) that the
+/// organisation's versions name and no other organisation's do. Content written by another
+/// organisation meanwhile is seen through the change log, in the same transaction as each
+/// deletion: the changed documents' versions, and the trash of each organisation that changed
+/// something (a document written and deleted meanwhile keeps its versions there), so nothing
+/// another organisation refers to is ever deleted. Returns (removed, kept).
+fn remove_content(store: &Store, id: u64, progress: Report<'_>) -> Result<(u64, u64), StoreError> {
     let prefix = key::id(id);
     let (mine, mut shared, mut seen_change) = store.read(|tx| {
         let mut mine = HashSet::new();
@@ -398,6 +407,10 @@ fn remove_content(store: &Store, id: u64) -> Result<(u64, u64), StoreError> {
         Ok::<_, StoreError>((mine, shared, seen))
     })?;
     let candidates: Vec<String> = mine.into_iter().collect();
+    progress(Progress::note(format!(
+        "{} contents to remove unless another organisation has them",
+        candidates.len()
+    )));
     let (mut removed, mut kept) = (0u64, 0u64);
     for chunk in candidates.chunks(BATCH / 4) {
         let (r, k, seen) = store.write(|tx| {
@@ -408,11 +421,18 @@ fn remove_content(store: &Store, id: u64) -> Result<(u64, u64), StoreError> {
                 let Some(last) = rows.last().and_then(|(k, _)| key::id_at(k, 0)) else {
                     break;
                 };
+                let mut changed_orgs = HashSet::new();
                 for (_, c) in &rows {
                     if c.org_id != id {
                         for v in crate::kb::versions(tx, c.org_id, &c.path)? {
                             shared.insert(v.hash);
                         }
+                        changed_orgs.insert(c.org_id);
+                    }
+                }
+                for org in changed_orgs {
+                    for (_, t) in tx.scan::<TrashedHashes>(KB_TRASH, &key::id(org))? {
+                        shared.extend(t.versions.into_iter().map(|v| v.hash));
                     }
                 }
                 seen = last;

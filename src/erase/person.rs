@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{EraseError, erasing_key, pending, sweep};
+use crate::audit::{self, Actor};
 use crate::identity::{self, IdentityError, Membership, Person};
 use crate::oauth::Grant;
 use crate::store::{
@@ -77,10 +78,26 @@ fn person_by_email(tx: &impl Read, email: &str) -> Result<Person, EraseError> {
     Ok(identity::person(tx, id)?.ok_or_else(unknown)?)
 }
 
+/// Audits `action` on person `p` in each of their organisations.
+fn audit_in_their_orgs(
+    tx: &mut WriteTx,
+    by: &Actor,
+    action: &str,
+    p: &Person,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    for org_id in identity::org_ids_of(tx, p.id)? {
+        audit::admin_in(tx, org_id, by, action, &p.email, now)?;
+    }
+    Ok(())
+}
+
 /// `kennis user disable EMAIL`: no sign-in from now on; sessions end and grants are revoked
-/// in the same transaction. Disabling a disabled person changes nothing more.
+/// in the same transaction, audited (`user.disable`) in each of the person's organisations.
+/// Disabling a disabled person changes nothing more.
 pub fn disable_person(
     store: &Store,
+    by: &Actor,
     email: &str,
     now: Timestamp,
 ) -> Result<PersonState, EraseError> {
@@ -89,6 +106,7 @@ pub fn disable_person(
         if p.disabled_at.is_none() {
             p.disabled_at = Some(now);
             tx.put(PEOPLE, &key::id(p.id), &p)?;
+            audit_in_their_orgs(tx, by, "user.disable", &p, now)?;
         }
         let revoked = crate::oauth::revoke_person_credentials_in(tx, p.id, None, now)?;
         Ok(PersonState {
@@ -101,12 +119,19 @@ pub fn disable_person(
     })
 }
 
-/// `kennis user enable EMAIL`: the person may sign in again.
-pub fn enable_person(store: &Store, email: &str) -> Result<PersonState, EraseError> {
+/// `kennis user enable EMAIL`: the person may sign in again; audited (`user.enable`) in each
+/// of their organisations.
+pub fn enable_person(
+    store: &Store,
+    by: &Actor,
+    email: &str,
+    now: Timestamp,
+) -> Result<PersonState, EraseError> {
     store.write(|tx| {
         let mut p = person_by_email(tx, email)?;
         if p.disabled_at.take().is_some() {
             tx.put(PEOPLE, &key::id(p.id), &p)?;
+            audit_in_their_orgs(tx, by, "user.enable", &p, now)?;
         }
         Ok(PersonState {
             id: p.id,
@@ -120,8 +145,14 @@ pub fn enable_person(store: &Store, email: &str) -> Result<PersonState, EraseErr
 
 /// `kennis user delete EMAIL --yes`: erases the person (see the module's description), or
 /// finishes an erasure an interruption left. Refused, with nothing changed, while they are an
-/// organisation's last admin.
-pub fn delete_person(store: &Store, email: &str) -> Result<PersonErased, EraseError> {
+/// organisation's last admin. Audited (`user.delete`, naming the pseudonym) in each
+/// organisation they belonged to.
+pub fn delete_person(
+    store: &Store,
+    by: &Actor,
+    email: &str,
+    now: Timestamp,
+) -> Result<PersonErased, EraseError> {
     let id = store.write(|tx| {
         let p = match person_by_email(tx, email) {
             Ok(p) => p,
@@ -138,7 +169,7 @@ pub fn delete_person(store: &Store, email: &str) -> Result<PersonErased, EraseEr
                 };
             }
         };
-        erase_in(tx, &p)?;
+        erase_in(tx, by, &p, now)?;
         Ok::<_, EraseError>(p.id)
     })?;
     let records_rewritten = finish(store, id)?;
@@ -150,7 +181,7 @@ pub fn delete_person(store: &Store, email: &str) -> Result<PersonErased, EraseEr
 }
 
 /// The one transaction that erases the person's own records.
-fn erase_in(tx: &mut WriteTx, p: &Person) -> Result<(), EraseError> {
+fn erase_in(tx: &mut WriteTx, by: &Actor, p: &Person, now: Timestamp) -> Result<(), EraseError> {
     let orgs: Vec<Membership> = tx
         .scan::<()>(MEMBERSHIPS_BY_PERSON, &key::id(p.id))?
         .into_iter()
@@ -172,9 +203,11 @@ fn erase_in(tx: &mut WriteTx, p: &Person) -> Result<(), EraseError> {
             .into());
         }
     }
+    let alias = pseudonym(p.id);
     for m in &orgs {
         tx.delete(MEMBERSHIPS, &key::pair(m.org_id, p.id))?;
         tx.delete(MEMBERSHIPS_BY_PERSON, &key::pair(p.id, m.org_id))?;
+        audit::admin_in(tx, m.org_id, by, "user.delete", &alias, now)?;
     }
     identity::sessions::end_others_in(tx, p.id, None)?;
     crate::oauth::pats::delete_in(tx, |t| t.person_id == p.id)?;

@@ -1,12 +1,15 @@
 //! Where module errors become HTTP answers: one place, so statuses, codes and what people may
 //! read stay consistent (in the manner of meilisearch's error codes). Each module keeps its
-//! own `thiserror` enum free of axum types; the mapping lives here and nowhere else.
+//! own `thiserror` enum free of axum types; the mapping lives here, except for the
+//! authorization server's own errors (RFC 6749 / 6750 codes, personal access tokens), which
+//! `oauth::routes` maps with the same [`ToProblem`] so these helpers know no route's errors.
 //!
 //! Every error enum a handler answers with implements [`ToProblem`]: a [`Problem`] is the HTTP
 //! status, a stable machine code and a message safe to show. A refused input keeps the
 //! domain's own words; an internal failure (store, search index, i/o) is logged here with
-//! `tracing` and shown only as "internal error". JSON endpoints answer with [`JsonError`] (or
-//! [`oauth_error`] in RFC 6749 form); portal pages render the same [`Problem`] as HTML.
+//! `tracing` and shown only as "internal error". JSON endpoints answer with [`JsonError`] (the
+//! OAuth endpoints in RFC 6749 form, `oauth::routes::oauth_error`); portal pages render the
+//! same [`Problem`] as HTML.
 
 #![cfg_attr(
     not(test),
@@ -17,13 +20,13 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::agents::{AgentError, CancelError};
+use crate::agents::CancelError;
 use crate::identity::IdentityError;
+use crate::identity::oidc::OidcError;
 use crate::kb::KbError;
 use crate::kb::link::LinkError;
-use crate::oauth::pats::PatError;
-use crate::oauth::{BearerError, OAuthError};
 use crate::requests::RequestError;
+use crate::roster::AgentError;
 use crate::store::StoreError;
 use crate::triggers::TriggerError;
 
@@ -66,8 +69,9 @@ impl Problem {
         self.status.is_server_error()
     }
 
-    /// A refusal in the domain's own words.
-    fn refused(status: StatusCode, code: &'static str, e: &dyn std::fmt::Display) -> Self {
+    /// A refusal in the domain's own words (with the status [`status_of`] gives its code, see
+    /// [`refusal`]).
+    pub fn refused(status: StatusCode, code: &'static str, e: &dyn std::fmt::Display) -> Self {
         Problem::new(status, code, e.to_string())
     }
 }
@@ -84,160 +88,165 @@ impl ToProblem for StoreError {
     }
 }
 
+/// The status of every refusal, by its machine code: one table, so a code answers the same
+/// whichever module refuses with it. A code missing here is a plain bad request.
+pub fn status_of(code: &str) -> StatusCode {
+    match code {
+        "bad_credentials" | "bad_second_factor" | "invalid_token" | "oidc_id_token" => {
+            StatusCode::UNAUTHORIZED
+        }
+        "access_denied"
+        | "account_disabled"
+        | "invitation_email"
+        | "oidc_no_email"
+        | "oidc_refused"
+        | "oidc_unknown_email"
+        | "oidc_unverified"
+        | "link_bad_signature"
+        | "link_malformed"
+        | "member_elsewhere"
+        | "personal_tokens_denied" => StatusCode::FORBIDDEN,
+        "link_unknown"
+        | "not_found"
+        | "oidc_unknown_provider"
+        | "not_member"
+        | "unknown_agent"
+        | "unknown_org"
+        | "unknown_person"
+        | "unknown_project"
+        | "unknown_trigger" => StatusCode::NOT_FOUND,
+        "already_member" | "app_closed" | "duplicate_email" | "duplicate_org" | "last_admin"
+        | "not_started" | "run_ended" | "version_conflict" => StatusCode::CONFLICT,
+        "link_expired" | "link_used" => StatusCode::GONE,
+        "body_too_large" => StatusCode::PAYLOAD_TOO_LARGE,
+        "too_many_requests" => StatusCode::TOO_MANY_REQUESTS,
+        "busy" => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::BAD_REQUEST,
+    }
+}
+
+/// A refusal with machine code `code`, in the domain's own words.
+pub fn refusal(code: &'static str, e: &dyn std::fmt::Display) -> Problem {
+    Problem::refused(status_of(code), code, e)
+}
+
 impl ToProblem for KbError {
     fn problem(&self) -> Problem {
-        let status = match self {
-            KbError::Store(s) => return s.problem(),
-            KbError::Index(_) => return Problem::internal("search index error", self),
-            KbError::NotFound(_) => StatusCode::NOT_FOUND,
-            KbError::VersionConflict { .. } => StatusCode::CONFLICT,
-            KbError::InvalidInput(_)
-            | KbError::PathNotAllowed(_)
-            | KbError::UnsupportedType(_)
-            | KbError::TooLarge(_) => StatusCode::BAD_REQUEST,
-        };
-        // The codes are DESIGN.md's tool error codes, which the domain names.
-        Problem::refused(status, self.code(), self)
+        match self {
+            KbError::Store(s) => s.problem(),
+            KbError::Index(_) => Problem::internal("search index error", self),
+            // The codes are DESIGN.md's tool error codes, which the domain names.
+            _ => refusal(self.code(), self),
+        }
     }
 }
 
-impl ToProblem for IdentityError {
-    fn problem(&self) -> Problem {
-        use IdentityError as I;
-        let (status, code) = match self {
-            I::Store(s) => return s.problem(),
-            I::InvalidInput(_) => (StatusCode::BAD_REQUEST, "invalid_input"),
-            I::WeakPassword(_) => (StatusCode::BAD_REQUEST, "weak_password"),
-            I::DuplicateEmail(_) => (StatusCode::CONFLICT, "duplicate_email"),
-            I::DuplicateOrg(_) => (StatusCode::CONFLICT, "duplicate_org"),
-            I::UnknownOrg(_) => (StatusCode::NOT_FOUND, "unknown_org"),
-            I::UnknownPerson(_) => (StatusCode::NOT_FOUND, "unknown_person"),
-            I::BadCredentials => (StatusCode::UNAUTHORIZED, "bad_credentials"),
-            I::BadSecondFactor => (StatusCode::UNAUTHORIZED, "bad_second_factor"),
-            I::NotMember(_) => (StatusCode::NOT_FOUND, "not_member"),
-            I::AlreadyMember(_) => (StatusCode::CONFLICT, "already_member"),
-            I::LastAdmin => (StatusCode::CONFLICT, "last_admin"),
-            I::MemberElsewhere(_) => (StatusCode::FORBIDDEN, "member_elsewhere"),
-            I::Disabled => (StatusCode::FORBIDDEN, "account_disabled"),
-            I::LinkUnknown => (StatusCode::NOT_FOUND, "link_unknown"),
-            I::LinkUsed => (StatusCode::GONE, "link_used"),
-            I::LinkExpired => (StatusCode::GONE, "link_expired"),
-            I::TooManyAttempts { .. } => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
-            I::Busy { .. } => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
-            I::Interrupted => return Problem::internal("identity check interrupted", self),
-        };
-        Problem::refused(status, code, self)
-    }
-}
-
-impl ToProblem for PatError {
-    fn problem(&self) -> Problem {
-        let (status, code) = match self {
-            PatError::Store(s) => return s.problem(),
-            PatError::Identity(e) => return e.problem(),
-            PatError::InvalidInput(_) => (StatusCode::BAD_REQUEST, "invalid_input"),
-            PatError::Disabled => (StatusCode::FORBIDDEN, "personal_tokens_denied"),
-            PatError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
-        };
-        Problem::refused(status, code, self)
-    }
-}
-
-impl ToProblem for TriggerError {
-    fn problem(&self) -> Problem {
-        use TriggerError as T;
-        let (status, code) = match self {
-            T::Store(s) => return s.problem(),
-            T::UnknownTrigger => (StatusCode::NOT_FOUND, "unknown_trigger"),
-            T::RunNotFound => (StatusCode::NOT_FOUND, "not_found"),
-            T::UnknownOrg(_) => (StatusCode::NOT_FOUND, "unknown_org"),
-            T::UnknownAgent(_) => (StatusCode::NOT_FOUND, "unknown_agent"),
-            T::UnknownProject(_) => (StatusCode::NOT_FOUND, "unknown_project"),
-            T::InvalidToken => (StatusCode::UNAUTHORIZED, "invalid_token"),
-            T::AccessDenied => (StatusCode::FORBIDDEN, "access_denied"),
-            T::NotStarted(_) => (StatusCode::CONFLICT, "not_started"),
-            T::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
-            T::InvalidKey(_) => (StatusCode::BAD_REQUEST, "invalid_key"),
-            T::BadBody(_) => (StatusCode::BAD_REQUEST, "bad_body"),
-            T::InvalidInput(_) => (StatusCode::BAD_REQUEST, "invalid_input"),
-            T::NotGeneric(_) => (StatusCode::BAD_REQUEST, "not_generic"),
-            T::ProjectNotReady(_) => (StatusCode::BAD_REQUEST, "project_not_ready"),
-        };
-        Problem::refused(status, code, self)
-    }
-}
-
-impl ToProblem for RequestError {
-    fn problem(&self) -> Problem {
-        use RequestError as R;
-        let (status, code) = match self {
-            R::Store(s) => return s.problem(),
-            R::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
-            R::UnknownOrg(_) => (StatusCode::NOT_FOUND, "unknown_org"),
-            R::InvalidInput(_) => (StatusCode::BAD_REQUEST, "invalid_input"),
-            R::AppClosed(_) => (StatusCode::CONFLICT, "app_closed"),
-        };
-        Problem::refused(status, code, self)
-    }
-}
-
-impl ToProblem for AgentError {
-    fn problem(&self) -> Problem {
-        let (status, code) = match self {
-            AgentError::Store(s) => return s.problem(),
-            AgentError::InvalidInput(_) => (StatusCode::BAD_REQUEST, "invalid_input"),
-            AgentError::UnknownOrg(_) => (StatusCode::NOT_FOUND, "unknown_org"),
-        };
-        Problem::refused(status, code, self)
-    }
-}
-
-impl ToProblem for CancelError {
-    fn problem(&self) -> Problem {
-        let (status, code) = match self {
-            CancelError::Store(s) => return s.problem(),
-            CancelError::NotFound(_) | CancelError::NotARun(_) => {
-                (StatusCode::NOT_FOUND, "not_found")
-            }
-            CancelError::Final { .. } => (StatusCode::CONFLICT, "run_ended"),
-        };
-        Problem::refused(status, code, self)
-    }
-}
-
-impl ToProblem for OAuthError {
-    fn problem(&self) -> Problem {
-        let status = match self {
-            OAuthError::Store(s) => {
-                return Problem {
-                    // RFC 6749's code for a server failure.
-                    code: self.code(),
-                    ..Problem::internal("store error in the authorization server", s)
+/// Errors whose every variant is a refusal with a machine code ([`refusal`]) or returns its
+/// own problem (a store failure, an internal one): `Type as e { pattern => "code" or return
+/// …(e), }`.
+macro_rules! refusals {
+    ($($t:ty as $e:ident { $($arms:tt)* })*) => {$(
+        impl ToProblem for $t {
+            fn problem(&self) -> Problem {
+                let $e = self;
+                let code = match $e {
+                    $($arms)*
                 };
+                refusal(code, $e)
             }
-            OAuthError::InvalidClient(_) => StatusCode::UNAUTHORIZED,
-            _ => StatusCode::BAD_REQUEST,
-        };
-        // The codes are the RFC 6749 / 7591 / 8707 ones, which the domain names.
-        Problem::refused(status, self.code(), self)
+        }
+    )*};
+}
+pub(crate) use refusals;
+
+refusals! {
+    IdentityError as e {
+        Self::Store(s) => return s.problem(),
+        Self::Interrupted => return Problem::internal("identity check interrupted", e),
+        Self::InvalidInput(_) => "invalid_input",
+        Self::WeakPassword(_) => "weak_password",
+        Self::DuplicateEmail(_) => "duplicate_email",
+        Self::DuplicateOrg(_) => "duplicate_org",
+        Self::UnknownOrg(_) => "unknown_org",
+        Self::UnknownPerson(_) => "unknown_person",
+        Self::BadCredentials => "bad_credentials",
+        Self::BadSecondFactor => "bad_second_factor",
+        Self::NotMember(_) => "not_member",
+        Self::AlreadyMember(_) => "already_member",
+        Self::LastAdmin => "last_admin",
+        Self::MemberElsewhere(_) => "member_elsewhere",
+        Self::Disabled => "account_disabled",
+        Self::InvitationForOther { .. } => "invitation_email",
+        Self::LinkUnknown => "link_unknown",
+        Self::LinkUsed => "link_used",
+        Self::LinkExpired => "link_expired",
+        Self::TooManyAttempts { .. } => "too_many_requests",
+        Self::Busy { .. } => "busy",
+    }
+    TriggerError as e {
+        Self::Store(s) => return s.problem(),
+        Self::UnknownTrigger => "unknown_trigger",
+        Self::RunNotFound => "not_found",
+        Self::UnknownOrg(_) => "unknown_org",
+        Self::UnknownAgent(_) => "unknown_agent",
+        Self::UnknownProject(_) => "unknown_project",
+        Self::InvalidToken => "invalid_token",
+        Self::AccessDenied => "access_denied",
+        Self::NotStarted(_) => "not_started",
+        Self::BodyTooLarge => "body_too_large",
+        Self::InvalidKey(_) => "invalid_key",
+        Self::BadBody(_) => "bad_body",
+        Self::InvalidInput(_) => "invalid_input",
+        Self::NotGeneric(_) => "not_generic",
+        Self::ProjectNotReady(_) => "project_not_ready",
+    }
+    RequestError as e {
+        Self::Store(s) => return s.problem(),
+        Self::NotFound(_) => "not_found",
+        Self::UnknownOrg(_) => "unknown_org",
+        Self::InvalidInput(_) => "invalid_input",
+        Self::AppClosed(_) => "app_closed",
+    }
+    AgentError as e {
+        Self::Store(s) => return s.problem(),
+        Self::InvalidInput(_) => "invalid_input",
+        Self::UnknownOrg(_) => "unknown_org",
+    }
+    CancelError as e {
+        Self::Store(s) => return s.problem(),
+        Self::NotFound(_) | Self::NotARun(_) => "not_found",
+        Self::Final { .. } => "run_ended",
+    }
+    LinkError as e {
+        Self::Expired => "link_expired",
+        Self::Malformed => "link_malformed",
+        Self::BadSignature => "link_bad_signature",
     }
 }
 
-impl ToProblem for BearerError {
+impl ToProblem for OidcError {
     fn problem(&self) -> Problem {
-        // RFC 6750: every unusable token, whatever the reason, is `invalid_token`.
-        Problem::new(StatusCode::UNAUTHORIZED, "invalid_token", self.reason())
-    }
-}
-
-impl ToProblem for LinkError {
-    fn problem(&self) -> Problem {
-        let (status, code) = match self {
-            LinkError::Expired => (StatusCode::GONE, "link_expired"),
-            LinkError::Malformed => (StatusCode::FORBIDDEN, "link_malformed"),
-            LinkError::BadSignature => (StatusCode::FORBIDDEN, "link_bad_signature"),
+        use OidcError as O;
+        let code = match self {
+            O::Identity(e) => return e.problem(),
+            // The detail (addresses, the provider's answers) is for the operator's log.
+            O::Unavailable { .. } => {
+                tracing::warn!(error = %self, "sign-in provider unavailable");
+                return Problem::new(
+                    StatusCode::BAD_GATEWAY,
+                    "oidc_unavailable",
+                    "the sign-in provider could not be used; try again later",
+                );
+            }
+            O::UnknownProvider(_) => "oidc_unknown_provider",
+            O::State => "oidc_state",
+            O::Refused(_) => "oidc_refused",
+            O::IdToken(_) => "oidc_id_token",
+            O::NoEmail => "oidc_no_email",
+            O::Unverified(_) => "oidc_unverified",
+            O::UnknownEmail(_) => "oidc_unknown_email",
         };
-        Problem::refused(status, code, self)
+        refusal(code, self)
     }
 }
 
@@ -290,20 +299,6 @@ json_error_from!(
     LinkError
 );
 
-/// An OAuth error as RFC 6749 / 7591 JSON: `{"error", "error_description"}`, never cached.
-pub fn oauth_error(e: &OAuthError) -> Response {
-    let p = e.problem();
-    (
-        p.status,
-        [
-            (axum::http::header::CACHE_CONTROL, "no-store"),
-            (axum::http::header::PRAGMA, "no-cache"),
-        ],
-        axum::Json(json!({"error": p.code, "error_description": p.message})),
-    )
-        .into_response()
-}
-
 /// Counts a request of `key` against `limiter`; the 429 response when over.
 pub fn rate_limited<K: crate::ratelimit::LimitKey>(
     limiter: &crate::ratelimit::Limiter<K>,
@@ -349,173 +344,128 @@ mod tests {
     /// A store failure: 500, `internal`, and none of its text.
     fn assert_hidden(p: &Problem) {
         assert_eq!(p.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(p.code, INTERNAL);
         assert_eq!(p.message, INTERNAL_MESSAGE);
-        assert!(!p.message.contains("SECRET_TABLE"));
-    }
-
-    fn sc(p: Problem) -> (u16, &'static str) {
-        (p.status.as_u16(), p.code)
     }
 
     #[test]
-    fn store_errors_are_internal_and_never_shown() {
-        let p = store_error().problem();
-        assert_hidden(&p);
-        assert_eq!(p.code, "internal");
-        let j = JsonError::from(store_error());
-        assert_eq!(j.status, StatusCode::INTERNAL_SERVER_ERROR);
-        assert_eq!(j.message, "internal error");
+    fn store_and_internal_failures_are_never_shown() {
+        for p in [
+            store_error().problem(),
+            KbError::Index("SECRET_TABLE index broke".into()).problem(),
+            KbError::Store(store_error()).problem(),
+            IdentityError::Store(store_error()).problem(),
+            IdentityError::Interrupted.problem(),
+            TriggerError::Store(store_error()).problem(),
+            RequestError::Store(store_error()).problem(),
+            AgentError::Store(store_error()).problem(),
+            CancelError::Store(store_error()).problem(),
+        ] {
+            assert_hidden(&p);
+        }
+        let j = JsonError::from(TriggerError::Store(store_error()));
+        assert_eq!(
+            (j.status, j.message.as_str()),
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+        );
     }
 
+    /// Each refusal: its status and code (one status per code, whoever refuses), in the
+    /// domain's own words.
     #[test]
-    fn kb_errors() {
-        let p = KbError::InvalidInput("path is empty".into()).problem();
-        assert_eq!(sc(p.clone()), (400, "invalid_input"));
-        assert_eq!(p.message, "path is empty");
-        assert_eq!(
-            sc(KbError::NotFound("no such document".into()).problem()),
-            (404, "not_found")
-        );
-        assert_eq!(
-            sc(KbError::PathNotAllowed("x".into()).problem()),
-            (400, "path_not_allowed")
-        );
-        assert_eq!(
-            sc(KbError::VersionConflict {
-                message: "x".into(),
-                current_version: Some(2)
-            }
-            .problem()),
-            (409, "version_conflict")
-        );
-        let p = KbError::Index("SECRET_TABLE index broke".into()).problem();
-        assert_hidden(&p);
-        assert_eq!(p.code, "internal");
-        let p = KbError::Store(store_error()).problem();
-        assert_hidden(&p);
-        assert_eq!(p.code, "internal");
-    }
-
-    #[test]
-    fn identity_errors() {
-        let p = IdentityError::WeakPassword("it is empty".into()).problem();
-        assert_eq!(sc(p.clone()), (400, "weak_password"));
-        assert_eq!(p.message, "password refused: it is empty");
-        assert_eq!(
-            sc(IdentityError::UnknownOrg("acme".into()).problem()),
-            (404, "unknown_org")
-        );
-        assert_eq!(
-            sc(IdentityError::DuplicateEmail("a@b".into()).problem()),
-            (409, "duplicate_email")
-        );
-        assert_eq!(
-            sc(IdentityError::BadCredentials.problem()),
-            (401, "bad_credentials")
-        );
-        assert_hidden(&IdentityError::Store(store_error()).problem());
-    }
-
-    #[test]
-    fn trigger_errors() {
-        assert_eq!(
-            sc(TriggerError::UnknownTrigger.problem()),
-            (404, "unknown_trigger")
-        );
-        assert_eq!(
-            sc(TriggerError::InvalidToken.problem()),
-            (401, "invalid_token")
-        );
-        assert_eq!(
-            sc(TriggerError::AccessDenied.problem()),
-            (403, "access_denied")
-        );
-        assert_eq!(
-            sc(TriggerError::BodyTooLarge.problem()),
-            (413, "body_too_large")
-        );
-        assert_eq!(
-            sc(TriggerError::ProjectNotReady(7).problem()),
-            (400, "project_not_ready")
-        );
+    fn refusals_answer_with_the_status_of_their_code() {
+        let busy = IdentityError::Busy {
+            retry_after: std::time::Duration::from_secs(1),
+        };
+        let ended = CancelError::Final {
+            id: 1,
+            status: "succeeded",
+        };
+        let conflict = KbError::VersionConflict {
+            message: "x".into(),
+            current_version: Some(2),
+        };
+        let x = || "x".to_owned();
+        let cases: Vec<(Problem, u16, &str)> = vec![
+            (KbError::InvalidInput(x()).problem(), 400, "invalid_input"),
+            (KbError::NotFound(x()).problem(), 404, "not_found"),
+            (
+                KbError::PathNotAllowed(x()).problem(),
+                400,
+                "path_not_allowed",
+            ),
+            (conflict.problem(), 409, "version_conflict"),
+            (
+                IdentityError::WeakPassword(x()).problem(),
+                400,
+                "weak_password",
+            ),
+            (IdentityError::UnknownOrg(x()).problem(), 404, "unknown_org"),
+            (
+                IdentityError::DuplicateEmail(x()).problem(),
+                409,
+                "duplicate_email",
+            ),
+            (
+                IdentityError::BadCredentials.problem(),
+                401,
+                "bad_credentials",
+            ),
+            (busy.problem(), 503, "busy"),
+            (
+                TriggerError::UnknownTrigger.problem(),
+                404,
+                "unknown_trigger",
+            ),
+            (TriggerError::InvalidToken.problem(), 401, "invalid_token"),
+            (TriggerError::AccessDenied.problem(), 403, "access_denied"),
+            (TriggerError::BodyTooLarge.problem(), 413, "body_too_large"),
+            (
+                TriggerError::ProjectNotReady(7).problem(),
+                400,
+                "project_not_ready",
+            ),
+            (
+                RequestError::InvalidInput(x()).problem(),
+                400,
+                "invalid_input",
+            ),
+            (RequestError::NotFound(x()).problem(), 404, "not_found"),
+            (RequestError::AppClosed(x()).problem(), 409, "app_closed"),
+            (RequestError::UnknownOrg(x()).problem(), 404, "unknown_org"),
+            (
+                AgentError::InvalidInput(x()).problem(),
+                400,
+                "invalid_input",
+            ),
+            (AgentError::UnknownOrg(x()).problem(), 404, "unknown_org"),
+            (ended.problem(), 409, "run_ended"),
+            (LinkError::Expired.problem(), 410, "link_expired"),
+            (LinkError::BadSignature.problem(), 403, "link_bad_signature"),
+            (LinkError::Malformed.problem(), 403, "link_malformed"),
+        ];
+        for (p, status, code) in cases {
+            assert_eq!((p.status.as_u16(), p.code), (status, code), "{p:?}");
+        }
+        assert_eq!(status_of("a_code_nobody_knows"), StatusCode::BAD_REQUEST);
+        let words = [
+            (
+                KbError::InvalidInput("path is empty".into()).problem(),
+                "path is empty",
+            ),
+            (
+                IdentityError::WeakPassword("it is empty".into()).problem(),
+                "password refused: it is empty",
+            ),
+            (LinkError::Malformed.problem(), "malformed download link"),
+        ];
+        for (p, message) in words {
+            assert_eq!(p.message, message);
+        }
         let j = JsonError::from(TriggerError::UnknownTrigger);
         assert_eq!(
             (j.status, j.message.as_str()),
             (StatusCode::NOT_FOUND, "Unknown event trigger")
         );
-        assert_hidden(&TriggerError::Store(store_error()).problem());
-        let j = JsonError::from(TriggerError::Store(store_error()));
-        assert_eq!(j.message, "internal error");
-    }
-
-    #[test]
-    fn request_errors() {
-        let p = RequestError::InvalidInput("choose an app".into()).problem();
-        assert_eq!(sc(p.clone()), (400, "invalid_input"));
-        assert_eq!(p.message, "choose an app");
-        assert_eq!(
-            sc(RequestError::NotFound("No such app.".into()).problem()),
-            (404, "not_found")
-        );
-        assert_eq!(
-            sc(RequestError::AppClosed("closed".into()).problem()),
-            (409, "app_closed")
-        );
-        assert_eq!(
-            sc(RequestError::UnknownOrg("x".into()).problem()),
-            (404, "unknown_org")
-        );
-        assert_hidden(&RequestError::Store(store_error()).problem());
-    }
-
-    #[test]
-    fn agent_errors() {
-        assert_eq!(
-            sc(AgentError::InvalidInput("x".into()).problem()),
-            (400, "invalid_input")
-        );
-        assert_eq!(
-            sc(AgentError::UnknownOrg("x".into()).problem()),
-            (404, "unknown_org")
-        );
-        assert_hidden(&AgentError::Store(store_error()).problem());
-    }
-
-    #[test]
-    fn oauth_errors_keep_their_rfc_codes() {
-        assert_eq!(
-            sc(OAuthError::InvalidClient("who?".into()).problem()),
-            (401, "invalid_client")
-        );
-        assert_eq!(
-            sc(OAuthError::InvalidGrant("used".into()).problem()),
-            (400, "invalid_grant")
-        );
-        assert_eq!(
-            sc(OAuthError::AccessDenied.problem()),
-            (400, "access_denied")
-        );
-        let p = OAuthError::Store(store_error()).problem();
-        assert_hidden(&p);
-        assert_eq!(p.code, "server_error");
-    }
-
-    #[test]
-    fn bearer_errors() {
-        let p = BearerError::Expired.problem();
-        assert_eq!(sc(p.clone()), (401, "invalid_token"));
-        assert_eq!(p.message, "token expired");
-    }
-
-    #[test]
-    fn link_errors() {
-        assert_eq!(sc(LinkError::Expired.problem()), (410, "link_expired"));
-        assert_eq!(
-            sc(LinkError::BadSignature.problem()),
-            (403, "link_bad_signature")
-        );
-        let p = LinkError::Malformed.problem();
-        assert_eq!(sc(p.clone()), (403, "link_malformed"));
-        assert_eq!(p.message, "malformed download link");
     }
 }

@@ -27,6 +27,8 @@ const SECRET_PARAMS: &[&str] = &[
     "password",
     "secret",
     "state",
+    // An invitation's token, when its page's provider button starts a sign-in.
+    "invite",
 ];
 
 /// The query string with the values of secret-bearing parameters replaced by `REDACTED`.
@@ -125,6 +127,10 @@ mod tests {
         assert_eq!(
             redact_query("client%5fsecret=abc"),
             "client%5fsecret=REDACTED"
+        );
+        assert_eq!(
+            redact_query("invite=kb_inv_abc&next=%2Fportal"),
+            "invite=REDACTED&next=%2Fportal"
         );
         assert_eq!(redact_path("/files/abc.def"), "/files/REDACTED");
         assert_eq!(redact_path("/invite/kb_inv_abc"), "/invite/REDACTED");

@@ -53,10 +53,8 @@ pub struct TlsListener {
 }
 
 impl TlsListener {
-    pub fn new(listener: TcpListener, acceptor: TlsAcceptor) -> TlsListener {
-        let local = listener
-            .local_addr()
-            .expect("bound listener has an address");
+    /// Serves TLS on `listener`, bound to `local`.
+    pub fn new(listener: TcpListener, local: SocketAddr, acceptor: TlsAcceptor) -> TlsListener {
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(async move {
             loop {

@@ -291,39 +291,88 @@ pub fn accept_invitation(
         check_strength(password, &inv.email)?;
         Some((name, hash_password(password)))
     };
-    store.write(|tx| {
-        let (k, mut inv) = live_invitation(tx, token, now)?;
-        let known = tx.get::<u64>(PEOPLE_BY_EMAIL, inv.email.as_bytes())?;
-        let person: Person = match (known, new_account) {
-            (Some(id), None) => tx
-                .get(PEOPLE, &key::id(id))?
-                .ok_or(IdentityError::LinkUnknown)?,
-            (None, Some((name, password_hash))) => {
-                super::create_person_in(tx, inv.email.clone(), name, password_hash, now)?
-            }
-            // The account appeared or vanished since the page was shown: show it again.
-            _ => return Err(IdentityError::DuplicateEmail(inv.email.clone())),
-        };
-        let mk = key::pair(inv.org_id, person.id);
-        if tx.get::<Membership>(MEMBERSHIPS, &mk)?.is_none() {
-            let m = Membership {
-                org_id: inv.org_id,
-                person_id: person.id,
-                role: inv.role,
-                may_connect: false,
-                created_at: now,
-            };
-            tx.put(MEMBERSHIPS, &mk, &m)?;
-            tx.put(
-                MEMBERSHIPS_BY_PERSON,
-                &key::pair(person.id, inv.org_id),
-                &(),
-            )?;
+    store.write(|tx| join_in(tx, token, new_account, now))
+}
+
+/// Accepts an invitation as someone an identity provider has signed in with `email`, an
+/// address it verified: refused ([`IdentityError::InvitationForOther`]) unless the invitation
+/// is for that address. An existing account joins without its password (the provider proved
+/// the address the account is known by; a disabled one is refused); a new one is made with
+/// `name` (the email's local part when the provider gave none) and `password_hash`, a
+/// password nobody knows. The link is used up in the same transaction.
+pub fn accept_invitation_verified(
+    store: &Store,
+    token: &str,
+    email: &str,
+    name: Option<&str>,
+    password_hash: String,
+    now: Timestamp,
+) -> Result<Person, IdentityError> {
+    let (inv, _, existing) = open_invitation(store, token, now)?;
+    let email = normalize_email(email)?;
+    if inv.email != email {
+        return Err(IdentityError::InvitationForOther {
+            invited: inv.email,
+            signed_in: email,
+        });
+    }
+    let new_account = if existing {
+        let p = store
+            .read(|tx| person_by_email(tx, &inv.email))?
+            .ok_or(IdentityError::LinkUnknown)?;
+        if p.disabled_at.is_some() {
+            return Err(IdentityError::Disabled);
         }
-        inv.used_at = Some(now);
-        tx.put(INVITATIONS, &k, &inv)?;
-        Ok(person)
-    })
+        None
+    } else {
+        let name = name
+            .and_then(|n| check_name("name", n, 200).ok())
+            .unwrap_or_else(|| email.split('@').next().unwrap_or_default().to_owned());
+        Some((name, password_hash))
+    };
+    store.write(|tx| join_in(tx, token, new_account, now))
+}
+
+/// The write of an accepted invitation: the account (the existing one, or a new one from
+/// `new_account`: name and password hash) becomes a member with the invited role, and the
+/// link is used up.
+fn join_in(
+    tx: &mut WriteTx,
+    token: &str,
+    new_account: Option<(String, String)>,
+    now: Timestamp,
+) -> Result<Person, IdentityError> {
+    let (k, mut inv) = live_invitation(tx, token, now)?;
+    let known = tx.get::<u64>(PEOPLE_BY_EMAIL, inv.email.as_bytes())?;
+    let person: Person = match (known, new_account) {
+        (Some(id), None) => tx
+            .get(PEOPLE, &key::id(id))?
+            .ok_or(IdentityError::LinkUnknown)?,
+        (None, Some((name, password_hash))) => {
+            super::create_person_in(tx, inv.email.clone(), name, password_hash, now)?
+        }
+        // The account appeared or vanished since the page was shown: show it again.
+        _ => return Err(IdentityError::DuplicateEmail(inv.email.clone())),
+    };
+    let mk = key::pair(inv.org_id, person.id);
+    if tx.get::<Membership>(MEMBERSHIPS, &mk)?.is_none() {
+        let m = Membership {
+            org_id: inv.org_id,
+            person_id: person.id,
+            role: inv.role,
+            may_connect: false,
+            created_at: now,
+        };
+        tx.put(MEMBERSHIPS, &mk, &m)?;
+        tx.put(
+            MEMBERSHIPS_BY_PERSON,
+            &key::pair(person.id, inv.org_id),
+            &(),
+        )?;
+    }
+    inv.used_at = Some(now);
+    tx.put(INVITATIONS, &k, &inv)?;
+    Ok(person)
 }
 
 /// Issues a password-reset link for a person (valid [`RESET_LIFETIME_SECS`], once), in the

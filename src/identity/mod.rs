@@ -8,6 +8,7 @@
 
 pub mod login;
 mod members;
+pub mod oidc;
 mod password;
 pub mod sessions;
 mod totp;
@@ -24,8 +25,9 @@ use crate::store::{
 pub use login::LoginGuard;
 pub use members::{
     INVITATION_LIFETIME_SECS, INVITATION_PREFIX, Invitation, MemberChange, RESET_LIFETIME_SECS,
-    RESET_PREFIX, ResetLink, accept_invitation, check_removable, invite, issue_reset_in,
-    member_by_email, open_invitation, open_reset, remove_member_in, set_member, use_reset_in,
+    RESET_PREFIX, ResetLink, accept_invitation, accept_invitation_verified, check_removable,
+    invite, issue_reset_in, member_by_email, open_invitation, open_reset, remove_member_in,
+    set_member, use_reset_in,
 };
 pub use password::{check_strength, hash_password, verify_password_hash};
 pub use totp::{TotpEnrolment, code_at};
@@ -61,6 +63,8 @@ pub enum IdentityError {
     LastAdmin,
     #[error("this account is disabled; ask an administrator")]
     Disabled,
+    #[error("this invitation is for {invited}, but the sign-in was as {signed_in}")]
+    InvitationForOther { invited: String, signed_in: String },
     #[error("this link is not valid")]
     LinkUnknown,
     #[error("this link has been used already")]
@@ -112,6 +116,15 @@ impl ConnectorAccess {
             Self::Nobody => "nobody",
         }
     }
+
+    /// Whether a member with the right to connect `may_connect` may connect under this policy.
+    pub fn allows(self, may_connect: bool) -> bool {
+        match self {
+            Self::AllMembers => true,
+            Self::SelectedMembers => may_connect,
+            Self::Nobody => false,
+        }
+    }
 }
 
 impl std::str::FromStr for ConnectorAccess {
@@ -136,6 +149,16 @@ pub enum PersonalTokens {
     #[default]
     Allow,
     Deny,
+}
+
+impl PersonalTokens {
+    /// The name the command line, forms and audit records use (`allow`, `deny`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+        }
+    }
 }
 
 impl std::str::FromStr for PersonalTokens {
@@ -399,17 +422,22 @@ pub fn set_org_policy(
     })
 }
 
-/// Allows or denies an organisation's personal access tokens.
+/// Allows or denies an organisation's personal access tokens. Audited (`org.set`,
+/// `personal_tokens=…`).
 pub fn set_personal_tokens(
     store: &Store,
+    by: &Actor,
     slug: &str,
     setting: PersonalTokens,
+    now: Timestamp,
 ) -> Result<Org, IdentityError> {
     store.write(|tx| {
         let mut org =
             org_by_slug(tx, slug)?.ok_or_else(|| IdentityError::UnknownOrg(slug.to_owned()))?;
         org.personal_tokens = setting;
         tx.put(ORGS, &key::id(org.id), &org)?;
+        let target = format!("personal_tokens={}", setting.as_str());
+        audit::admin_in(tx, org.id, by, "org.set", &target, now)?;
         Ok(org)
     })
 }
@@ -805,12 +833,7 @@ pub fn connector_access(
     if person.disabled_at.is_some() {
         return Ok(Err(AccessDenied::Disabled));
     }
-    let allowed = match org.connector_access {
-        ConnectorAccess::AllMembers => true,
-        ConnectorAccess::SelectedMembers => m.may_connect,
-        ConnectorAccess::Nobody => false,
-    };
-    if !allowed {
+    if !org.connector_access.allows(m.may_connect) {
         return Ok(Err(AccessDenied::ConnectingNotAllowed));
     }
     if org.require_second_factor && !person.has_second_factor() {

@@ -32,6 +32,17 @@ pub struct Session {
 
 /// Starts a session for a person whose password was checked; returns the cookie token.
 pub fn create(store: &Store, person_id: u64, now: Timestamp) -> Result<String, StoreError> {
+    create_with(store, person_id, now, false).map(|(token, _)| token)
+}
+
+/// Starts a session with the second factor already passed or not (passed: a sign-in with an
+/// identity provider trusted for it, `skip_second_factor`); the token and the session.
+pub fn create_with(
+    store: &Store,
+    person_id: u64,
+    now: Timestamp,
+    second_factor: bool,
+) -> Result<(String, Session), StoreError> {
     let token = new_secret(PREFIX);
     let s = Session {
         person_id,
@@ -39,10 +50,10 @@ pub fn create(store: &Store, person_id: u64, now: Timestamp) -> Result<String, S
         expires_at: now
             .saturating_add(SignedDuration::from_secs(SESSION_LIFETIME_SECS))
             .unwrap_or(now),
-        second_factor: false,
+        second_factor,
     };
     store.write(|tx| tx.put(SESSIONS, &hash_secret(&token), &s))?;
-    Ok(token)
+    Ok((token, s))
 }
 
 /// The live session of a cookie token and its person: `(hash, session, person)`.

@@ -14,7 +14,11 @@
 )]
 
 use std::io::Write;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{CWD, Dir, Mode, OFlags, mkdirat, openat};
+use rustix::io::Errno;
 
 use serde::Serialize;
 
@@ -114,34 +118,162 @@ fn report(progress: &mut dyn FnMut(u64, u64), done: u64, total: u64) {
     }
 }
 
+/// The export folder `dir`, opened: created here (its parents as needed), or an empty folder
+/// that exists. Its last component must not be a symbolic link (in a folder others may write
+/// to, such as `/tmp`, someone could point it elsewhere), and it is checked empty through the
+/// descriptor that every file is then written through.
+fn open_root(dir: &Path) -> Result<OwnedFd, KbError> {
+    match std::fs::create_dir(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(parent) = dir.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
+            }
+            match std::fs::create_dir(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_error(dir, e)),
+            }
+        }
+        Err(e) => return Err(io_error(dir, e)),
+    }
+    let root = match open_dir(CWD, dir) {
+        Ok(fd) => fd,
+        // (`O_NOFOLLOW` with `O_DIRECTORY` gives either for a link, by system.)
+        Err(Errno::LOOP | Errno::NOTDIR) => {
+            let link = std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink());
+            return Err(KbError::InvalidInput(if link {
+                format!(
+                    "{} is a symbolic link; name the folder itself",
+                    dir.display()
+                )
+            } else {
+                format!("{} is a file, not a folder", dir.display())
+            }));
+        }
+        Err(e) => return Err(io_error(dir, e.into())),
+    };
+    let entries = Dir::read_from(&root).map_err(|e| io_error(dir, e.into()))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| io_error(dir, e.into()))?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            return Err(KbError::InvalidInput(format!(
+                "{} is not empty; export into a new or empty folder",
+                dir.display()
+            )));
+        }
+    }
+    Ok(root)
+}
+
+/// Opens the folder `name` under `at` without following a symbolic link.
+fn open_dir<P: rustix::path::Arg>(at: impl AsFd, name: P) -> Result<OwnedFd, Errno> {
+    openat(
+        at,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// A symbolic link or a file where the export needs a folder: something else wrote there.
+fn not_a_folder(path: &Path) -> KbError {
+    KbError::PathNotAllowed(format!(
+        "{} is a symbolic link or a file, not a folder the export made; export stopped",
+        path.display()
+    ))
+}
+
+/// The folders of the document being written, each opened relative to the one above it (the
+/// export folder first) and never through a symbolic link: a link planted in the tree while
+/// the export runs is refused, not followed out of it. Documents come in path order, so the
+/// open folders are kept for the next document in the same folder.
+struct Tree<'a> {
+    dir: &'a Path,
+    root: OwnedFd,
+    /// The open folders below the root, outermost first, with their names.
+    open: Vec<(std::ffi::OsString, OwnedFd)>,
+}
+
+impl Tree<'_> {
+    /// The descriptor of the folder `folders` (names below the root), made where missing.
+    fn folder(&mut self, folders: &[&std::ffi::OsStr]) -> Result<&OwnedFd, KbError> {
+        let same = self
+            .open
+            .iter()
+            .zip(folders)
+            .take_while(|((open, _), want)| open.as_os_str() == **want)
+            .count();
+        self.open.truncate(same);
+        for name in folders.iter().skip(same) {
+            let at = self.open.last().map_or(&self.root, |(_, fd)| fd);
+            let shown = || {
+                let mut p = self.dir.to_path_buf();
+                p.extend(self.open.iter().map(|(n, _)| n));
+                p.push(name);
+                p
+            };
+            let fd = match open_dir(at, *name) {
+                Ok(fd) => fd,
+                Err(Errno::NOENT) => {
+                    match mkdirat(at, *name, Mode::from_raw_mode(0o755)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => return Err(io_error(&shown(), e.into())),
+                    }
+                    open_dir(at, *name).map_err(|e| match e {
+                        Errno::LOOP | Errno::NOTDIR => not_a_folder(&shown()),
+                        e => io_error(&shown(), e.into()),
+                    })?
+                }
+                Err(Errno::LOOP | Errno::NOTDIR) => return Err(not_a_folder(&shown())),
+                Err(e) => return Err(io_error(&shown(), e.into())),
+            };
+            self.open.push(((*name).to_owned(), fd));
+        }
+        Ok(self.open.last().map_or(&self.root, |(_, fd)| fd))
+    }
+
+    /// Creates the file at `rel` (a path [`safe_relative`] gave) with `bytes`: a new file only,
+    /// never through a link or over something else put there.
+    fn write(&mut self, rel: &Path, bytes: &[u8]) -> Result<(), KbError> {
+        let target = self.dir.join(rel);
+        let names: Vec<&std::ffi::OsStr> = rel.iter().collect();
+        let Some((file, folders)) = names.split_last() else {
+            return Err(unsafe_path(&rel.to_string_lossy()));
+        };
+        let at = self.folder(folders)?;
+        let fd = openat(
+            at,
+            *file,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o644),
+        )
+        .map_err(|e| io_error(&target, e.into()))?;
+        std::fs::File::from(fd)
+            .write_all(bytes)
+            .map_err(|e| io_error(&target, e))
+    }
+}
+
 /// Writes every live document of the organisation as a file at its path under `dir`, which is
-/// created, or must be empty. `progress` receives (documents done, documents in all).
+/// created, or must be an empty folder (not a symbolic link). Every folder and file is opened
+/// relative to `dir` without following symbolic links, so nothing planted in the folder while
+/// the export runs can lead a file out of it. `progress` receives (documents done, documents
+/// in all).
 pub fn export_dir(
     store: &Store,
     org_id: u64,
     dir: &Path,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<ExportSummary, KbError> {
-    match std::fs::read_dir(dir) {
-        Ok(mut entries) => {
-            if entries.next().is_some() {
-                return Err(KbError::InvalidInput(format!(
-                    "{} is not empty; export into a new or empty folder",
-                    dir.display()
-                )));
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
-            return Err(KbError::InvalidInput(format!(
-                "{} is a file, not a folder",
-                dir.display()
-            )));
-        }
-        Err(e) => return Err(io_error(dir, e)),
-    }
+    let root = open_root(dir)?;
+    let mut tree = Tree {
+        dir,
+        root,
+        open: Vec::new(),
+    };
     let total = count_checked(store, org_id)?;
     let mut summary = ExportSummary::default();
     let mut done = 0;
@@ -149,17 +281,7 @@ pub fn export_dir(
     each_document(store, org_id, |doc| {
         let rel = safe_relative(&doc.path).ok_or_else(|| unsafe_path(&doc.path))?;
         if let Some(bytes) = bytes_of(store, &doc.hash)? {
-            let target = dir.join(rel);
-            if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
-            }
-            // `create_new`: never through a link or over a file something else put there.
-            let mut file = std::fs::File::options()
-                .write(true)
-                .create_new(true)
-                .open(&target)
-                .map_err(|e| io_error(&target, e))?;
-            file.write_all(&bytes).map_err(|e| io_error(&target, e))?;
+            tree.write(&rel, &bytes)?;
             summary.documents += 1;
             summary.bytes += bytes.len() as u64;
         }

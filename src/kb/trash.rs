@@ -24,6 +24,7 @@ use super::{
     Document, KbError, Version, doc_key, folder_conflict, get_document, log_change, path,
     version_key, versions,
 };
+use crate::audit::{self, Actor};
 use crate::store::{
     KB_CONTENT, KB_DOCS, KB_EXTRACTION, KB_TEXT, KB_TRASH, KB_VERSIONS, Read, Store, StoreError,
     WriteTx, key,
@@ -108,17 +109,18 @@ pub(crate) fn same_path(p: &str) -> KbError {
     KbError::InvalidInput(format!("`{p}` is already at that path"))
 }
 
-/// Moves the document at `path` to the trash with its whole history; the search index forgets
-/// it before this returns.
+/// Moves the document at `path` to the trash with its whole history, audited (`kb.delete`) in
+/// the same transaction; the search index forgets it before this returns.
 pub fn delete(
     store: &Store,
     index: &SearchIndex,
     org_id: u64,
     raw_path: &str,
-    by: Option<u64>,
+    by: &Actor,
     now: Timestamp,
 ) -> Result<TrashItem, KbError> {
     let p = path::normalize(raw_path)?;
+    let deleted_by = by.acting_person();
     let item = store.write(|tx| {
         let doc = get_document(tx, org_id, &p)?.ok_or_else(|| missing(&p))?;
         let all = take_out(tx, &doc)?;
@@ -127,8 +129,9 @@ pub fn delete(
             path: doc.path.clone(),
             version: doc.version,
             deleted_at: now,
-            deleted_by: by,
+            deleted_by,
         };
+        let target = format!("{} version {}", doc.path, doc.version);
         tx.put(
             KB_TRASH,
             &trash_key(org_id, seq),
@@ -136,9 +139,10 @@ pub fn delete(
                 doc,
                 versions: all,
                 deleted_at: now,
-                deleted_by: by,
+                deleted_by,
             },
         )?;
+        audit::admin_in(tx, org_id, by, "kb.delete", &target, now)?;
         Ok::<_, KbError>(item)
     })?;
     index.catch_up(store)?;
@@ -161,12 +165,14 @@ pub fn trash(tx: &impl Read, org_id: u64) -> Result<Vec<TrashItem>, StoreError> 
 }
 
 /// Brings the most recently deleted document at `path` back with its whole history (the same
-/// versions); refused while a live document holds the path.
+/// versions), audited (`kb.restore`); refused while a live document holds the path.
 pub fn restore(
     store: &Store,
     index: &SearchIndex,
     org_id: u64,
     raw_path: &str,
+    by: &Actor,
+    now: Timestamp,
 ) -> Result<TrashItem, KbError> {
     let p = path::normalize(raw_path)?;
     let item = store.write(|tx| {
@@ -178,6 +184,8 @@ pub fn restore(
             .ok_or_else(|| not_in_trash(&p))?;
         put_in(tx, &t.doc, &t.versions)?;
         tx.delete(KB_TRASH, &k)?;
+        let target = format!("{} version {}", t.doc.path, t.doc.version);
+        audit::admin_in(tx, org_id, by, "kb.restore", &target, now)?;
         Ok::<_, KbError>(TrashItem {
             path: t.doc.path,
             version: t.doc.version,
@@ -197,15 +205,17 @@ pub struct Moved {
     pub version: u64,
 }
 
-/// Moves (renames) the document at `from` to `to` with its whole history; refused when `to` is
-/// not a valid path or a live document holds it. The index drops the old path and finds the new
-/// one before this returns.
+/// Moves (renames) the document at `from` to `to` with its whole history, audited (`kb.move`);
+/// refused when `to` is not a valid path or a live document holds it. The index drops the old
+/// path and finds the new one before this returns.
 pub fn move_document(
     store: &Store,
     index: &SearchIndex,
     org_id: u64,
     from: &str,
     to: &str,
+    by: &Actor,
+    now: Timestamp,
 ) -> Result<Moved, KbError> {
     let from = path::normalize(from)?;
     let to = path::normalize(to)?;
@@ -221,6 +231,8 @@ pub fn move_document(
             ..doc
         };
         put_in(tx, &doc, &all)?;
+        let target = format!("{from} to {to}");
+        audit::admin_in(tx, org_id, by, "kb.move", &target, now)?;
         Ok::<_, KbError>(Moved {
             from: from.clone(),
             to: to.clone(),
@@ -231,8 +243,10 @@ pub fn move_document(
     Ok(moved)
 }
 
-/// Removes every trashed document deleted before `cutoff` (all organisations), then the content
-/// no version refers to any more; returns how many documents were purged.
+/// Removes every trashed document deleted before `cutoff` (all organisations); returns how many
+/// documents were purged. Their content goes with the next [`purge_orphaned_content`], which
+/// housekeeping runs every round whether or not trash expired, so a crash between the two
+/// leaves the content only until the next round.
 pub fn purge_trash(store: &Store, cutoff: Timestamp) -> Result<usize, StoreError> {
     /// Deletions per write transaction, so a large purge never holds the writer for long.
     const CHUNK: usize = 500;
@@ -246,16 +260,14 @@ pub fn purge_trash(store: &Store, cutoff: Timestamp) -> Result<usize, StoreError
         )
     })?;
     store.delete_in_chunks(KB_TRASH, &expired, CHUNK)?;
-    if !expired.is_empty() {
-        purge_orphaned_content(store)?;
-    }
     Ok(expired.len())
 }
 
 /// Removes content (and the text extracted from it) that no version of a live or trashed
 /// document refers to; returns how many contents were removed. One write transaction, so a
 /// write storing that content at the same moment is either before (and keeps it) or after
-/// (and stores it anew).
+/// (and stores it anew). Extracted text or an extraction record left for content that is gone
+/// (an extraction finishing after its content was removed) goes too, uncounted.
 pub fn purge_orphaned_content(store: &Store) -> Result<usize, StoreError> {
     store.write(|tx| {
         let mut referenced: HashSet<[u8; 32]> = HashSet::new();
@@ -272,13 +284,22 @@ pub fn purge_orphaned_content(store: &Store) -> Result<usize, StoreError> {
                 keep(&v.hash);
             }
         }
-        let orphans: Vec<Vec<u8>> = tx
-            .scan_keys(KB_CONTENT, b"", usize::MAX)?
-            .into_iter()
-            .filter(|k| <[u8; 32]>::try_from(k.as_slice()).is_ok_and(|h| !referenced.contains(&h)))
-            .collect();
+        let unreferenced = |tx: &WriteTx, table| -> Result<Vec<Vec<u8>>, StoreError> {
+            Ok(tx
+                .scan_keys(table, b"", usize::MAX)?
+                .into_iter()
+                .filter(|k| {
+                    <[u8; 32]>::try_from(k.as_slice()).is_ok_and(|h| !referenced.contains(&h))
+                })
+                .collect())
+        };
+        let orphans = unreferenced(tx, KB_CONTENT)?;
+        let mut derived = unreferenced(tx, KB_TEXT)?;
+        derived.extend(unreferenced(tx, KB_EXTRACTION)?);
         for k in &orphans {
             tx.delete(KB_CONTENT, k)?;
+        }
+        for k in orphans.iter().chain(&derived) {
             tx.delete(KB_TEXT, k)?;
             tx.delete(KB_EXTRACTION, k)?;
         }

@@ -21,7 +21,7 @@ use jiff::{SignedDuration, Timestamp};
 use super::Client;
 use super::clients::{ClientMetadata, MAX_CLIENT_ID_LEN, check_metadata};
 use crate::app::App;
-use crate::outbound::{self, Guard};
+use crate::outbound::{self, FetchError};
 use crate::store::{OAUTH_CLIENTS, StoreError};
 
 /// Largest document read.
@@ -160,65 +160,35 @@ async fn fetch(url: &url::Url, allow_http_loopback: bool) -> Result<Fetched, Cim
         url: shown.clone(),
         reason,
     };
-    let work = async {
-        let pinned = outbound::resolve(url, allow_http_loopback)
-            .await
-            .map_err(|e| match e {
-                Guard::Refused(reason) => refused(reason),
-                Guard::Unresolved(reason) => failed(reason),
-            })?;
-        let client = outbound::client(&pinned, FETCH_TIMEOUT).map_err(failed)?;
-        let mut response = client
-            .get(url.clone())
-            .header(reqwest::header::ACCEPT, "application/json")
-            .send()
-            .await
-            .map_err(|e| failed(describe(&e)))?;
-        let status = response.status();
-        if status.is_redirection() {
-            return Err(refused(format!(
-                "it answers with a redirect ({status}), and redirects are not followed"
-            )));
-        }
-        if !status.is_success() {
-            return Err(failed(format!("it answers {status}")));
-        }
-        if response
-            .content_length()
-            .is_some_and(|n| n > MAX_DOCUMENT as u64)
-        {
-            return Err(refused(format!("it is larger than {MAX_DOCUMENT} bytes")));
-        }
-        let fresh_for = freshness(response.headers());
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| failed(describe(&e)))? {
-            if body.len() + chunk.len() > MAX_DOCUMENT {
-                return Err(refused(format!("it is larger than {MAX_DOCUMENT} bytes")));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(Fetched { body, fresh_for })
-    };
-    match tokio::time::timeout(FETCH_TIMEOUT, work).await {
-        Ok(r) => r,
-        Err(_) => Err(failed(format!(
-            "no complete answer within {} seconds",
-            FETCH_TIMEOUT.as_secs()
-        ))),
+    let reply = outbound::fetch(
+        url,
+        allow_http_loopback,
+        FETCH_TIMEOUT,
+        MAX_DOCUMENT as u64,
+        |client| {
+            client
+                .get(url.clone())
+                .header(reqwest::header::ACCEPT, "application/json")
+        },
+    )
+    .await
+    .map_err(|e| match e {
+        FetchError::Refused(reason) => refused(reason),
+        FetchError::Failed(reason) => failed(reason),
+    })?;
+    let status = reply.status;
+    if status.is_redirection() {
+        return Err(refused(format!(
+            "it answers with a redirect ({status}), and redirects are not followed"
+        )));
     }
-}
-
-fn describe(e: &reqwest::Error) -> String {
-    if e.is_timeout() {
-        format!(
-            "no complete answer within {} seconds",
-            FETCH_TIMEOUT.as_secs()
-        )
-    } else if e.is_connect() {
-        "cannot connect".to_owned()
-    } else {
-        e.to_string()
+    if !status.is_success() {
+        return Err(failed(format!("it answers {status}")));
     }
+    Ok(Fetched {
+        fresh_for: freshness(&reply.headers),
+        body: reply.body,
+    })
 }
 
 /// How long a response stays fresh per its caching headers, kept within

@@ -42,8 +42,60 @@ pub fn revoke_person_credentials_in(
 ) -> Result<Revoked, StoreError> {
     Ok(Revoked {
         sessions: sessions::end_others_in(tx, person_id, keep_session)?,
-        grants: revoke_person_grants_in(tx, person_id, now)?,
+        grants: revoke_person_grants_in(tx, person_id, None, now)?,
         tokens: super::pats::revoke_all_of_person(tx, person_id, None, now)?,
+    })
+}
+
+/// Revokes every connection (grant) and personal access token of a person at once — the
+/// portal's "revoke all": someone removed at their organisation's identity provider can no
+/// longer sign in, but what they connected before stays until it is revoked.
+///
+/// - `within: Some(org_id)` (an organisation's admin, on a member's row): only that
+///   organisation's grants and tokens of the person, who must be a member of it
+///   ([`IdentityError::NotMember`] otherwise, with nothing changed); sessions stay, since they
+///   are the person's and not the organisation's.
+/// - `within: None` (the person themself): everything of theirs in every organisation, and
+///   every portal session but `keep_session`, as [`revoke_person_credentials_in`] does.
+///
+/// Audited (`connection.revoke_all`) in the organisation, or in each of the person's, in the
+/// same transaction. Returns what ended.
+pub fn revoke_all(
+    store: &Store,
+    by: &Actor,
+    person_id: u64,
+    within: Option<u64>,
+    keep_session: Option<&[u8; 32]>,
+    now: Timestamp,
+) -> Result<Revoked, IdentityError> {
+    store.write(|tx| {
+        let person = identity::person(tx, person_id)?
+            .ok_or_else(|| IdentityError::UnknownPerson(format!("#{person_id}")))?;
+        let (revoked, orgs) = match within {
+            Some(org_id) => {
+                if identity::member(tx, org_id, person_id)?.is_none() {
+                    return Err(IdentityError::NotMember(person.email.clone()));
+                }
+                let revoked = Revoked {
+                    sessions: 0,
+                    grants: revoke_person_grants_in(tx, person_id, Some(org_id), now)?,
+                    tokens: super::pats::revoke_all_of_person(tx, person_id, Some(org_id), now)?,
+                };
+                (revoked, vec![org_id])
+            }
+            None => (
+                revoke_person_credentials_in(tx, person_id, keep_session, now)?,
+                identity::org_ids_of(tx, person_id)?,
+            ),
+        };
+        let target = format!(
+            "{} grants={} tokens={}",
+            person.email, revoked.grants, revoked.tokens
+        );
+        for org_id in orgs {
+            audit::admin_in(tx, org_id, by, "connection.revoke_all", &target, now)?;
+        }
+        Ok(revoked)
     })
 }
 

@@ -208,6 +208,7 @@ pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError
         app,
         &app.grant_use_stamped,
         OAUTH_LAST_USED,
+        ctx.org_id,
         ctx.grant_id,
         now,
     );
@@ -302,21 +303,35 @@ fn revoke_in(tx: &mut WriteTx, grant_id: u64, now: Timestamp) -> Result<bool, St
     Ok(true)
 }
 
-/// Revokes every live grant of a person, in every organisation, in the caller's transaction;
-/// returns how many.
+/// Revokes every live grant of a person — in one organisation (`Some(org_id)`) or in every
+/// one (`None`) — in the caller's transaction; returns how many. The person's authorization
+/// codes there that were not exchanged yet go too: each would become a new grant, so a code
+/// asked for before (by whoever held the session a moment) must not outlive the revocation.
 pub(super) fn revoke_person_grants_in(
     tx: &mut WriteTx,
     person_id: u64,
+    org_id: Option<u64>,
     now: Timestamp,
 ) -> Result<usize, StoreError> {
     let theirs: Vec<u64> = tx
         .scan::<Grant>(OAUTH_GRANTS, b"")?
         .into_iter()
         .filter(|(_, g)| g.person_id == person_id && g.revoked_at.is_none())
+        .filter(|(_, g)| org_id.is_none_or(|o| o == g.org_id))
         .map(|(_, g)| g.id)
         .collect();
     for id in &theirs {
         revoke_in(tx, *id, now)?;
+    }
+    let codes: Vec<Vec<u8>> = tx
+        .scan::<CodeRecord>(OAUTH_CODES, b"")?
+        .into_iter()
+        .filter(|(_, c)| c.person_id == person_id && c.used_by_grant.is_none())
+        .filter(|(_, c)| org_id.is_none_or(|o| o == c.org_id))
+        .map(|(k, _)| k)
+        .collect();
+    for k in &codes {
+        tx.delete(OAUTH_CODES, k)?;
     }
     Ok(theirs.len())
 }
@@ -620,18 +635,9 @@ pub fn remove_member(
             .map(|p| p.email)
             .unwrap_or_else(|| format!("#{person_id}"));
         audit::admin_in(tx, org_id, by, "member.remove", &email, now)?;
-        let theirs: Vec<u64> = tx
-            .scan::<Grant>(OAUTH_GRANTS, b"")?
-            .into_iter()
-            .filter(|(_, g)| g.org_id == org_id && g.person_id == person_id)
-            .filter(|(_, g)| g.revoked_at.is_none())
-            .map(|(_, g)| g.id)
-            .collect();
-        for id in &theirs {
-            revoke_in(tx, *id, now)?;
-        }
+        let revoked = revoke_person_grants_in(tx, person_id, Some(org_id), now)?;
         super::pats::revoke_all_of_person(tx, person_id, Some(org_id), now)?;
-        Ok(theirs.len())
+        Ok(revoked)
     })
 }
 

@@ -36,7 +36,8 @@ pub use clients::{
     Client, ClientMetadata, RegisteredClient, authenticate_client, get_client, register_client,
 };
 pub use credentials::{
-    Revoked, change_password, issue_reset, revoke_person_credentials_in, set_password, use_reset,
+    Revoked, change_password, issue_reset, revoke_all, revoke_person_credentials_in, set_password,
+    use_reset,
 };
 pub use grants::{
     AccessContext, CodeExchange, Connection, Grant, NewCode, NewGrant, TokenPair, check_bearer,
@@ -135,9 +136,14 @@ pub(crate) fn stamp_last_use(
     app: &crate::app::App,
     stamped: &dashmap::DashMap<u64, jiff::Timestamp>,
     table: crate::store::Table,
+    org_id: u64,
     id: u64,
     now: jiff::Timestamp,
 ) {
+    // Not for an organisation being removed: the stamp would outlive its grant or token.
+    let Some(_pass) = app.org_gate.enter(org_id) else {
+        return;
+    };
     let due = match stamped.get(&id) {
         Some(t) => now.duration_since(*t) >= LAST_USE_EVERY,
         None => true,

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{AccessContext, BearerError, SCOPES, hash_secret, new_secret};
 use crate::app::App;
+use crate::audit::{self, Actor};
 use crate::identity::{self, AccessDenied, IdentityError, PersonalTokens};
 use crate::store::{PAT_HASHES, PAT_LAST_USED, PATS, Read, Store, StoreError, WriteTx, key};
 
@@ -119,10 +120,17 @@ pub fn check_token_input(
     ))
 }
 
-/// Makes a token for a member of an organisation that allows them. Returns the stored token
-/// and its secret, which exists only here: show it once.
+/// What an audit record names a token by: its id, name and person.
+fn audit_target(token: &PersonalToken, email: &str) -> String {
+    format!("token {} {} of {email}", token.id, token.name)
+}
+
+/// Makes a token for a member of an organisation that allows them, audited (`token.create`,
+/// `by` the person or the operator) in the same transaction. Returns the stored token and its
+/// secret, which exists only here: show it once.
 pub fn create(
     store: &Store,
+    by: &Actor,
     new: NewToken,
     now: Timestamp,
 ) -> Result<(PersonalToken, String), PatError> {
@@ -152,6 +160,13 @@ pub fn create(
         };
         tx.put(PATS, &key::id(token.id), &token)?;
         tx.put(PAT_HASHES, &hash_secret(&secret), &token.id)?;
+        let target = format!(
+            "{} scopes={} expires_at={}",
+            audit_target(&token, &person.email),
+            token.scopes.join(","),
+            token.expires_at
+        );
+        audit::admin_in(tx, token.org_id, by, "token.create", &target, now)?;
         Ok(token)
     })?;
     Ok((token, secret))
@@ -181,18 +196,32 @@ pub fn list(tx: &impl Read, org_id: u64, person: Option<u64>) -> Result<Vec<Toke
 
 /// Who revokes: the operator (any token), or a member of an organisation (an admin every
 /// token of it, anyone else only their own).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum Revoker {
     Operator,
     Member {
         org_id: u64,
         person_id: u64,
+        email: String,
         is_admin: bool,
     },
 }
 
-/// Revokes token `id`; [`PatError::NotFound`], with nothing changed, when there is no such
-/// token the revoker may revoke. Revoking twice is fine. Check and change are one transaction.
+impl Revoker {
+    /// Who the audit record names.
+    fn actor(&self) -> Actor {
+        match self {
+            Revoker::Operator => Actor::Operator,
+            Revoker::Member {
+                person_id, email, ..
+            } => Actor::person(*person_id, email),
+        }
+    }
+}
+
+/// Revokes token `id`, audited (`token.revoke`) in its organisation in the same transaction;
+/// [`PatError::NotFound`], with nothing changed, when there is no such token the revoker may
+/// revoke. Revoking twice is fine (and audited once). Check and change are one transaction.
 pub fn revoke(
     store: &Store,
     id: u64,
@@ -201,13 +230,14 @@ pub fn revoke(
 ) -> Result<PersonalToken, PatError> {
     store.write(|tx| {
         let mut token: PersonalToken = tx.get(PATS, &key::id(id))?.ok_or(PatError::NotFound)?;
-        let allowed = match by {
+        let allowed = match &by {
             Revoker::Operator => true,
             Revoker::Member {
                 org_id,
                 person_id,
                 is_admin,
-            } => token.org_id == org_id && (is_admin || token.person_id == person_id),
+                ..
+            } => token.org_id == *org_id && (*is_admin || token.person_id == *person_id),
         };
         if !allowed {
             return Err(PatError::NotFound);
@@ -215,6 +245,11 @@ pub fn revoke(
         if token.revoked_at.is_none() {
             token.revoked_at = Some(now);
             tx.put(PATS, &key::id(id), &token)?;
+            let email = identity::person(tx, token.person_id)?
+                .map(|p| p.email)
+                .unwrap_or_default();
+            let target = audit_target(&token, &email);
+            audit::admin_in(tx, token.org_id, &by.actor(), "token.revoke", &target, now)?;
         }
         Ok(token)
     })
@@ -320,7 +355,14 @@ pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError
         }
     };
     if let Some(id) = ctx.token_id {
-        super::stamp_last_use(app, &app.pat_use_stamped, PAT_LAST_USED, id, now);
+        super::stamp_last_use(
+            app,
+            &app.pat_use_stamped,
+            PAT_LAST_USED,
+            ctx.org_id,
+            id,
+            now,
+        );
     }
     Ok(ctx)
 }

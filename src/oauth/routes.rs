@@ -1,6 +1,8 @@
 //! HTTP endpoints of the authorization server: discovery, `/register`, `/token`, `/revoke`,
-//! and the parameter checks of `/authorize` (whose pages live in the portal). Handlers parse,
-//! call the domain functions of this module's parent, and map errors in `http::error`.
+//! and the parameter checks of `/authorize` (whose pages live in the portal). Handlers parse
+//! and call the domain functions of this module's parent. The authorization server's errors
+//! answer here, with `http::error`'s [`ToProblem`]: their RFC 6749 / 6750 codes, and the RFC
+//! 6749 JSON form of [`oauth_error`].
 
 #![cfg_attr(
     not(test),
@@ -19,14 +21,15 @@ use axum::{Json, Router};
 use serde_json::json;
 use tower_http::cors::{Any, CorsLayer};
 
+use super::pats::PatError;
 use super::{
-    ClientMetadata, CodeExchange, OAuthError, SCOPES, TokenPair, authenticate_client,
+    BearerError, ClientMetadata, CodeExchange, OAuthError, SCOPES, TokenPair, authenticate_client,
     exchange_code, refresh, register_client, resource_metadata_path, revoke_token,
 };
 use crate::app::App;
 use crate::clock::SharedClock;
 use crate::http::client_ip::CallerIp;
-use crate::http::error::{oauth_error, rate_limited};
+use crate::http::error::{Problem, ToProblem, rate_limited, refusal, refusals};
 use crate::ratelimit::{Limiter, WINDOW};
 
 /// Largest form or JSON body these endpoints read.
@@ -270,5 +273,108 @@ async fn revoke(
     match app.blocking(move |app| revoke_token(app, &token)).await {
         Ok(()) => (StatusCode::OK, [(header::CACHE_CONTROL, "no-store")]).into_response(),
         Err(e) => oauth_error(&e),
+    }
+}
+
+impl ToProblem for OAuthError {
+    fn problem(&self) -> Problem {
+        let status = match self {
+            OAuthError::Store(s) => {
+                return Problem {
+                    // RFC 6749's code for a server failure.
+                    code: self.code(),
+                    ..Problem::internal("store error in the authorization server", s)
+                };
+            }
+            OAuthError::InvalidClient(_) => StatusCode::UNAUTHORIZED,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        // The codes are the RFC 6749 / 7591 / 8707 ones, which the domain names.
+        Problem::refused(status, self.code(), self)
+    }
+}
+
+impl ToProblem for BearerError {
+    fn problem(&self) -> Problem {
+        // RFC 6750: every unusable token, whatever the reason, is `invalid_token`.
+        Problem::new(StatusCode::UNAUTHORIZED, "invalid_token", self.reason())
+    }
+}
+
+refusals! {
+    PatError as e {
+        Self::Store(s) => return s.problem(),
+        Self::Identity(e) => return e.problem(),
+        Self::InvalidInput(_) => "invalid_input",
+        Self::Disabled => "personal_tokens_denied",
+        Self::NotFound => "not_found",
+    }
+}
+
+/// An OAuth error as RFC 6749 / 7591 JSON: `{"error", "error_description"}`, never cached.
+pub fn oauth_error(e: &OAuthError) -> Response {
+    let p = e.problem();
+    (
+        p.status,
+        [
+            (axum::http::header::CACHE_CONTROL, "no-store"),
+            (axum::http::header::PRAGMA, "no-cache"),
+        ],
+        axum::Json(json!({"error": p.code, "error_description": p.message})),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::error::INTERNAL_MESSAGE;
+    use crate::store::StoreError;
+
+    fn sc(p: Problem) -> (u16, &'static str) {
+        (p.status.as_u16(), p.code)
+    }
+
+    #[test]
+    fn oauth_errors_keep_their_rfc_codes() {
+        assert_eq!(
+            sc(OAuthError::InvalidClient("who?".into()).problem()),
+            (401, "invalid_client")
+        );
+        assert_eq!(
+            sc(OAuthError::InvalidGrant("used".into()).problem()),
+            (400, "invalid_grant")
+        );
+        assert_eq!(
+            sc(OAuthError::AccessDenied.problem()),
+            (400, "access_denied")
+        );
+        let p = OAuthError::Store(StoreError::Db("table SECRET_TABLE is on fire".into())).problem();
+        assert_eq!(p.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(p.message, INTERNAL_MESSAGE);
+        assert_eq!(p.code, "server_error");
+    }
+
+    #[test]
+    fn bearer_errors() {
+        let p = BearerError::Expired.problem();
+        assert_eq!(sc(p.clone()), (401, "invalid_token"));
+        assert_eq!(p.message, "token expired");
+    }
+
+    #[test]
+    fn personal_token_errors() {
+        assert_eq!(
+            sc(PatError::Disabled.problem()),
+            (403, "personal_tokens_denied")
+        );
+        assert_eq!(sc(PatError::NotFound.problem()), (404, "not_found"));
+    }
+
+    #[test]
+    fn an_oauth_error_answers_in_rfc_6749_form_never_cached() {
+        let r = oauth_error(&OAuthError::InvalidGrant("used".into()));
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(r.headers()[header::CACHE_CONTROL], "no-store");
     }
 }

@@ -81,21 +81,43 @@ fn account_markup(app: &App, user: &PortalUser, message: Option<(&str, bool)>) -
             (csrf_field(&user.csrf))
             button.secondary type="submit" { (t("action-reset-totp")) }
         }
+        h2 { (t("revoke-all-heading")) }
+        p { (t("revoke-all-explain")) }
+        form #revoke-all-form method="post" action="/portal/account/revoke-all" {
+            (csrf_field(&user.csrf))
+            button.danger type="submit" { (t("action-revoke-all")) }
+        }
         h2 { (t("terms-heading")) }
         p { (ta("terms-account", &[("accepted", user.person.accepted_terms.clone().unwrap_or_else(|| t("none"))), ("current", app.config.terms_version.clone())])) }
     }
 }
 
 pub(super) async fn account_page(State(app): State<Arc<App>>, user: PortalUser) -> Response {
+    account_answer(&app, &user, StatusCode::OK, None)
+}
+
+/// The account page with `message` (its text, and whether it is an error) on top.
+fn account_answer(
+    app: &App,
+    user: &PortalUser,
+    status: StatusCode,
+    message: Option<(&str, bool)>,
+) -> Response {
     page(
-        StatusCode::OK,
+        status,
         layout(
             &t("account-title"),
-            Some(&user),
+            Some(user),
             None,
-            account_markup(&app, &user, None),
+            account_markup(app, user, message),
         ),
     )
+}
+
+/// The account page saying why an action was refused.
+fn account_refused(app: &App, user: &PortalUser, e: &impl ToProblem) -> Response {
+    let p = e.problem();
+    account_answer(app, user, p.status, Some((&super::problem_text(&p), true)))
 }
 
 pub(super) async fn change_password(
@@ -129,15 +151,7 @@ pub(super) async fn change_password(
             (p.status, (super::problem_text(&p), true))
         }
     };
-    page(
-        status,
-        layout(
-            &t("account-title"),
-            Some(&user),
-            None,
-            account_markup(&app, &user, Some((&msg.0, msg.1))),
-        ),
-    )
+    account_answer(&app, &user, status, Some((&msg.0, msg.1)))
 }
 
 pub(super) async fn reset_totp(
@@ -151,18 +165,37 @@ pub(super) async fn reset_totp(
         .await;
     match r {
         Ok(()) => see_other("/login/totp?next=%2Fportal%2Faccount"),
-        Err(e) => {
-            let p = e.problem();
-            page(
-                p.status,
-                layout(
-                    &t("account-title"),
-                    Some(&user),
-                    None,
-                    account_markup(&app, &user, Some((&super::problem_text(&p), true))),
-                ),
-            )
+        Err(e) => account_refused(&app, &user, &e),
+    }
+}
+
+/// Revokes every connection and personal access token of the person, in every organisation,
+/// and ends their other sessions (this one stays); audited in each organisation.
+pub(super) async fn revoke_all(
+    State(app): State<Arc<App>>,
+    user: PortalUser,
+    _form: CsrfForm,
+) -> Response {
+    let (id, hash) = (user.person.id, user.session_hash);
+    let by = crate::audit::Actor::person(id, &user.person.email);
+    let r = app
+        .blocking(move |app| {
+            crate::oauth::revoke_all(&app.store, &by, id, None, Some(&hash), app.clock.now())
+        })
+        .await;
+    match r {
+        Ok(done) => {
+            let message = ta(
+                "revoke-all-done",
+                &[
+                    ("grants", done.grants.to_string()),
+                    ("tokens", done.tokens.to_string()),
+                    ("sessions", done.sessions.to_string()),
+                ],
+            );
+            account_answer(&app, &user, StatusCode::OK, Some((&message, false)))
         }
+        Err(e) => account_refused(&app, &user, &e),
     }
 }
 
@@ -177,14 +210,11 @@ pub(super) async fn set_language(
         code => match Lang::parse(code) {
             Some(l) => Some(l.code()),
             None => {
-                return page(
+                return account_answer(
+                    &app,
+                    &user,
                     StatusCode::BAD_REQUEST,
-                    layout(
-                        &t("account-title"),
-                        Some(&user),
-                        None,
-                        account_markup(&app, &user, Some((&t("language-choose"), true))),
-                    ),
+                    Some((&t("language-choose"), true)),
                 );
             }
         },

@@ -9,9 +9,8 @@ use axum::response::Response;
 use maud::html;
 
 use super::i18n::{self, t};
-use super::{CsrfForm, OrgAdmin, OrgMember, csrf_field, layout, page, problem_page, see_other};
+use super::{CsrfForm, OrgAdmin, OrgMember, csrf_field, layout, page, refused, see_other};
 use crate::app::App;
-use crate::http::error::ToProblem;
 use crate::identity::{self, ConnectorAccess};
 use crate::oauth;
 use crate::store::StoreError;
@@ -133,10 +132,6 @@ fn bad_request(m: &OrgMember, msg: &str) -> Response {
 }
 
 /// A refused change (or a failure), as `http::error` maps it.
-fn refused(m: &OrgMember, e: &impl ToProblem) -> Response {
-    problem_page(&t("not-saved"), Some(&m.user), Some(&m.org), &e.problem())
-}
-
 pub(super) async fn revoke(
     State(app): State<Arc<App>>,
     m: OrgMember,

@@ -306,7 +306,8 @@ pub(super) mod tests {
         assert!(en.len() > 50, "the portal's messages are in locales/");
     }
 
-    /// Every `t("…")` / `ta("…")` key and navigation label in the portal's code has a message.
+    /// Every `t("…")` / `ta("…")` / `until("…")` key and navigation label in the portal's code
+    /// has a message.
     #[test]
     fn every_key_the_pages_use_has_a_message() {
         let en = ids("en");
@@ -324,7 +325,7 @@ pub(super) mod tests {
                     continue;
                 }
                 let text = std::fs::read_to_string(&path).unwrap();
-                for pat in ["t(\"", "ta(\"", "tc(\"", "has(\"", "(\"nav-"] {
+                for pat in ["t(\"", "ta(\"", "tc(\"", "has(\"", "until(\"", "(\"nav-"] {
                     for (at, _) in text.match_indices(pat) {
                         let before = text[..at].chars().next_back().unwrap_or(' ');
                         if before.is_alphanumeric() || before == '_' || before == '.' {

@@ -209,6 +209,7 @@ fn form_page(
                 button type="submit" { (link.button()) }
             }
         }
+        @if link == Link::Invite { (super::oidc::buttons(app, "/portal", Some(token))) }
         p.muted { (opened.until) }
     };
     page(status, layout(&link.title(), None, None, body))

@@ -591,40 +591,31 @@ async fn document_action(
     Path((_, doc_path)): Path<(String, String)>,
     form: CsrfForm,
 ) -> Response {
-    let (org_id, by) = (m.org.id, m.user.person.id);
     match form.field("action") {
         Some("delete") => {
-            let r = app
-                .blocking(move |app| {
-                    kb::trash::delete(
-                        &app.store,
-                        &app.kb_index,
-                        org_id,
-                        &doc_path,
-                        Some(by),
-                        app.clock.now(),
-                    )
-                })
-                .await;
-            match r {
-                Ok(item) => {
-                    let folder = item.path.rsplit_once('/').map(|(f, _)| f).unwrap_or("");
-                    see_other(&kb_url(&m.org.slug, folder))
-                }
-                Err(e) => refused(&m, &e),
-            }
+            trash_op(&app, &m, move |app, org_id, by, now| {
+                let item =
+                    kb::trash::delete(&app.store, &app.kb_index, org_id, &doc_path, by, now)?;
+                let folder = item.path.rsplit_once('/').map(|(f, _)| f).unwrap_or("");
+                Ok(Next::Folder(folder.to_owned()))
+            })
+            .await
         }
         Some("move") => {
             let to = form.field("to").unwrap_or_default().to_owned();
-            let r = app
-                .blocking(move |app| {
-                    kb::trash::move_document(&app.store, &app.kb_index, org_id, &doc_path, &to)
-                })
-                .await;
-            match r {
-                Ok(moved) => see_other(&doc_url(&m.org.slug, &moved.to)),
-                Err(e) => refused(&m, &e),
-            }
+            trash_op(&app, &m, move |app, org_id, by, now| {
+                let moved = kb::trash::move_document(
+                    &app.store,
+                    &app.kb_index,
+                    org_id,
+                    &doc_path,
+                    &to,
+                    by,
+                    now,
+                )?;
+                Ok(Next::Document(moved.to))
+            })
+            .await
         }
         _ => error_page(&m, StatusCode::BAD_REQUEST, &t("kb-unknown-action")),
     }
@@ -701,14 +692,35 @@ async fn trash_action(
         return error_page(&m, StatusCode::BAD_REQUEST, &t("kb-unknown-action"));
     }
     let doc_path = form.field("path").unwrap_or_default().to_owned();
-    let org_id = m.org.id;
-    let r = app
-        .blocking(move |app| kb::trash::restore(&app.store, &app.kb_index, org_id, &doc_path))
-        .await;
-    match r {
-        Ok(item) => see_other(&doc_url(&m.org.slug, &item.path)),
-        Err(e) => refused(&m, &e),
+    trash_op(&app, &m, move |app, org_id, by, now| {
+        let item = kb::trash::restore(&app.store, &app.kb_index, org_id, &doc_path, by, now)?;
+        Ok(Next::Document(item.path))
+    })
+    .await
+}
+
+/// Runs one of `kb::trash`'s operations (delete, restore, move) for the admin's organisation,
+/// as the admin, then sends them to the page it names, or shows the refusal.
+async fn trash_op(
+    app: &Arc<App>,
+    m: &OrgMember,
+    op: impl FnOnce(&App, u64, &audit::Actor, jiff::Timestamp) -> Result<Next, KbError> + Send + 'static,
+) -> Response {
+    let (org_id, by) = (m.org.id, m.actor());
+    match app
+        .blocking(move |app| op(app, org_id, &by, app.clock.now()))
+        .await
+    {
+        Ok(Next::Folder(folder)) => see_other(&kb_url(&m.org.slug, &folder)),
+        Ok(Next::Document(path)) => see_other(&doc_url(&m.org.slug, &path)),
+        Err(e) => refused(m, &e),
     }
+}
+
+/// Where a trash operation sends the admin next.
+enum Next {
+    Folder(String),
+    Document(String),
 }
 
 /// Bytes handed from the zip writer (a blocking thread) to the response body, a bounded queue
@@ -900,7 +912,7 @@ async fn audit_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Respo
     let me = m.user.person.id;
     let found = app
         .blocking(move |app| {
-            let agents: HashMap<u64, String> = crate::agents::list_agents(&app.store, org_id)?
+            let agents: HashMap<u64, String> = crate::roster::list_agents(&app.store, org_id)?
                 .into_iter()
                 .map(|a| (a.id, a.name))
                 .collect();

@@ -11,16 +11,16 @@ use std::sync::Arc;
 
 use axum::extract::{FromRequestParts, Query, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, PreEscaped, html};
 
 use super::form::SessionCsrf;
 use super::i18n::{t, ta};
 use super::{
-    AnySession, CsrfForm, PRE_COOKIE, SESSION_COOKIE, UncheckedForm, csrf_field, csrf_rejected,
-    csrf_token_for, layout, limited_page, load_session, login_step, page, problem_page, safe_next,
-    see_other, set_cookie, with_next,
+    AnySession, CsrfForm, PRE_COOKIE, SESSION_COOKIE, UncheckedForm, append_cookie, csrf_field,
+    csrf_rejected, csrf_token_for, layout, limited_page, load_session, login_step, page,
+    problem_page, safe_next, see_other, set_cookie, with_next,
 };
 use crate::app::App;
 use crate::http::client_ip::CallerIp;
@@ -45,6 +45,14 @@ fn login_form(csrf: &str, next: &str, email: &str, error: Option<&str>) -> Marku
     }
 }
 
+/// The login page's body: the password form and a button per sign-in provider.
+fn login_body(app: &App, csrf: &str, next: &str, email: &str, error: Option<&str>) -> Markup {
+    html! {
+        (login_form(csrf, next, email, error))
+        (super::oidc::buttons(app, next, None))
+    }
+}
+
 pub(super) async fn login_page(
     State(app): State<Arc<App>>,
     Query(q): Params,
@@ -64,7 +72,7 @@ pub(super) async fn login_page(
             &t("login-title"),
             None,
             None,
-            login_form(&csrf, &next, "", None),
+            login_body(&app, &csrf, &next, "", None),
         ),
     );
     if existing.is_none() {
@@ -111,19 +119,11 @@ pub(super) async fn login_submit(
                 &t("login-title"),
                 None,
                 None,
-                login_form(&csrf, &next, email, Some(&t("wrong-login"))),
+                login_body(&app, &csrf, &next, email, Some(&t("wrong-login"))),
             ),
         ),
         Err(e) => limited_page(&t("login-title"), None, &e)
             .unwrap_or_else(|| refused(&t("login-title"), &e)),
-    }
-}
-
-/// Adds a `Set-Cookie` header (built from tokens and fixed attributes; a value that would not
-/// be a header is dropped rather than panicking).
-fn append_cookie(resp: &mut Response, cookie: String) {
-    if let Ok(v) = header::HeaderValue::try_from(cookie) {
-        resp.headers_mut().append(header::SET_COOKIE, v);
     }
 }
 

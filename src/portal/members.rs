@@ -13,10 +13,11 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use maud::{Markup, html};
 
-use super::i18n::{date_time, moment, t, ta};
-use super::{CsrfForm, OrgAdmin, OrgMember, csrf_field, layout, page, problem_page, see_other};
+use super::i18n::{moment, t, ta};
+use super::{
+    CsrfForm, OrgAdmin, OrgMember, csrf_field, layout, once_notice, page, refused, see_other, until,
+};
 use crate::app::App;
-use crate::http::error::ToProblem;
 use crate::identity::{self, IdentityError, MemberChange, Membership, Person, Role};
 use crate::oauth;
 use crate::store::StoreError;
@@ -121,6 +122,7 @@ fn members_markup(m: &OrgMember, rows: &[Row], notice: Option<Markup>) -> Markup
                                     }
                                     button type="submit" name="action" value="save" { (t("action-save")) }
                                     button.secondary type="submit" name="action" value="reset" { (t("action-reset-password")) }
+                                    button.secondary type="submit" name="action" value="revoke_all" { (t("action-revoke-connections")) }
                                     button.danger type="submit" name="action" value="remove" { (t("action-remove")) }
                                 }
                             }
@@ -173,22 +175,8 @@ async fn render(
     }
 }
 
-fn refused(m: &OrgMember, e: &impl ToProblem) -> Response {
-    problem_page(&t("not-saved"), Some(&m.user), Some(&m.org), &e.problem())
-}
-
 async fn members_page(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin) -> Response {
     render(&app, &m, StatusCode::OK, None).await
-}
-
-pub(super) fn link_notice(id: &str, heading: &str, url: &str, explain: &str) -> Markup {
-    html! {
-        div.notice role="status" {
-            p { strong { (heading) } }
-            code.link-box id=(id) { (url) }
-            p.muted { (explain) }
-        }
-    }
 }
 
 async fn invite(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin, form: CsrfForm) -> Response {
@@ -206,15 +194,9 @@ async fn invite(State(app): State<Arc<App>>, OrgAdmin(m): OrgAdmin, form: CsrfFo
     match r {
         Ok((inv, token)) => {
             let url = format!("{}/invite/{token}", app.public_url);
-            let notice = link_notice(
-                "invite-link",
-                &ta("invite-made", &[("email", inv.email.clone())]),
-                &url,
-                &ta(
-                    "invite-link-explain",
-                    &[("until", date_time(inv.expires_at))],
-                ),
-            );
+            let made = ta("invite-made", &[("email", inv.email.clone())]);
+            let until = until("invite-link-explain", inv.expires_at);
+            let notice = once_notice("invite-link", &made, &url, &until);
             render(&app, &m, StatusCode::OK, Some(notice)).await
         }
         Err(e) => refused(&m, &e),
@@ -273,12 +255,37 @@ async fn change(
             match r {
                 Ok(token) => {
                     let url = format!("{}/reset/{token}", app.public_url);
-                    let notice = link_notice(
-                        "reset-link",
-                        &ta("reset-made", &[("email", person.email.clone())]),
-                        &url,
-                        &t("reset-link-explain"),
-                    );
+                    let made = ta("reset-made", &[("email", person.email.clone())]);
+                    let notice = once_notice("reset-link", &made, &url, &t("reset-link-explain"));
+                    render(&app, &m, StatusCode::OK, Some(notice)).await
+                }
+                Err(e) => refused(&m, &e),
+            }
+        }
+        Some("revoke_all") => {
+            let r = app
+                .blocking(move |app| {
+                    oauth::revoke_all(
+                        &app.store,
+                        &by,
+                        person_id,
+                        Some(org_id),
+                        None,
+                        app.clock.now(),
+                    )
+                })
+                .await;
+            match r {
+                Ok(done) => {
+                    let notice = html! {
+                        p.notice #revoke-done role="status" {
+                            (ta("revoke-member-done", &[
+                                ("email", person.email.clone()),
+                                ("grants", done.grants.to_string()),
+                                ("tokens", done.tokens.to_string()),
+                            ]))
+                        }
+                    };
                     render(&app, &m, StatusCode::OK, Some(notice)).await
                 }
                 Err(e) => refused(&m, &e),
@@ -313,7 +320,7 @@ async fn change(
         }
         _ => refused(
             &m,
-            &IdentityError::InvalidInput("action must be save, reset or remove".into()),
+            &IdentityError::InvalidInput("action must be save, reset, revoke_all or remove".into()),
         ),
     }
 }

@@ -36,6 +36,7 @@ mod invite;
 mod kb;
 mod login;
 mod members;
+mod oidc;
 mod refusal;
 mod requests;
 mod runs;
@@ -60,7 +61,7 @@ pub use refusal::problem_text;
 
 use crate::app::App;
 use crate::clock::SharedClock;
-use crate::http::error::{Problem, login_refusal};
+use crate::http::error::{Problem, ToProblem, login_refusal};
 use crate::identity::{self, IdentityError, Membership, Org, Person, Role, sessions};
 use crate::ratelimit::{Limiter, WINDOW};
 use crate::store::{StoreError, key};
@@ -127,6 +128,7 @@ pub fn routes(app: Arc<App>) -> Router<Arc<App>> {
         .route("/portal/account/password", post(account::change_password))
         .route("/portal/account/totp-reset", post(account::reset_totp))
         .route("/portal/account/language", post(account::set_language))
+        .route("/portal/account/revoke-all", post(account::revoke_all))
         .route(
             "/authorize",
             get(consent::authorize_page).post(consent::authorize_submit),
@@ -158,6 +160,7 @@ pub fn routes(app: Arc<App>) -> Router<Arc<App>> {
         )
         .merge(members::router())
         .merge(invite::router())
+        .merge(oidc::router())
         .merge(tokens::router())
         .layer(tower_http::limit::RequestBodyLimitLayer::new(64 * 1024))
         .merge(kb::router())
@@ -324,6 +327,38 @@ pub fn problem_page(
     page(problem.status, layout(&title, user, org, body))
 }
 
+/// 404 inside an organisation: the message says what does not exist.
+pub fn not_found_in(m: &OrgMember, message: &str) -> Response {
+    let body = html! { p { (message) } };
+    let title = t("not-found-title");
+    page(
+        StatusCode::NOT_FOUND,
+        layout(&title, Some(&m.user), Some(&m.org), body),
+    )
+}
+
+/// The page for an organisation's operation that was refused or failed ("not saved").
+pub fn refused(m: &OrgMember, e: &impl ToProblem) -> Response {
+    problem_page(&t("not-saved"), Some(&m.user), Some(&m.org), &e.problem())
+}
+
+/// A notice that shows a one-time link or secret (`value`) once: `heading` says what was made,
+/// `explain` how long it works.
+pub fn once_notice(id: &str, heading: &str, value: &str, explain: &str) -> Markup {
+    html! {
+        div.notice role="status" {
+            p { strong { (heading) } }
+            code.link-box id=(id) { (value) }
+            p.muted { (explain) }
+        }
+    }
+}
+
+/// "Works until …": message `key` with the moment as `until`.
+pub fn until(key: &str, moment: jiff::Timestamp) -> String {
+    i18n::ta(key, &[("until", i18n::date_time(moment))])
+}
+
 /// A login step refused by its limits (too many attempts, every password hasher busy): the
 /// page in the request's language with the status and `Retry-After` of [`login_refusal`];
 /// `None` for other refusals.
@@ -373,6 +408,14 @@ pub fn set_cookie(app: &App, name: &str, value: &str, max_age: i64) -> String {
         ""
     };
     format!("{name}={value}; Path=/; HttpOnly; SameSite=Lax; Max-Age={max_age}{secure}")
+}
+
+/// Adds a `Set-Cookie` header (built from tokens and fixed attributes; a value that would not
+/// be a header is dropped rather than panicking).
+pub fn append_cookie(resp: &mut Response, cookie: String) {
+    if let Ok(v) = header::HeaderValue::try_from(cookie) {
+        resp.headers_mut().append(header::SET_COOKIE, v);
+    }
 }
 
 /// A session found from the request's cookie, whatever its progress through the login.

@@ -108,6 +108,47 @@ const SENTENCES: &[(&str, &str, &str)] = &[
         "no feature request {id}; use feature_request_list to see the requests",
         "refused-no-request",
     ),
+    // Sign-in with a provider (`identity::oidc`) and invitations accepted through one.
+    (
+        "oidc_unknown_email",
+        "there is no account for {email} here",
+        "refused-oidc-unknown-email",
+    ),
+    (
+        "oidc_unverified",
+        "the provider has not verified the email address {email}",
+        "refused-oidc-unverified",
+    ),
+    (
+        "oidc_refused",
+        "the provider ended the sign-in: {error}",
+        "refused-oidc-refused",
+    ),
+    (
+        "oidc_id_token",
+        "the provider's ID token was refused: it has expired",
+        "refused-oidc-expired",
+    ),
+    (
+        "oidc_id_token",
+        "the provider's ID token was refused: its nonce is not the one this sign-in sent",
+        "refused-oidc-nonce",
+    ),
+    (
+        "oidc_id_token",
+        "the provider's ID token was refused: its signature does not verify with the provider's keys",
+        "refused-oidc-signature",
+    ),
+    (
+        "oidc_id_token",
+        "the provider's ID token was refused: it is signed with a key the provider does not publish",
+        "refused-oidc-signature",
+    ),
+    (
+        "invitation_email",
+        "this invitation is for {invited}, but the sign-in was as {signed_in}",
+        "refused-invitation-email",
+    ),
     // Attachments and settings (`requests::attachments`).
     (
         "invalid_input",
@@ -552,7 +593,7 @@ mod tests {
         );
         out.push("boss".parse::<identity::Role>().unwrap_err().problem());
         out.push(
-            crate::agents::endpoint_for(&[], "acme", "elsewhere")
+            crate::roster::endpoint_for(&[], "acme", "elsewhere")
                 .unwrap_err()
                 .problem(),
         );
@@ -573,6 +614,30 @@ mod tests {
             out.push(e.unwrap_err().problem());
         }
         out.push(pats::PatError::Disabled.problem());
+        use crate::identity::oidc::OidcError;
+        for e in [
+            OidcError::UnknownProvider("x".into()),
+            OidcError::State,
+            OidcError::Refused("access_denied".into()),
+            OidcError::Unavailable {
+                provider: "x".into(),
+                reason: "down".into(),
+            },
+            OidcError::IdToken("it has expired".into()),
+            OidcError::IdToken("its nonce is not the one this sign-in sent".into()),
+            OidcError::IdToken("its signature does not verify with the provider's keys".into()),
+            OidcError::IdToken("it is signed with a key the provider does not publish".into()),
+            OidcError::IdToken("its audience (aud) is not this client".into()),
+            OidcError::NoEmail,
+            OidcError::Unverified("a@example.org".into()),
+            OidcError::UnknownEmail("a@example.org".into()),
+            OidcError::Identity(IdentityError::InvitationForOther {
+                invited: "a@example.org".into(),
+                signed_in: "b@example.org".into(),
+            }),
+        ] {
+            out.push(e.problem());
+        }
         out.push(pats::PatError::NotFound.problem());
         let e = "sometimes".parse::<identity::PersonalTokens>().unwrap_err();
         out.push(e.problem());

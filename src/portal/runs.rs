@@ -17,18 +17,11 @@ use crate::app::App;
 use crate::http::error::ToProblem;
 use crate::requests::callback::{Callback, State as CallbackState};
 use crate::requests::{self, Kind, Request};
+use crate::roster;
 use crate::triggers;
 
 fn not_found(m: &OrgAdmin) -> Response {
-    page(
-        StatusCode::NOT_FOUND,
-        layout(
-            &t("not-found-title"),
-            Some(&m.0.user),
-            Some(&m.0.org),
-            html! { p { (t("run-not-found")) } },
-        ),
-    )
+    super::not_found_in(&m.0, &t("run-not-found"))
 }
 
 fn transcript_table(tr: &Transcript) -> Markup {
@@ -134,7 +127,7 @@ fn load(app: &App, org_id: u64, id: &str) -> Option<Loaded> {
             let Some(r) = requests::get(tx, id)?.filter(|r| r.org_id == org_id) else {
                 return Ok(None);
             };
-            let agent = agents::get_agent(tx, r.agent_id)?
+            let agent = roster::get_agent(tx, r.agent_id)?
                 .map(|a| format!("{} ({})", a.name, a.executor.name()))
                 .unwrap_or_else(|| "—".into());
             let t = agents::get_transcript(tx, id)?;
@@ -279,7 +272,7 @@ pub(super) async fn act(
         ),
         "callback-again" => (
             "run-callback-again",
-            triggers::callback::send_again(&app, org_id, id, now)
+            triggers::callback::send_again(&app, m.0.actor(), org_id, id, now)
                 .await
                 .map(|()| id)
                 .map_err(|e| e.problem()),

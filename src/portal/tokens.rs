@@ -13,10 +13,10 @@ use maud::{Markup, html};
 
 use super::consent::scope_label;
 use super::i18n::{date_time, t, ta};
-use super::members::link_notice;
-use super::{CsrfForm, OrgAdmin, OrgMember, csrf_field, layout, page, problem_page, see_other};
+use super::{
+    CsrfForm, OrgAdmin, OrgMember, csrf_field, layout, once_notice, page, refused, see_other, until,
+};
 use crate::app::App;
-use crate::http::error::ToProblem;
 use crate::identity::{self, PersonalTokens};
 use crate::oauth::SCOPES;
 use crate::oauth::pats::{self, NewToken, Revoker, TokenRow};
@@ -129,10 +129,6 @@ async fn render(
     }
 }
 
-fn refused(m: &OrgMember, e: &impl ToProblem) -> Response {
-    problem_page(&t("not-saved"), Some(&m.user), Some(&m.org), &e.problem())
-}
-
 async fn tokens_page(State(app): State<Arc<App>>, m: OrgMember) -> Response {
     render(&app, &m, StatusCode::OK, None).await
 }
@@ -161,20 +157,15 @@ async fn create(State(app): State<Arc<App>>, m: OrgMember, form: CsrfForm) -> Re
         scopes,
         expires_in_days,
     };
+    let by = m.actor();
     let r = app
-        .blocking(move |app| pats::create(&app.store, new, app.clock.now()))
+        .blocking(move |app| pats::create(&app.store, &by, new, app.clock.now()))
         .await;
     match r {
         Ok((token, secret)) => {
-            let notice = link_notice(
-                "new-token",
-                &ta("tokens-made", &[("name", token.name.clone())]),
-                &secret,
-                &ta(
-                    "tokens-made-explain",
-                    &[("until", date_time(token.expires_at))],
-                ),
-            );
+            let made = ta("tokens-made", &[("name", token.name.clone())]);
+            let until = until("tokens-made-explain", token.expires_at);
+            let notice = once_notice("new-token", &made, &secret, &until);
             render(&app, &m, StatusCode::OK, Some(notice)).await
         }
         Err(e) => refused(&m, &e),
@@ -198,6 +189,7 @@ async fn act(
     let by = Revoker::Member {
         org_id: m.org.id,
         person_id: m.user.person.id,
+        email: m.user.person.email.clone(),
         is_admin: m.is_admin(),
     };
     let r = app
@@ -224,8 +216,11 @@ async fn set_setting(
         Err(e) => return refused(&m, &e),
     };
     let slug = m.org.slug.clone();
+    let by = m.actor();
     let r = app
-        .blocking(move |app| identity::set_personal_tokens(&app.store, &slug, setting))
+        .blocking(move |app| {
+            identity::set_personal_tokens(&app.store, &by, &slug, setting, app.clock.now())
+        })
         .await;
     match r {
         Ok(_) => see_other(&format!("/portal/o/{}/tokens", m.org.slug)),

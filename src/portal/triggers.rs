@@ -12,9 +12,9 @@ use maud::{Markup, html};
 
 use super::i18n::{self, status_badge, t, ta};
 use super::{CsrfForm, OrgAdmin, csrf_field, layout, page, problem_page, problem_text, see_other};
-use crate::agents::{self, Agent, AgentKind, Project, Rollout};
 use crate::app::App;
 use crate::http::error::{Problem, ToProblem};
+use crate::roster::{self, Agent, AgentKind, Project, Rollout};
 use crate::triggers::{self, Change, NewTrigger, Trigger};
 
 /// A trigger's state as a badge: active or paused.
@@ -38,8 +38,8 @@ struct Data {
 fn load(app: &App, org_slug: &str, org_id: u64) -> Result<Data, triggers::TriggerError> {
     Ok(Data {
         triggers: triggers::list(&app.store, org_slug)?,
-        agents: agents::list_agents(&app.store, org_id)?,
-        projects: agents::list_projects(&app.store, org_id)?,
+        agents: roster::list_agents(&app.store, org_id)?,
+        projects: roster::list_projects(&app.store, org_id)?,
     })
 }
 
@@ -135,7 +135,7 @@ fn list_page(
         div.table-wrap { table #agents {
             thead { tr { th scope="col" .num { (t("col-id")) } th scope="col" { (t("col-name")) } th scope="col" { (t("col-kind")) } th scope="col" { (t("col-executor")) } th scope="col" .num { (t("col-timeout")) } } }
             tbody { @for a in &d.agents {
-                tr { td.num { (a.id) } td { (a.name) } td { @if a.kind == AgentKind::Generic { (t("agent-generic")) } @else { (t("agent-feature")) } } td { (a.executor.name()) @if let agents::Executor::Llm(l) = &a.executor { " · " (l.model) " · " code { (l.endpoint.as_deref().unwrap_or(&l.url)) } } } td.num { (seconds(a.timeout_secs)) } }
+                tr { td.num { (a.id) } td { (a.name) } td { @if a.kind == AgentKind::Generic { (t("agent-generic")) } @else { (t("agent-feature")) } } td { (a.executor.name()) @if let roster::Executor::Llm(l) = &a.executor { " · " (l.model) " · " code { (l.endpoint.as_deref().unwrap_or(&l.url)) } } } td.num { (seconds(a.timeout_secs)) } }
             } }
         } }
         h2 { (t("agent-new")) }
@@ -152,9 +152,9 @@ fn list_page(
                 @for e in &endpoints { option value=(e.id) { (e.id) } }
             } }
             label { (t("field-model")) input type="text" name="model" required maxlength="200"; }
-            label { (t("field-max-steps")) input type="number" name="max_steps" value=(agents::DEFAULT_MAX_STEPS) min="1" max=(agents::MAX_MAX_STEPS); }
-            label { (t("field-max-tokens")) input type="number" name="max_tokens" value=(agents::DEFAULT_MAX_TOKENS); }
-            label { (t("field-timeout")) input type="number" name="timeout" value=(agents::DEFAULT_LLM_TIMEOUT_SECS) min="1" max=(agents::MAX_TIMEOUT_SECS); }
+            label { (t("field-max-steps")) input type="number" name="max_steps" value=(roster::DEFAULT_MAX_STEPS) min="1" max=(roster::MAX_MAX_STEPS); }
+            label { (t("field-max-tokens")) input type="number" name="max_tokens" value=(roster::DEFAULT_MAX_TOKENS); }
+            label { (t("field-timeout")) input type="number" name="timeout" value=(roster::DEFAULT_LLM_TIMEOUT_SECS) min="1" max=(roster::MAX_TIMEOUT_SECS); }
             label { (t("field-system-prompt")) textarea name="system_prompt" rows="4" cols="60" {} }
             button type="submit" { (t("agent-add")) }
         }
@@ -245,15 +245,7 @@ pub(super) async fn create(State(app): State<Arc<App>>, m: OrgAdmin, form: CsrfF
 }
 
 fn not_found(m: &OrgAdmin) -> Response {
-    page(
-        StatusCode::NOT_FOUND,
-        layout(
-            &t("not-found-title"),
-            Some(&m.0.user),
-            Some(&m.0.org),
-            html! { p { (t("trigger-not-found")) } },
-        ),
-    )
+    super::not_found_in(&m.0, &t("trigger-not-found"))
 }
 
 pub(super) async fn change(
@@ -285,7 +277,7 @@ pub(super) async fn change(
 
 /// The agent form's settings, or why they are refused before the domain sees them (in the
 /// request's language).
-fn portal_agent(form: &CsrfForm) -> Result<(agents::NewAgent, agents::LlmOptions), String> {
+fn portal_agent(form: &CsrfForm) -> Result<(roster::NewAgent, roster::LlmOptions), String> {
     let text = |n: &str| form.field(n).map(str::trim).filter(|v| !v.is_empty());
     let num = |n: &'static str, label: &str| -> Result<Option<u64>, String> {
         text(n)
@@ -303,7 +295,7 @@ fn portal_agent(form: &CsrfForm) -> Result<(agents::NewAgent, agents::LlmOptions
         Some("feature") => AgentKind::Feature,
         _ => return Err(t("agent-choose-kind")),
     };
-    let new = agents::NewAgent {
+    let new = roster::NewAgent {
         name: form.field("name").unwrap_or("").to_owned(),
         kind,
         exec: "llm".into(),
@@ -313,7 +305,7 @@ fn portal_agent(form: &CsrfForm) -> Result<(agents::NewAgent, agents::LlmOptions
         timeout_secs: num("timeout", "field-timeout")?,
     };
     // A URL or key of the admin's own is passed on as sent, for the domain to refuse.
-    let llm = agents::LlmOptions {
+    let llm = roster::LlmOptions {
         model: text("model").unwrap_or("").to_owned(),
         endpoint: text("endpoint").map(str::to_owned),
         api_key_env: text("api_key_env").map(str::to_owned),
@@ -336,7 +328,7 @@ pub(super) async fn add_agent(
     let result = app
         .blocking(move |app| {
             let added = checked.map_err(Refused::Said).and_then(|(new, llm)| {
-                let a = agents::add_org_admin_agent(
+                let a = roster::add_org_admin_agent(
                     &app.store,
                     &by,
                     &app.config.llm,
@@ -349,7 +341,7 @@ pub(super) async fn add_agent(
                 if a.kind == AgentKind::Feature {
                     let adopted = crate::requests::service::adopt_waiting(&app.store, org_id)
                         .map_err(|e| Refused::Domain(e.problem()))?;
-                    adopted.into_iter().for_each(|id| agents::enqueue(app, id));
+                    adopted.into_iter().for_each(|id| app.enqueue(id));
                 }
                 Ok(a)
             });

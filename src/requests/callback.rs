@@ -30,6 +30,11 @@ pub const BACKOFF_FACTOR: i64 = 8;
 pub const MAX_WAIT: SignedDuration = SignedDuration::from_hours(12);
 /// Attempts kept per callback (the oldest are dropped beyond this).
 pub const KEPT_ATTEMPTS: usize = 100;
+/// How every `webhook-id` of a callback begins. A callback is signed with its trigger's
+/// signing secret, the key that trigger's signed deliveries are checked with, so a callback
+/// sent on to the trigger's URL would verify as a delivery; `triggers::verify` refuses an id
+/// with this prefix, so that a callback never starts a run.
+pub const WEBHOOK_ID_PREFIX: &str = "msg_kennis_cb_";
 
 /// Where a callback stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,7 +134,7 @@ pub fn subscribe_in(tx: &mut WriteTx, run: &Request, url: &str) -> Result<(), St
         run_id: run.id,
         org_id: run.org_id,
         url: url.to_owned(),
-        webhook_id: format!("msg_{}", uuid::Uuid::new_v4().simple()),
+        webhook_id: format!("{WEBHOOK_ID_PREFIX}{}", uuid::Uuid::new_v4().simple()),
         state: State::Waiting,
         next_at: None,
         attempts: Vec::new(),
@@ -446,5 +451,15 @@ mod tests {
         assert!(four >= 3600.0, "{four}");
         assert!(retry_wait(20, 1.0) <= SignedDuration::from_hours(15));
         assert!(retry_wait(3, 0.5) > retry_wait(2, 0.5));
+        // Jitter: ±20 % around the plain backoff, so receivers that failed together do not
+        // all come back at the same second.
+        for n in 1..=MAX_ATTEMPTS {
+            let (low, mid, high) = (retry_wait(n, 0.0), retry_wait(n, 0.5), retry_wait(n, 1.0));
+            assert!(low < mid && mid < high, "{n}: {low:?} {mid:?} {high:?}");
+            let ratio = high.as_secs_f64() / low.as_secs_f64();
+            assert!((ratio - 1.5).abs() < 0.01, "{n}: {ratio}");
+        }
+        // At least five attempts are made before a callback is given up.
+        const { assert!(MAX_ATTEMPTS >= 5) };
     }
 }

@@ -8,9 +8,9 @@ use jiff::Timestamp;
 
 use super::apps::{self, AppStatus};
 use super::{
-    Answer, JobState, Kind, Message, Question, QuestionOption, Request, RequestError, Role, Status,
+    AgentEvent, Answer, JobState, Kind, Message, Question, QuestionOption, Request, RequestError,
+    Role, Status,
 };
-use crate::agents::AgentEvent;
 use crate::kb::fold::fold_text;
 use crate::store::{ACTIVE_RUNS, FEATURE_REQUESTS, Read, ReadTx, WriteTx, key};
 
@@ -447,11 +447,14 @@ pub fn reply_in(
         });
     }
     for a in &checked {
-        let q = r
+        // `check_answers` found each question; one that is not there is passed over.
+        let Some(q) = r
             .questions
             .iter_mut()
             .find(|q| q.question_id == a.question_id)
-            .expect("checked above");
+        else {
+            continue;
+        };
         q.answered = true;
         let text = answer_note(q, a);
         r.conversation.push(Message {

@@ -25,6 +25,30 @@ use crate::store::{FEATURE_REQUESTS, REQUESTS, StoreError, WriteTx, key};
 /// The one id sequence shared by runs and feature requests.
 pub const SEQUENCE: &str = "feature_request";
 
+/// One event from an agent while it works on a request or run (the agent protocol's events,
+/// DESIGN.md "Agent protocol"): a message or result for the conversation, a question, a new
+/// status. [`feature::apply_event`] says what each does to a feature request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentEvent {
+    Message {
+        text: String,
+    },
+    Question {
+        text: String,
+        #[serde(default)]
+        options: Vec<serde_json::Value>,
+        #[serde(default)]
+        allow_other: bool,
+    },
+    Status {
+        status: String,
+    },
+    Result {
+        text: String,
+    },
+}
+
 /// What a request is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

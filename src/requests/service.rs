@@ -4,14 +4,14 @@
 
 use super::feature::{self, Accepted, NewAnswer, NewRequest};
 use super::{Request, RequestError};
-use crate::agents::{self, AgentKind};
 use crate::app::App;
+use crate::roster::{self, AgentKind};
 use crate::store::{AGENTS, ReadTx, Store, StoreError};
 
 /// The organisation's feature agent: its first (oldest) agent of kind `feature`.
-pub fn feature_agent(tx: &ReadTx, org_id: u64) -> Result<Option<agents::Agent>, StoreError> {
+pub fn feature_agent(tx: &ReadTx, org_id: u64) -> Result<Option<roster::Agent>, StoreError> {
     Ok(tx
-        .scan::<agents::Agent>(AGENTS, b"")?
+        .scan::<roster::Agent>(AGENTS, b"")?
         .into_iter()
         .map(|r| r.1)
         .find(|a| a.org_id == org_id && a.kind == AgentKind::Feature))
@@ -45,7 +45,7 @@ pub fn create(
         .store
         .write(|tx| feature::create_in(tx, org_id, person_id, new, agent_id, now))?;
     if wake {
-        agents::enqueue(app, request.id);
+        app.enqueue(request.id);
     }
     Ok(request)
 }
@@ -68,7 +68,7 @@ pub fn reply(
         .store
         .write(|tx| feature::reply_in(tx, org_id, &author, id, message, answers, agent_id, now))?;
     if wake {
-        agents::enqueue(app, request.id);
+        app.enqueue(request.id);
     }
     Ok((request, accepted))
 }

@@ -66,11 +66,12 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     }
 }
 
-fn require_empty_target(dest: &Path) -> Result<(), StoreError> {
+/// `dest`, made if it is not there, or refused (worded by `refused`) when it is not empty.
+fn require_empty_target(dest: &Path, refused: fn(String) -> StoreError) -> Result<(), StoreError> {
     if dest.exists() {
         let mut entries = std::fs::read_dir(dest).map_err(io_err(dest))?;
         if entries.next().is_some() {
-            return Err(StoreError::Backup(format!(
+            return Err(refused(format!(
                 "{} is not empty; choose a new directory",
                 dest.display()
             )));
@@ -87,7 +88,7 @@ pub fn backup_to_dir(
     created_at: &str,
     progress: Report<'_>,
 ) -> Result<BackupSummary, StoreError> {
-    require_empty_target(dest)?;
+    require_empty_target(dest, StoreError::Backup)?;
     let db_path = dest.join(DB_FILE);
     let db = store.db();
     let snapshot = db.begin_read()?;
@@ -176,7 +177,8 @@ pub fn backup_to_dir(
     let manifest_path = dest.join(MANIFEST);
     write_synced(
         &manifest_path,
-        &serde_json::to_vec_pretty(&manifest).expect("manifest serialises"),
+        &serde_json::to_vec_pretty(&manifest)
+            .map_err(|e| StoreError::Backup(format!("the manifest: {e}")))?,
     )?;
     progress(Progress::note(format!(
         "backup complete: {records} records, {bytes} bytes"
@@ -199,15 +201,15 @@ pub fn restore_from_dir(
 ) -> Result<BackupSummary, StoreError> {
     let manifest_path = src.join(MANIFEST);
     let text = std::fs::read(&manifest_path).map_err(|e| {
-        StoreError::Backup(format!(
+        StoreError::Restore(format!(
             "{} has no readable manifest ({e}); is it a complete kennis backup?",
             src.display()
         ))
     })?;
     let manifest: BackupManifest = serde_json::from_slice(&text)
-        .map_err(|e| StoreError::Backup(format!("manifest is damaged: {e}")))?;
+        .map_err(|e| StoreError::Restore(format!("manifest is damaged: {e}")))?;
     if manifest.format != FORMAT {
-        return Err(StoreError::Backup(format!(
+        return Err(StoreError::Restore(format!(
             "unknown backup format `{}`",
             manifest.format
         )));
@@ -219,12 +221,14 @@ pub fn restore_from_dir(
         });
     }
     if !manifest.files.iter().any(|f| f.name == DB_FILE) {
-        return Err(StoreError::Backup("manifest lists no database file".into()));
+        return Err(StoreError::Restore(
+            "manifest lists no database file".into(),
+        ));
     }
     let mut bytes = 0;
     for f in &manifest.files {
         if !valid_name(&f.name) {
-            return Err(StoreError::Backup(format!(
+            return Err(StoreError::Restore(format!(
                 "manifest names a bad file `{}`",
                 f.name
             )));
@@ -235,7 +239,7 @@ pub fn restore_from_dir(
         )));
         let (size, sum) = hash_file(&src.join(&f.name))?;
         if size != f.size || sum != f.blake3 {
-            return Err(StoreError::Backup(format!(
+            return Err(StoreError::Restore(format!(
                 "{} does not match its manifest (damaged or altered backup)",
                 f.name
             )));
@@ -243,7 +247,7 @@ pub fn restore_from_dir(
         bytes += size;
     }
     let existed = data_dir.exists();
-    require_empty_target(data_dir)?;
+    require_empty_target(data_dir, StoreError::Restore)?;
     let staged = match stage(src, data_dir, &manifest.files, progress) {
         Ok(staged) => staged,
         Err(e) => {
@@ -310,7 +314,7 @@ fn stage(
             .map_err(io_err(&tmp))?;
         let (size, sum) = hash_file(&tmp)?;
         if size != f.size || sum != f.blake3 {
-            return Err(StoreError::Backup(format!(
+            return Err(StoreError::Restore(format!(
                 "the copy of {} does not match its manifest ({size} bytes copied, {} expected): \
                  the backup changed or was damaged while it was restored; nothing was restored",
                 f.name, f.size

@@ -4,8 +4,8 @@
 //! Promise: a record handed to [`BatchWriter::append`] is durable within [`MAX_DELAY`] plus
 //! one commit, and [`BatchWriter::shutdown`] commits everything handed in before it returns.
 
-use std::sync::Mutex;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -75,14 +75,22 @@ impl BatchWriter {
 
     /// Commits everything queued and stops the thread; later appends are dropped.
     pub fn shutdown(&self) {
-        self.tx.lock().expect("batch writer lock").take();
-        if let Some(t) = self.thread.lock().expect("batch writer lock").take() {
+        self.tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(t) = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
             let _ = t.join();
         }
     }
 
     fn send(&self, msg: Msg) {
-        if let Some(tx) = &*self.tx.lock().expect("batch writer lock") {
+        if let Some(tx) = &*self.tx.lock().unwrap_or_else(PoisonError::into_inner) {
             // The thread only ends after the sender is dropped, so this cannot fail while
             // `self` is alive, short of a panic in the writer, which is logged there.
             let _ = tx.send(msg);

@@ -7,8 +7,8 @@
 //! returns an error, the whole batch is discarded and every job of it gets an error: store
 //! errors are rare and a half-applied batch would be worse.
 
-use std::sync::Mutex;
 use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Mutex, PoisonError};
 
 use super::{Store, StoreError, WriteTx};
 
@@ -40,8 +40,16 @@ impl GroupCommit {
     /// Commits what was handed in and stops the thread (releasing its handle on the store);
     /// later writes fail.
     pub fn shutdown(&self) {
-        self.tx.lock().expect("group commit lock").take();
-        if let Some(t) = self.thread.lock().expect("group commit lock").take() {
+        self.tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(t) = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
             let _ = t.join();
         }
     }
@@ -59,7 +67,7 @@ impl GroupCommit {
                 let _ = done.send(committed.map(|()| value).map_err(StoreError::Db));
             }) as Reply)
         });
-        let sent = match &*self.tx.lock().expect("group commit lock") {
+        let sent = match &*self.tx.lock().unwrap_or_else(PoisonError::into_inner) {
             Some(tx) => tx.send(job).is_ok(),
             None => false,
         };

@@ -15,6 +15,7 @@ pub fn pair(a: u64, b: u64) -> [u8; 16] {
 
 /// Reads the id at `offset` of a key made by [`id`] or [`pair`].
 pub fn id_at(key: &[u8], offset: usize) -> Option<u64> {
-    key.get(offset..offset + 8)
-        .map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")))
+    key.get(offset..offset.checked_add(8)?)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_be_bytes)
 }

@@ -205,6 +205,8 @@ pub enum StoreError {
     },
     #[error("backup refused: {0}")]
     Backup(String),
+    #[error("restore refused: {0}")]
+    Restore(String),
 }
 
 macro_rules! db_error_from {

@@ -2,11 +2,6 @@
 //! `kennisbank_write`, and ChatGPT's `search` and `fetch` built on search and read. Each
 //! returns the structured result of DESIGN.md and a readable text.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use serde_json::{Value, json};
 
 use super::args::{Args, opt_int, opt_str, req_str};

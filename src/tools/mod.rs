@@ -1,7 +1,8 @@
 //! The tools of the knowledge base and the feature requests, with their one entry point
 //! [`call`]: the hourly limit, the tool, the audit record. The MCP connector calls them as a
 //! person's grant; the `llm` agent executor calls the knowledge-base tools in-process as the
-//! organisation's agent, under the same rules, limits and audit.
+//! organisation's agent, under the same rules, limits and audit. No `unwrap`, `expect` or
+//! indexing in this folder (the lints below hold for every file in it).
 
 #![cfg_attr(
     not(test),
@@ -319,12 +320,20 @@ pub fn tool_for<'a>(caller: &Caller, name: &str) -> Option<&'a ToolSpec> {
 }
 
 /// Runs one tool call: the hourly limit, the tool, the audit record. Blocking (redb, index).
+/// The call holds a pass of its organisation from here to its queued audit record, so an
+/// organisation whose removal began meanwhile gets neither its writes nor the record after the
+/// removal swept them (`audit::gate`); a call that comes too late is refused, unrecorded.
 pub fn call(
     app: &App,
     caller: &Caller,
     tool: &ToolSpec,
     args: &args::Args,
 ) -> Result<ToolOk, ToolError> {
+    let Some(_pass) = app.org_gate.enter(caller.org_id) else {
+        return Err(ToolError::NotFound(
+            "this organisation no longer exists".into(),
+        ));
+    };
     let started = Instant::now();
     let now = app.clock.now();
     // The place in the hour is reserved atomically before the tool runs (parallel calls cannot

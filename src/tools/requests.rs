@@ -3,11 +3,6 @@
 //! the grant's organisation; every lookup goes through `requests::feature` / `requests::apps`,
 //! which are bound to that organisation. Attachments and settings are never shown here.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use serde_json::{Value, json};
 
 use super::args::{Args, opt_bool, opt_int, opt_str, req_str};

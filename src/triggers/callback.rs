@@ -30,9 +30,10 @@ use tokio::task::JoinSet;
 use super::signature::{key_bytes, sign_standard};
 use super::{RunView, Trigger, TriggerError};
 use crate::app::App;
+use crate::audit::{self, Actor};
 use crate::outbound::{self, Guard};
 use crate::requests::{self, callback as record};
-use crate::store::{StoreError, TRIGGERS};
+use crate::store::StoreError;
 
 /// How long one attempt may take, from resolving the name to the answer's status.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
@@ -122,8 +123,10 @@ fn prepare(app: &App, run_id: u64, now: Timestamp) -> Result<Next, StoreError> {
         let Some(run) = requests::get(tx, run_id)? else {
             return Ok(Next::GiveUp("the run no longer exists".into()));
         };
+        // A deleted trigger stays stored (marked `deleted`) but no longer exists for anyone:
+        // its runs' results go nowhere any more.
         let trigger: Option<Trigger> = match run.trigger_id {
-            Some(id) => tx.get(TRIGGERS, id.as_bytes())?,
+            Some(id) => super::live(tx, id)?,
             None => None,
         };
         let Some(trigger) = trigger else {
@@ -258,16 +261,24 @@ async fn send_one(app: Arc<App>, run_id: u64, mut stop: watch::Receiver<bool>) {
 }
 
 /// "Send again" (portal): run `run_id`'s callback (of the organisation `org_id`) is due at once,
-/// with the same webhook id. A run without a callback, not yet ended, or of another
-/// organisation is [`TriggerError::RunNotFound`].
+/// with the same webhook id, audited (`run.callback_again`). A run without a callback, not yet
+/// ended, or of another organisation is [`TriggerError::RunNotFound`].
 pub async fn send_again(
     app: &Arc<App>,
+    by: Actor,
     org_id: u64,
     run_id: u64,
     now: Timestamp,
 ) -> Result<(), TriggerError> {
     app.commits
-        .write(move |tx| record::send_again_in(tx, org_id, run_id, now))
+        .write(move |tx| {
+            let again = record::send_again_in(tx, org_id, run_id, now)?;
+            if again.is_some() {
+                let target = format!("run {run_id}");
+                audit::admin_in(tx, org_id, &by, "run.callback_again", &target, now)?;
+            }
+            Ok::<_, StoreError>(again)
+        })
         .await?
         .map(|_| ())
         .ok_or(TriggerError::RunNotFound)

@@ -13,7 +13,6 @@ use super::{
     Fired, Signature, Skip, TriggerError, authenticate, fire_in, instructions_with_payload, lookup,
     precheck, validate_delivery_id, validate_key, verify,
 };
-use crate::agents;
 use crate::app::App;
 use crate::audit::{self, Actor};
 
@@ -69,7 +68,7 @@ fn parse_payload(bytes: &[u8]) -> Result<Value, TriggerError> {
 /// The trigger, the secret check and a read-only view of the delivery's fate come from one
 /// snapshot; a delivery that may create a run then decides again, authoritatively, in one
 /// write transaction through the group commit, durable before this returns. A created run is
-/// queued for the workers with [`agents::enqueue`].
+/// queued for the workers with [`App::enqueue`].
 pub async fn deliver<B, T>(app: &Arc<App>, d: Delivery, body: B) -> Result<Delivered, TriggerError>
 where
     B: Future<Output = Result<T, TriggerError>>,
@@ -146,7 +145,7 @@ where
     match fired {
         Fired::Created(run_id) => {
             app.metrics.run_created();
-            agents::enqueue(app, run_id);
+            app.enqueue(run_id);
             Ok(Delivered::Created(run_id))
         }
         Fired::Duplicate(run_id) => Ok(Delivered::Duplicate(run_id)),
@@ -188,7 +187,7 @@ pub async fn run_again(
     match fired {
         Fired::Created(id) => {
             app.metrics.run_created();
-            agents::enqueue(app, id);
+            app.enqueue(id);
             Ok(id)
         }
         Fired::Skipped(skip) => Err(TriggerError::NotStarted(skip)),

@@ -24,10 +24,10 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use uuid::Uuid;
 
-use crate::agents::{self, AgentKind, Rollout};
 use crate::audit::{self, Actor};
 use crate::identity;
 use crate::requests::{self, Request, Status};
+use crate::roster::{self, AgentKind, Rollout};
 use crate::store::{
     ACTIVE_RUNS, Read, Store, StoreError, TRIGGER_DELIVERIES, TRIGGER_RUNS, TRIGGER_SLOTS,
     TRIGGERS, WriteTx, key,
@@ -217,9 +217,8 @@ pub fn validate_key(key: Option<&str>) -> Result<Option<String>, TriggerError> {
 
 /// The trigger's instructions with the payload appended as JSON, the JSON cut after 8 KB at
 /// the last character boundary that fits.
-#[allow(clippy::expect_used, reason = "a JSON value always serialises")]
 pub fn instructions_with_payload(instructions: &str, payload: &Value) -> String {
-    let json = serde_json::to_string(payload).expect("JSON values serialise");
+    let json = payload.to_string();
     let mut out = String::with_capacity(instructions.len() + json.len().min(PAYLOAD_LIMIT) + 80);
     out.push_str(instructions);
     out.push_str("\n\nEvent payload (JSON):\n");
@@ -415,8 +414,8 @@ impl From<&Request> for RunView {
 }
 
 /// `GET /api/hooks/runs/:id`: 404 for an unknown id or anything but a run of a generic agent;
-/// 403 unless the secret is that of the run's trigger. Runs of a deleted trigger stay readable
-/// with its last secret: deleting stops the URL, existing runs remain.
+/// 403 unless the secret is that of the run's live trigger. A deleted trigger (only marked, its
+/// record kept for its runs) answers like an unknown one: its last secret reads nothing more.
 pub fn read_run(tx: &impl Read, id: &str, secret: Option<&str>) -> Result<RunView, TriggerError> {
     let id: u64 = id.parse().map_err(|_| TriggerError::RunNotFound)?;
     let run = requests::get(tx, id)?.ok_or(TriggerError::RunNotFound)?;
@@ -424,12 +423,12 @@ pub fn read_run(tx: &impl Read, id: &str, secret: Option<&str>) -> Result<RunVie
         return Err(TriggerError::RunNotFound);
     }
     let generic =
-        agents::get_agent(tx, run.agent_id)?.is_some_and(|a| a.kind == AgentKind::Generic);
+        roster::get_agent(tx, run.agent_id)?.is_some_and(|a| a.kind == AgentKind::Generic);
     if !generic {
         return Err(TriggerError::RunNotFound);
     }
-    let trigger: Option<Trigger> = match run.trigger_id {
-        Some(t) => tx.get(TRIGGERS, t.as_bytes())?,
+    let trigger = match run.trigger_id {
+        Some(t) => live(tx, t)?,
         None => None,
     };
     match (trigger, secret) {
@@ -507,13 +506,13 @@ pub fn add_by(
         let org_id = identity::org_by_slug(tx, org)?
             .ok_or_else(|| TriggerError::UnknownOrg(org.to_owned()))?
             .id;
-        let agent = agents::get_agent(tx, new.agent_id)?
+        let agent = roster::get_agent(tx, new.agent_id)?
             .filter(|a| a.org_id == org_id)
             .ok_or(TriggerError::UnknownAgent(new.agent_id))?;
         if agent.kind != AgentKind::Generic {
             return Err(TriggerError::NotGeneric(agent.id));
         }
-        let project = agents::get_project(tx, new.project_id)?
+        let project = roster::get_project(tx, new.project_id)?
             .filter(|p| p.org_id == org_id)
             .ok_or(TriggerError::UnknownProject(new.project_id))?;
         if project.rollout != Rollout::Ready {

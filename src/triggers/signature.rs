@@ -72,6 +72,12 @@ fn github_bytes(signature: &str) -> Option<Vec<u8>> {
     hex::decode(signature.trim().strip_prefix("sha256=")?).ok()
 }
 
+/// Whether a Standard Webhooks id is one kennis gives its own run callbacks.
+fn is_callback_id(id: &str) -> bool {
+    id.trim()
+        .starts_with(crate::requests::callback::WEBHOOK_ID_PREFIX)
+}
+
 /// Whether a Standard Webhooks timestamp (seconds) lies within [`TOLERANCE_SECS`] of `now`.
 /// Checked arithmetic: a timestamp far in the future or past, or beyond what `i64` holds, is
 /// simply outside the window.
@@ -133,7 +139,9 @@ pub fn verify(
             timestamp,
             signatures,
         } => {
-            if !within_window(timestamp, now) {
+            // A run's callback, signed with this same key, is kennis's message to a
+            // receiver and never a delivery (whoever got one cannot start runs with it).
+            if !within_window(timestamp, now) || is_callback_id(id) {
                 return Err(TriggerError::InvalidToken);
             }
             let key = key_bytes(server_key, trigger);
@@ -262,5 +270,13 @@ mod tests {
         assert!(verify(&server_key, &trigger, &standard, body, now).is_ok());
         assert!(verify(&server_key, &trigger, &standard, b"{}", now).is_err());
         assert!(sig.starts_with("v1,"));
+        // … but not under the id of a callback kennis sent: a callback starts no run.
+        let id = format!("{}3f0c", crate::requests::callback::WEBHOOK_ID_PREFIX);
+        let callback = Signature::Standard {
+            timestamp: now.as_second().to_string(),
+            signatures: sign_standard(&key, &id, now.as_second(), body),
+            id,
+        };
+        assert!(verify(&server_key, &trigger, &callback, body, now).is_err());
     }
 }

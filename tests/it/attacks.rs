@@ -9,9 +9,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use jiff::SignedDuration;
-use kennis::agents::{self, AgentKind, NewAgent, Rollout};
 use kennis::config::Settings;
 use kennis::requests::apps::{self, AppStatus};
+use kennis::roster::{self, AgentKind, NewAgent, Rollout};
 use kennis::triggers::{self, NewTrigger};
 use serde_json::{Value, json};
 
@@ -205,8 +205,8 @@ fn command(program: &Path, secs: u64) -> NewAgent {
 fn hook(t: &TestServer, s: &Seeded, agent: NewAgent, cooldown: u64) -> (uuid::Uuid, String) {
     let app = t.app();
     let now = app.clock.now();
-    let a = agents::add_agent(&app.store, &s.org.slug, &agent, now).unwrap();
-    let p = agents::add_project(&app.store, &s.org.slug, &agent.name, Rollout::Ready, now).unwrap();
+    let a = roster::add_agent(&app.store, &s.org.slug, &agent, now).unwrap();
+    let p = roster::add_project(&app.store, &s.org.slug, &agent.name, Rollout::Ready, now).unwrap();
     let c = triggers::add(
         &app.store,
         &s.org.slug,
@@ -394,7 +394,7 @@ async fn data_is_private_and_secrets_stay_out_of_the_log() {
     .unwrap();
     let log = dir.path().join("serve.log");
     let server = ServeProcess::spawn(&data, &[], Some(&log));
-    let c = reqwest::Client::new();
+    let c = crate::fixture::http_client();
     let secret = "kb_trg_Sup3rSecretValueThatMustNotBeLogged";
     for q in [
         format!("t%6Fken={secret}"),

@@ -102,12 +102,21 @@ fn damaged_backups_and_busy_targets_are_refused() {
     // A backup into a non-empty directory is refused.
     let again = run(&data, &["backup", backup.to_str().unwrap()], None);
     assert_eq!(again.status.code(), Some(1));
-    assert!(stderr(&again).contains("not empty"), "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains("backup refused: ") && stderr(&again).contains("not empty"),
+        "{}",
+        stderr(&again)
+    );
 
-    // Restoring onto the live data directory is refused, and leaves it alone.
+    // Restoring onto the live data directory is refused, and leaves it alone. Restore
+    // refusals say they are restore refusals.
     let out = run(&data, &["restore", backup.to_str().unwrap()], None);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("not empty"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("restore refused: ") && stderr(&out).contains("not empty"),
+        "{}",
+        stderr(&out)
+    );
 
     // One flipped byte: refused, nothing restored.
     let db = backup.join("kennis.redb");
@@ -119,7 +128,8 @@ fn damaged_backups_and_busy_targets_are_refused() {
     let out = run(&target, &["restore", backup.to_str().unwrap()], None);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).contains("does not match its manifest"),
+        stderr(&out).contains("restore refused: ")
+            && stderr(&out).contains("does not match its manifest"),
         "{}",
         stderr(&out)
     );
@@ -133,5 +143,10 @@ fn damaged_backups_and_busy_targets_are_refused() {
         None,
     );
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("manifest"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("restore refused: ") && stderr(&out).contains("manifest"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("backup refused"), "{}", stderr(&out));
 }

@@ -67,6 +67,24 @@ async fn refresh(t: &TestServer, client_id: &str, refresh_token: &str) -> (u16, 
     (st, v["error"].as_str().map(str::to_owned))
 }
 
+/// A personal access token of `s`, made with `kennis token create`: its secret.
+async fn personal_token(t: &TestServer, s: &Seeded) -> String {
+    let made = cli(
+        t,
+        &[
+            "token",
+            "create",
+            &s.org.slug,
+            &s.person.email,
+            "--name",
+            "ci",
+            "--json",
+        ],
+    )
+    .await;
+    made["token"].as_str().unwrap().to_owned()
+}
+
 /// A connection made through the real consent flow: (client id, access, refresh).
 async fn connect(t: &TestServer, s: &Seeded) -> (String, String, String) {
     let (client_id, verifier, code) = code_for(t, s, &["kennisbank"]).await;
@@ -229,6 +247,8 @@ async fn a_password_reset_revokes_grants_and_sessions() {
     // link is used) ends when it is used.
     let (client_id, access, refresh_token) = connect(&t, &s).await;
     assert_eq!(connector(&t, &access).await, 200);
+    let pat = personal_token(&t, &s).await;
+    assert_eq!(connector(&t, &pat).await, 200);
     let mut other = Browser::new(&t);
     assert_eq!(other.login(&s, "/portal").await.status, 200);
     let path = v["url"].as_str().unwrap().replace(&t.base, "");
@@ -245,6 +265,11 @@ async fn a_password_reset_revokes_grants_and_sessions() {
     assert_eq!(p.status, 303, "{}", p.body);
     assert_eq!(connector(&t, &access).await, 401);
     assert_eq!(
+        connector(&t, &pat).await,
+        401,
+        "personal access tokens end too"
+    );
+    assert_eq!(
         refresh(&t, &client_id, &refresh_token).await,
         (400, Some("invalid_grant".into()))
     );
@@ -257,6 +282,8 @@ async fn a_password_change_revokes_grants_and_the_other_sessions() {
     let mut t = TestServer::start().await;
     let s = t.seed("Acme", "fay@example.org");
     let (client_id, access, refresh_token) = connect(&t, &s).await;
+    let pat = personal_token(&t, &s).await;
+    assert_eq!(connector(&t, &pat).await, 200);
     let mut me = Browser::new(&t);
     let page = me.login(&s, "/portal/account").await;
     let mut other = Browser::new(&t);
@@ -275,6 +302,7 @@ async fn a_password_change_revokes_grants_and_the_other_sessions() {
         .await;
     assert_eq!(p.status, 401);
     assert_eq!(connector(&t, &access).await, 200);
+    assert_eq!(connector(&t, &pat).await, 200);
     assert_eq!(other.get("/portal").await.status, 200);
 
     let p = me
@@ -289,6 +317,11 @@ async fn a_password_change_revokes_grants_and_the_other_sessions() {
         .await;
     assert_eq!(p.status, 200, "{}", p.body);
     assert_eq!(connector(&t, &access).await, 401);
+    assert_eq!(
+        connector(&t, &pat).await,
+        401,
+        "personal access tokens end too"
+    );
     assert_eq!(
         refresh(&t, &client_id, &refresh_token).await,
         (400, Some("invalid_grant".into()))
@@ -319,6 +352,19 @@ async fn an_org_admin_reaches_nothing_of_another_org_by_id() {
     )
     .unwrap();
     let pair = t.grant_pair(a.org.id, a.person.id, &["kennisbank"]);
+    let (anna_pat, anna_secret) = kennis::oauth::pats::create(
+        &app.store,
+        &kennis::audit::Actor::Operator,
+        kennis::oauth::pats::NewToken {
+            org_id: a.org.id,
+            person_id: a.person.id,
+            name: "annas-geheime-sleutel".into(),
+            scopes: vec![],
+            expires_in_days: None,
+        },
+        app.clock.now(),
+    )
+    .unwrap();
     let triggers_before = kennis::triggers::list(&app.store, &a.org.slug).unwrap();
     let a_before = admin_records(export(&t, &a.org.slug).await);
 
@@ -404,6 +450,20 @@ async fn an_org_admin_reaches_nothing_of_another_org_by_id() {
         )
         .await;
     assert_eq!(p.status, 400, "{}", p.body);
+    // A's personal access token, by id through B's tokens page.
+    let p = bob
+        .post(
+            &format!("{bo}/tokens/{}", anna_pat.id),
+            &[csrf, ("action", "revoke")],
+        )
+        .await;
+    assert_eq!(p.status, 404, "{}", p.body);
+    assert!(
+        !bob.get(&format!("{bo}/tokens"))
+            .await
+            .body
+            .contains("annas-geheime-sleutel")
+    );
 
     // Nothing of A changed.
     let m = app
@@ -430,6 +490,7 @@ async fn an_org_admin_reaches_nothing_of_another_org_by_id() {
         .status;
     assert_eq!(status, AppStatus::Live);
     assert_eq!(connector(&t, &pair.access_token).await, 200);
+    assert_eq!(connector(&t, &anna_secret).await, 200);
     assert!(identity::verify_login(&app.store, &a.person.email, &a.password).is_ok());
     assert!(
         app.store
@@ -506,16 +567,16 @@ async fn every_portal_admin_action_is_audited_with_the_admin_as_actor() {
     let dave = person(&t, "dave@example.org");
     add_member(&t, &b.org.slug, &dave.email, Role::Member);
     let dave_grant = t.grant_pair(b.org.id, dave.id, &["kennisbank"]);
-    let messenger = kennis::agents::NewAgent {
+    let messenger = kennis::roster::NewAgent {
         name: "Boodschapper".into(),
         ..crate::fixture::echo_agent()
     };
-    let echo = kennis::agents::add_agent(&app.store, &b.org.slug, &messenger, now).unwrap();
-    let project = kennis::agents::add_project(
+    let echo = kennis::roster::add_agent(&app.store, &b.org.slug, &messenger, now).unwrap();
+    let project = kennis::roster::add_project(
         &app.store,
         &b.org.slug,
         "Site",
-        kennis::agents::Rollout::Ready,
+        kennis::roster::Rollout::Ready,
         now,
     )
     .unwrap();
@@ -632,6 +693,63 @@ async fn every_portal_admin_action_is_audited_with_the_admin_as_actor() {
         )
         .await;
     ok(&p, "app status");
+    // A token made and revoked, then tokens denied for the organisation.
+    let tokens = format!("{bo}/tokens");
+    let p = bob
+        .post(
+            &tokens,
+            &[
+                csrf,
+                ("name", "n8n"),
+                ("scope", "kennisbank"),
+                ("expires_in_days", "7"),
+            ],
+        )
+        .await;
+    ok(&p, "token");
+    let token_id = app
+        .store
+        .read(|tx| kennis::oauth::pats::list(tx, b.org.id, None))
+        .unwrap()[0]
+        .token
+        .id;
+    let p = bob
+        .post(
+            &format!("{tokens}/{token_id}"),
+            &[csrf, ("action", "revoke")],
+        )
+        .await;
+    ok(&p, "token revoke");
+    let p = bob
+        .post(
+            &format!("{tokens}/setting"),
+            &[csrf, ("personal_tokens", "deny")],
+        )
+        .await;
+    ok(&p, "personal tokens");
+    // A document moved, deleted and restored.
+    t.put_doc(&b, "notities/oud.md", "oud");
+    let p = bob
+        .post(
+            &format!("{bo}/kb/notities/oud.md"),
+            &[csrf, ("action", "move"), ("to", "archief/oud.md")],
+        )
+        .await;
+    ok(&p, "move");
+    let p = bob
+        .post(
+            &format!("{bo}/kb/archief/oud.md"),
+            &[csrf, ("action", "delete")],
+        )
+        .await;
+    ok(&p, "delete");
+    let p = bob
+        .post(
+            &format!("{bo}/trash"),
+            &[csrf, ("action", "restore"), ("path", "archief/oud.md")],
+        )
+        .await;
+    ok(&p, "restore");
 
     // A run again.
     let (_, run) = t.finished_run(&b.org.slug, "Nog eens").await;
@@ -647,14 +765,14 @@ async fn every_portal_admin_action_is_audited_with_the_admin_as_actor() {
         .unwrap();
 
     // A run cancelled while it runs (an agent that only sleeps).
-    let sleeper = kennis::agents::NewAgent {
+    let sleeper = kennis::roster::NewAgent {
         name: "Slaper".into(),
         exec: "command".into(),
         program: Some("/bin/sleep".into()),
         args: vec!["30".into()],
         ..crate::fixture::echo_agent()
     };
-    let sleeper = kennis::agents::add_agent(&app.store, &b.org.slug, &sleeper, now).unwrap();
+    let sleeper = kennis::roster::add_agent(&app.store, &b.org.slug, &sleeper, now).unwrap();
     let slow = kennis::triggers::add(
         &app.store,
         &b.org.slug,
@@ -723,6 +841,18 @@ async fn every_portal_admin_action_is_audited_with_the_admin_as_actor() {
         ("trigger.delete", format!("trigger {tid} Offerte")),
         ("app.add", format!("app {app_id} Uren status=draft")),
         ("app.status", format!("app {app_id} Uren status=live")),
+        (
+            "token.create",
+            format!("token {token_id} n8n of bob@example.org scopes=kennisbank expires_at="),
+        ),
+        (
+            "token.revoke",
+            format!("token {token_id} n8n of bob@example.org"),
+        ),
+        ("org.set", "personal_tokens=deny".into()),
+        ("kb.move", "notities/oud.md to archief/oud.md".into()),
+        ("kb.delete", "archief/oud.md version 1".into()),
+        ("kb.restore", "archief/oud.md version 1".into()),
     ] {
         let found = records.iter().any(|r| {
             r["action"] == action
@@ -869,16 +999,78 @@ async fn every_command_line_admin_action_is_audited_as_the_operator() {
             run_json(&d, &["trigger", action, &id, "--json"], None);
         }
         run_json(&d, &["app", "add", "org-c", "Uren", "--json"], None);
+        // Tokens and their organisation setting.
+        let token = run_json(
+            &d,
+            &[
+                "token",
+                "create",
+                "org-c",
+                "eve@example.org",
+                "--name",
+                "ci",
+                "--json",
+            ],
+            None,
+        );
+        let token = token["id"].to_string();
+        run_json(&d, &["token", "revoke", &token, "--json"], None);
+        run_json(
+            &d,
+            &["org", "set", "org-c", "--personal-tokens", "deny", "--json"],
+            None,
+        );
+        // A document imported, moved, deleted and restored.
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("a.md"), "alfa").unwrap();
+        run_json(
+            &d,
+            &[
+                "kb",
+                "import",
+                "org-c",
+                src.path().to_str().unwrap(),
+                "--json",
+            ],
+            None,
+        );
+        run_json(&d, &["kb", "move", "org-c", "a.md", "b.md", "--json"], None);
+        run_json(&d, &["kb", "delete", "org-c", "b.md", "--json"], None);
+        run_json(&d, &["kb", "restore", "org-c", "b.md", "--json"], None);
+        // A person disabled, enabled, and another one erased.
+        run_json(&d, &["user", "disable", "eve@example.org", "--json"], None);
+        run_json(&d, &["user", "enable", "eve@example.org", "--json"], None);
+        let gus = run_json(
+            &d,
+            &[
+                "user",
+                "add",
+                "gus@example.org",
+                "--password-stdin",
+                "--json",
+            ],
+            Some("gus-zijn-lange-wachtwoord\n"),
+        );
+        run_json(
+            &d,
+            &["member", "add", "org-c", "gus@example.org", "--json"],
+            None,
+        );
+        run_json(
+            &d,
+            &["user", "delete", "gus@example.org", "--yes", "--json"],
+            None,
+        );
         run_json(
             &d,
             &["member", "remove", "org-c", "eve@example.org", "--json"],
             None,
         );
-        (agent, id)
+        (agent, id, token, gus["id"].clone())
     })
     .await
     .unwrap();
-    let (agent, tid) = out;
+    let (agent, tid, token, gus) = out;
     let records = export(&t, "org-c").await;
     for (action, target) in [
         ("org.create", "org-c".to_owned()),
@@ -912,6 +1104,21 @@ async fn every_command_line_admin_action_is_audited_as_the_operator() {
         ("trigger.renew_secret", format!("trigger {tid} T")),
         ("trigger.delete", format!("trigger {tid} T")),
         ("app.add", "Uren status=live".into()),
+        (
+            "token.create",
+            format!("token {token} ci of eve@example.org scopes=kennisbank expires_at="),
+        ),
+        (
+            "token.revoke",
+            format!("token {token} ci of eve@example.org"),
+        ),
+        ("org.set", "personal_tokens=deny".into()),
+        ("user.disable", "eve@example.org".into()),
+        ("user.enable", "eve@example.org".into()),
+        ("user.delete", format!("deleted-{gus}")),
+        ("kb.move", "a.md to b.md".into()),
+        ("kb.delete", "b.md version 1".into()),
+        ("kb.restore", "b.md version 1".into()),
         ("member.remove", "eve@example.org".into()),
     ] {
         let found = records.iter().any(|r| {
@@ -923,6 +1130,15 @@ async fn every_command_line_admin_action_is_audited_as_the_operator() {
         });
         assert!(found, "{action} {target}: {records:#?}");
     }
+    // `org set --personal-tokens` alone records that setting only.
+    assert_eq!(actions(&records, "org.set").len(), 2, "{records:#?}");
+    // The erased person is named by the pseudonym only.
+    assert!(
+        !records
+            .iter()
+            .any(|r| r.to_string().contains("gus@example.org")),
+        "{records:#?}"
+    );
     // In time order, each with its time.
     let times: Vec<&str> = records.iter().map(|r| r["at"].as_str().unwrap()).collect();
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
@@ -953,4 +1169,79 @@ fn audit_records_written_before_admin_actions_were_audited_still_read() {
     let r: kennis::audit::AuditRecord = serde_json::from_value(old).unwrap();
     assert_eq!((r.actor, r.action), (None, None));
     assert_eq!(r.tool, "kennisbank_list");
+}
+
+/// An authorization code not yet exchanged is a way in too: whoever held the person's session
+/// (or password) for a moment can ask for one and keep it, then exchange it for a fresh grant
+/// once the person has ended everything. Revoking all connections, changing the password and
+/// disabling the account each void the person's codes, so such a code gets `invalid_grant`
+/// and no grant; a code asked for afterwards works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ending_a_persons_credentials_voids_their_unexchanged_codes() {
+    let mut t = TestServer::start().await;
+    let mut s = t.seed("Acme", "gus@example.org");
+    let grants = |t: &TestServer| {
+        t.app()
+            .store
+            .read(|tx| tx.count(kennis::store::OAUTH_GRANTS))
+            .unwrap()
+    };
+    let tick = |t: &TestServer| t.clock.advance(jiff::SignedDuration::from_secs(31));
+
+    // 1. "Revoke all" on the account page.
+    let (client, verifier, code) = code_for(&t, &s, &["kennisbank"]).await;
+    tick(&t);
+    let mut me = Browser::new(&t);
+    let page = me.login(&s, "/portal/account").await;
+    let p = me
+        .post(
+            "/portal/account/revoke-all",
+            &[("csrf_token", &page.csrf())],
+        )
+        .await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    let before = grants(&t);
+    let (st, tok) = exchange(&t, &client, &verifier, &code).await;
+    assert_eq!((st, &tok["error"]), (400, &json!("invalid_grant")), "{tok}");
+    assert_eq!(grants(&t), before, "no grant was made");
+
+    // 2. A password change.
+    tick(&t);
+    let (client, verifier, code) = code_for(&t, &s, &["kennisbank"]).await;
+    tick(&t);
+    let page = me.get("/portal/account").await;
+    let p = me
+        .post(
+            "/portal/account/password",
+            &[
+                ("csrf_token", &page.csrf()),
+                ("current_password", &s.password),
+                ("new_password", "nieuw-lang-wachtwoord"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    s.password = "nieuw-lang-wachtwoord".into();
+    let (st, tok) = exchange(&t, &client, &verifier, &code).await;
+    assert_eq!((st, &tok["error"]), (400, &json!("invalid_grant")), "{tok}");
+
+    // 3. `user disable` (and `user enable` before the code comes back).
+    tick(&t);
+    let (client, verifier, code) = code_for(&t, &s, &["kennisbank"]).await;
+    cli(&t, &["user", "disable", "gus@example.org", "--json"]).await;
+    cli(&t, &["user", "enable", "gus@example.org", "--json"]).await;
+    let (st, tok) = exchange(&t, &client, &verifier, &code).await;
+    assert_eq!((st, &tok["error"]), (400, &json!("invalid_grant")), "{tok}");
+    assert_eq!(grants(&t), before, "no grant was made");
+
+    // A code asked for now is exchanged as usual.
+    tick(&t);
+    let (client, verifier, code) = code_for(&t, &s, &["kennisbank"]).await;
+    let (st, tok) = exchange(&t, &client, &verifier, &code).await;
+    assert_eq!(st, 200, "{tok}");
+    assert_eq!(
+        connector(&t, tok["access_token"].as_str().unwrap()).await,
+        200
+    );
+    t.stop().await;
 }

@@ -14,10 +14,10 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use hmac::{Hmac, Mac};
 use jiff::SignedDuration;
-use kennis::agents::{self, Rollout};
 use kennis::clock::Clock;
 use kennis::config::{Settings, TriggerSettings};
 use kennis::requests;
+use kennis::roster::{self, Rollout};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
@@ -190,16 +190,16 @@ fn standard_webhooks_verify(signing_secret: &str, got: &Got) -> bool {
 }
 
 /// A generic agent and a ready project in `org`: (agent id, project id).
-fn agent_and_project(t: &TestServer, org: &str, agent: agents::NewAgent) -> (String, String) {
+fn agent_and_project(t: &TestServer, org: &str, agent: roster::NewAgent) -> (String, String) {
     let app = t.app();
     let now = app.clock.now();
-    let a = agents::add_agent(&app.store, org, &agent, now).unwrap();
-    let p = agents::add_project(&app.store, org, "Site", Rollout::Ready, now).unwrap();
+    let a = roster::add_agent(&app.store, org, &agent, now).unwrap();
+    let p = roster::add_project(&app.store, org, "Site", Rollout::Ready, now).unwrap();
     (a.id.to_string(), p.id.to_string())
 }
 
 /// `kennis trigger add` with a callback URL through the running server: its JSON answer.
-fn add_trigger(t: &TestServer, org: &str, agent: agents::NewAgent, callback: &str) -> Value {
+fn add_trigger(t: &TestServer, org: &str, agent: roster::NewAgent, callback: &str) -> Value {
     let (a, p) = agent_and_project(t, org, agent);
     run_json(
         t.data_dir(),
@@ -244,6 +244,19 @@ async fn fire_keyed(t: &TestServer, trigger: &Value, key: &str) -> u64 {
     assert_eq!(r.status(), 202);
     r.json::<Value>().await.unwrap()["featureRequestId"]
         .as_u64()
+        .unwrap()
+}
+
+/// The read-run endpoint's answer for `run` of `trigger`.
+async fn read_run(t: &TestServer, trigger: &Value, run: u64) -> Value {
+    t.client
+        .get(t.url(&format!("/api/hooks/runs/{run}")))
+        .bearer_auth(trigger["secret"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
         .unwrap()
 }
 
@@ -313,16 +326,7 @@ async fn a_finished_run_is_posted_signed_with_the_read_run_answer() {
     );
     let body = got.json();
     assert_eq!(body["type"], "run.finished");
-    let read: Value = t
-        .client
-        .get(t.url(&format!("/api/hooks/runs/{run}")))
-        .bearer_auth(trigger["secret"].as_str().unwrap())
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let read = read_run(&t, &trigger, run).await;
     assert_eq!(read["status"], "succeeded");
     assert_eq!(
         body["run"], read,
@@ -372,6 +376,49 @@ async fn a_finished_run_is_posted_signed_with_the_read_run_answer() {
     t.clock.advance(SignedDuration::from_hours(30));
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(rx.got().len(), 1);
+}
+
+/// Every final status of the read-run endpoint is called back (`succeeded` and `cancelled` are
+/// above and below): a command that fails, and one that outlives its timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_and_timed_out_runs_are_called_back_too() {
+    let t = TestServer::start_with(loopback_allowed()).await;
+    t.seed("Acme", "ann@example.org");
+    let rx = Receiver::start(vec![]).await;
+    let command = |program: &str, args: &[&str], timeout: Option<u64>| roster::NewAgent {
+        exec: "command".into(),
+        program: Some(program.into()),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        timeout_secs: timeout,
+        ..echo_agent()
+    };
+    for (agent, status, path) in [
+        (command("/bin/false", &[], None), "failed", "/failed"),
+        (
+            command("/bin/sleep", &["30"], Some(1)),
+            "timed_out",
+            "/late",
+        ),
+    ] {
+        let trigger = add_trigger(&t, "acme", agent, &rx.url(path));
+        let run = fire(&t, &trigger).await;
+        let mut got = None;
+        for _ in 0..400 {
+            got = rx.got().into_iter().find(|g| g.path == path);
+            if got.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let got = got.unwrap_or_else(|| panic!("no callback for the {status} run"));
+        assert!(standard_webhooks_verify(
+            trigger["signing_secret"].as_str().unwrap(),
+            &got
+        ));
+        let read = read_run(&t, &trigger, run).await;
+        assert_eq!(read["status"], status, "{read}");
+        assert_eq!(got.json()["run"], read);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -456,8 +503,34 @@ async fn failed_attempts_are_retried_with_the_same_webhook_id_and_shown() {
     // Send again without the CSRF token: refused, nothing sent.
     let forged = nl.post(&format!("{page_path}/callback-again"), &[]).await;
     assert_eq!(forged.status, 403);
+    // Another organisation's admin cannot send it again through their own pages.
+    let other = t.seed("Bakkerij", "bob@example.org");
+    let mut bob = Browser::new(&t);
+    let page = bob.login(&other, "/portal/o/bakkerij/triggers").await;
+    let foreign = bob
+        .post(
+            &format!("/portal/o/bakkerij/runs/{run}/callback-again"),
+            &[("csrf_token", &page.csrf())],
+        )
+        .await;
+    assert_eq!(foreign.status, 404, "{}", foreign.body);
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(rx.got().len(), 4);
+    // "Send again" is an admin action of the organisation, audited with its admin.
+    t.app().batch.flush();
+    let out = crate::fixture::run(t.data_dir(), &["audit", "export", "acme"], None);
+    let again: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["action"] == "run.callback_again")
+        .collect();
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(
+        (&again[0]["actor"], &again[0]["target"]),
+        (&json!("ann@example.org"), &json!(format!("run {run}")))
+    );
+    let out = crate::fixture::run(t.data_dir(), &["audit", "export", "bakkerij"], None);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("run.callback_again"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -504,9 +577,9 @@ async fn a_run_ended_while_no_server_runs_is_called_back_at_the_next_start() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    let agent = agents::NewAgent {
+    let agent = roster::NewAgent {
         name: "Slow".into(),
-        kind: agents::AgentKind::Generic,
+        kind: roster::AgentKind::Generic,
         exec: "command".into(),
         program: Some(slow.to_str().unwrap().into()),
         args: vec![],
@@ -848,4 +921,255 @@ async fn a_server_killed_during_the_callback_sends_it_again_after_the_restart() 
     }
     assert_eq!(statuses(&shown), [200], "{shown}");
     assert!(again.terminate().success());
+}
+
+/// The `n`th fenced block whose fence names `lang` in the "Getting the result back" section of
+/// `docs/triggers.md`.
+fn docs_block(lang: &str, n: usize) -> String {
+    let page = include_str!("../../docs/triggers.md");
+    let section = page
+        .split("## Getting the result back")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("docs/triggers.md has the section");
+    let fence = format!("```{lang}\n");
+    section
+        .split(fence.as_str())
+        .nth(n + 1)
+        .unwrap_or_else(|| panic!("no {lang} block #{n} in the section"))
+        .split("```")
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// The verification examples of the docs, run as written against a real callback: the Python
+/// function accepts it and refuses a changed body and another secret; the shell lines compute
+/// the signature the callback carries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs python3 and openssl; run by .ci/run"]
+async fn the_documented_verification_examples_accept_a_real_callback() {
+    let t = TestServer::start_with(loopback_allowed()).await;
+    // The Python example checks the timestamp against the wall clock.
+    t.clock.set(jiff::Timestamp::now());
+    t.seed("Acme", "ann@example.org");
+    let rx = Receiver::start(vec![]).await;
+    let trigger = add_trigger(&t, "acme", echo_agent(), &rx.url("/hook"));
+    fire(&t, &trigger).await;
+    let got = rx.wait_for(1).await.remove(0);
+    let secret = trigger["signing_secret"].as_str().unwrap();
+    assert!(standard_webhooks_verify(secret, &got));
+
+    let dir = tempfile::tempdir().unwrap();
+    let headers = json!({
+        "webhook-id": got.header("webhook-id"),
+        "webhook-timestamp": got.header("webhook-timestamp"),
+        "webhook-signature": got.header("webhook-signature"),
+    });
+    std::fs::write(dir.path().join("headers.json"), headers.to_string()).unwrap();
+    std::fs::write(dir.path().join("body.json"), &got.body).unwrap();
+    let python = format!(
+        "{}\n\nimport json, sys\nsecret = sys.argv[1]\nheaders = json.load(open('headers.json'))\nbody = open('body.json', 'rb').read()\nother = 'whsec_' + base64.b64encode(b'x' * 32).decode()\nprint(json.dumps([verify(secret, headers, body), verify(secret, headers, body + b' '), verify(other, headers, body)]))\n",
+        docs_block("python", 0)
+    );
+    std::fs::write(dir.path().join("verify.py"), python).unwrap();
+    let out = std::process::Command::new("python3")
+        .arg("verify.py")
+        .arg(secret)
+        .current_dir(dir.path())
+        .output()
+        .expect("python3 runs");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let verdicts: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(verdicts, json!([true, false, false]));
+
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(docs_block("sh", 1))
+        .env("SECRET", secret)
+        .env("ID", got.header("webhook-id"))
+        .env("TS", got.header("webhook-timestamp"))
+        .current_dir(dir.path())
+        .output()
+        .expect("bash runs");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let computed = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        format!("v1,{}", computed.trim()),
+        got.header("webhook-signature")
+    );
+}
+
+/// Retention does not take a run whose result callback is still on its way: it goes (with its
+/// callback record) once the callback arrived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_keeps_a_run_until_its_callback_is_done() {
+    let t = TestServer::start_with(loopback_allowed()).await;
+    t.seed("Acme", "ann@example.org");
+    // Nobody listens yet: the first attempt finds the connection refused.
+    let port = crate::fixture::free_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let trigger = add_trigger(&t, "acme", echo_agent(), &format!("http://{addr}/hook"));
+    let run = fire(&t, &trigger).await;
+    let cb = attempts(&t, run, 1).await;
+    assert_eq!(cb.state, requests::callback::State::Pending);
+
+    // Past the runs' retention (90 days): the run stays while its callback is pending.
+    t.clock.advance(SignedDuration::from_hours(100 * 24));
+    let app = t.app().clone();
+    let r = app.blocking(kennis::housekeeping::retain).await.unwrap();
+    assert_eq!(r.runs, 0, "{r:?}");
+    assert!(
+        app.store
+            .read(|tx| requests::get(tx, run))
+            .unwrap()
+            .is_some()
+    );
+
+    // The receiver comes up; the next attempts arrive and the callback is delivered.
+    let rx = Receiver::start_on(addr, vec![]).await;
+    for _ in 0..20 {
+        if !rx.got().is_empty() {
+            break;
+        }
+        t.clock.advance(SignedDuration::from_hours(15));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    rx.wait_for(1).await;
+    for _ in 0..100 {
+        if callback(&t, run).is_some_and(|c| c.state == requests::callback::State::Delivered) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        callback(&t, run).unwrap().state,
+        requests::callback::State::Delivered
+    );
+    let r = app.blocking(kennis::housekeeping::retain).await.unwrap();
+    assert_eq!(r.runs, 1, "{r:?}");
+    assert!(
+        app.store
+            .read(|tx| requests::get(tx, run))
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        callback(&t, run).is_none(),
+        "the callback record went with it"
+    );
+}
+
+/// A callback is signed with the trigger's signing secret, the key its signed deliveries are
+/// checked with; yet a callback is kennis telling the receiver a run ended, not the receiver
+/// asking for a run. Whoever gets a callback (the receiver, a relay or log on its way) sending
+/// it on to the trigger's URL within the 5-minute window starts no run: 401, nothing stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callback_sent_back_to_its_trigger_starts_no_run() {
+    let t = TestServer::start_with(loopback_allowed()).await;
+    t.seed("Acme", "ann@example.org");
+    let rx = Receiver::start(vec![]).await;
+    let trigger = add_trigger(&t, "acme", echo_agent(), &rx.url("/kennis/result"));
+    let run = fire(&t, &trigger).await;
+    let got = rx.wait_for(1).await;
+    let got = &got[0];
+    assert!(standard_webhooks_verify(
+        trigger["signing_secret"].as_str().unwrap(),
+        got
+    ));
+
+    let replay = |path: String| {
+        let mut r = t.client.post(t.url(&path));
+        for name in [
+            "webhook-id",
+            "webhook-timestamp",
+            "webhook-signature",
+            "content-type",
+        ] {
+            r = r.header(name, got.header(name));
+        }
+        r.body(got.body.clone()).send()
+    };
+    let hook = format!("/api/hooks/events/{}", trigger["id"].as_str().unwrap());
+    let r = replay(hook.clone()).await.unwrap();
+    let status = r.status();
+    let answer = r.text().await.unwrap();
+    assert_eq!(status, 401, "a callback replayed as a delivery: {answer}");
+    let next = t.app().store.read(|tx| requests::get(tx, run + 1)).unwrap();
+    assert!(next.is_none(), "a run was started: {next:?}");
+    // Under another event key too: the refusal comes from what the callback is, not the slot.
+    let r = t
+        .client
+        .post(t.url(&hook))
+        .header("webhook-id", got.header("webhook-id"))
+        .header("webhook-timestamp", got.header("webhook-timestamp"))
+        .header("webhook-signature", got.header("webhook-signature"))
+        .header("X-Service-Event-Key", "other")
+        .body(got.body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    // The trigger's own signed deliveries still work.
+    let id = "msg_2Lh3pX";
+    let ts = t.clock.now().as_second().to_string();
+    let body = br#"{"build": 43}"#;
+    let key = STANDARD
+        .decode(
+            trigger["signing_secret"]
+                .as_str()
+                .unwrap()
+                .strip_prefix("whsec_")
+                .unwrap(),
+        )
+        .unwrap();
+    let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
+    mac.update(format!("{id}.{ts}.").as_bytes());
+    mac.update(body);
+    let sig = format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()));
+    let r = t
+        .client
+        .post(t.url(&hook))
+        .header("webhook-id", id)
+        .header("webhook-timestamp", &ts)
+        .header("webhook-signature", sig)
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap());
+}
+
+/// Deleting a trigger ends its runs' callbacks: one still waiting for its next attempt is
+/// given up at that attempt (`failed`, "the run's trigger no longer exists") and nothing more
+/// reaches the URL — an admin who deletes a trigger because of where it reports gets no
+/// further results sent there, for up to two days of retries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_triggers_callbacks_stop() {
+    let t = TestServer::start_with(loopback_allowed()).await;
+    t.seed("Acme", "ann@example.org");
+    let rx = Receiver::start(vec![(500, None), (500, None)]).await;
+    let trigger = add_trigger(&t, "acme", echo_agent(), &rx.url("/hook"));
+    let run = fire(&t, &trigger).await;
+    rx.wait_for(1).await;
+    let cb = attempts(&t, run, 1).await;
+    assert_eq!(cb.state, requests::callback::State::Pending);
+
+    let out = crate::fixture::run(
+        t.data_dir(),
+        &["trigger", "delete", trigger["id"].as_str().unwrap()],
+        None,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    t.clock.advance(SignedDuration::from_secs(60));
+    let cb = attempts(&t, run, 2).await;
+    assert_eq!(cb.state, requests::callback::State::Failed, "{cb:?}");
+    assert_eq!(cb.attempts[1].status, 0);
+    assert!(
+        cb.attempts[1].reason.contains("trigger no longer exists"),
+        "{cb:?}"
+    );
+    t.clock.advance(SignedDuration::from_hours(48));
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(rx.got().len(), 1, "the URL heard from a deleted trigger");
 }

@@ -107,6 +107,7 @@ fn loopback_documents() -> Settings {
     Settings {
         oauth: Some(OAuthSettings {
             cimd_allow_http_loopback: Some(true),
+            ..Default::default()
         }),
         ..Settings::default()
     }

@@ -318,9 +318,39 @@ fn a_newcomer_finds_ids_and_makes_no_accidental_data_directory() {
     ] {
         let out = run(&missing, args, None);
         assert_eq!(out.status.code(), Some(1), "{args:?}");
-        assert!(stderr(&out).contains("no kennis data"), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("there is no data directory"),
+            "{}",
+            stderr(&out)
+        );
         assert!(!missing.exists(), "{args:?} created the data directory");
     }
+    // Without --data-dir the default is ./data: it is not made either.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kennis"))
+        .args(["org", "list"])
+        .current_dir(dir.path())
+        .env_remove("KENNIS_DATA_DIR")
+        .env_remove("KENNIS_CONFIG")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("there is no data directory data")
+            && stderr(&out).contains("--data-dir"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!dir.path().join("data").exists(), "org list created ./data");
+    // An empty directory is no kennis data either.
+    std::fs::create_dir(&missing).unwrap();
+    let out = run(&missing, &["org", "list"], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("no kennis data in"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(std::fs::read_dir(&missing).unwrap().count(), 0);
 
     let d = dir.path();
     run_json(d, &["org", "create", "Acme", "--json"], None);
@@ -393,4 +423,75 @@ fn the_front_door_leads_to_the_portal_and_the_banner_names_the_listen_address() 
     assert_eq!(status, 303);
     assert_eq!(location, "/portal");
     serve.terminate();
+}
+
+/// The operations example in docs/operations.md, and the same without `--may-connect`: when a
+/// policy leaves no member able to connect an assistant, `org set` says so, and `member add`
+/// says whether the member may connect under the organisation's policy.
+#[test]
+fn a_policy_that_leaves_no_one_able_to_connect_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let org = "bouwbedrijf-de-vries";
+    run_json(
+        d,
+        &["org", "create", "Bouwbedrijf De Vries", "--json"],
+        None,
+    );
+    run_json(
+        d,
+        &[
+            "user",
+            "add",
+            "annie@example.org",
+            "--password-stdin",
+            "--json",
+        ],
+        Some("zonnebloem-kaasschaaf-7\n"),
+    );
+    let said = |args: &[&str]| {
+        let out = run(d, args, None);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // Without --may-connect, under the default policy (all members) she may connect.
+    let added = said(&["member", "add", org, "annie@example.org", "--role", "admin"]);
+    assert!(added.contains("may connect an assistant: yes"), "{added}");
+    // Selected members only: nobody is selected yet, and the command says so.
+    let policy = ["org", "set", org, "--connector-access", "selected_members"];
+    let set = said(&policy);
+    assert!(
+        set.contains("warning: no member of bouwbedrijf-de-vries may connect an assistant"),
+        "{set}"
+    );
+    let v = run_json(d, &[&policy[..], &["--json"]].concat(), None);
+    assert_eq!(v["members_who_may_connect"], 0, "{v}");
+    let again = said(&["member", "add", org, "annie@example.org"]);
+    assert!(
+        again.contains("may connect an assistant: no (the organisation lets selected members"),
+        "{again}"
+    );
+    // As the example has it: with the right to connect, no warning.
+    said(&[
+        "member",
+        "set",
+        org,
+        "annie@example.org",
+        "--may-connect",
+        "true",
+    ]);
+    let set = said(&policy);
+    assert!(!set.contains("warning"), "{set}");
+    let v = run_json(d, &[&policy[..], &["--json"]].concat(), None);
+    assert_eq!(v["members_who_may_connect"], 1, "{v}");
+    let ops = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md"),
+    )
+    .unwrap();
+    assert!(
+        ops.contains(&format!(
+            "kennis member add {org} annie@example.org --role admin --may-connect"
+        )),
+        "the operations example gives its admin the right to connect"
+    );
 }

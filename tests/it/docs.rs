@@ -216,6 +216,121 @@ fn every_documented_command_parses() {
     );
 }
 
+/// The example organisation is Bouwbedrijf De Vries (`bouwbedrijf-de-vries`) on every page,
+/// the demo's own is `demo-organisatie`, and otherwise a placeholder (`ORG`).
+#[test]
+fn every_documented_command_names_one_example_organisation() {
+    use clap::CommandFactory;
+    fn org_of(m: &clap::ArgMatches) -> Option<String> {
+        let here = m.try_get_one::<String>("org").ok().flatten().cloned();
+        here.or_else(|| m.subcommand().and_then(|(_, sub)| org_of(sub)))
+    }
+    let mut named = 0;
+    let mut wrong = Vec::new();
+    for (path, text) in pages() {
+        for (line, words) in command_lines(&text) {
+            let Ok(m) = Cli::command().try_get_matches_from(&words) else {
+                continue;
+            };
+            let Some(org) = org_of(&m) else { continue };
+            named += 1;
+            let placeholder = org.chars().all(|c| c.is_ascii_uppercase() || c == '_');
+            if !placeholder && org != "bouwbedrijf-de-vries" && org != "demo-organisatie" {
+                wrong.push(format!("{}:{line}: organisation `{org}`", path.display()));
+            }
+        }
+    }
+    assert!(named >= 10, "only {named} commands name an organisation");
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Each thing is said on one page: no run of twelve words of prose (code blocks aside) stands
+/// on two pages; the others link to it.
+#[test]
+fn the_docs_say_each_thing_once() {
+    let mut at: std::collections::HashMap<String, PathBuf> = std::collections::HashMap::new();
+    let mut twice = std::collections::BTreeSet::new();
+    for (path, text) in pages() {
+        let prose: String = blocks_removed(&text);
+        let words: Vec<String> = prose
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect();
+        for run in words.windows(12) {
+            let run = run.join(" ");
+            match at.get(&run) {
+                Some(other) if *other != path => {
+                    twice.insert(format!(
+                        "{} and {}: “{run}”",
+                        other.display(),
+                        path.display()
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    at.insert(run, path.clone());
+                }
+            }
+        }
+    }
+    assert!(at.len() > 5_000, "the docs were not read");
+    assert!(
+        twice.is_empty(),
+        "said on two pages:\n{}",
+        twice.into_iter().collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// A page without its fenced code blocks.
+fn blocks_removed(text: &str) -> String {
+    let mut out = String::new();
+    let mut in_block = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_block = !in_block;
+        } else if !in_block {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Links between pages go to files of this repository that exist, and no page sends the
+/// reader to a file outside it.
+#[test]
+fn the_docs_link_only_inside_the_repository() {
+    let mut wrong = Vec::new();
+    let mut links = 0;
+    for (path, text) in pages() {
+        let dir = root().join(&path).parent().unwrap().to_owned();
+        for (i, piece) in text.split("](").enumerate().skip(1) {
+            let target = &piece[..piece.find(')').unwrap_or(piece.len())];
+            let file = target.split('#').next().unwrap_or("");
+            if file.is_empty() || file.contains("://") || file.starts_with("mailto:") {
+                continue;
+            }
+            links += 1;
+            let resolved = std::path::absolute(dir.join(file)).unwrap();
+            let inside = resolved.starts_with(root())
+                && resolved
+                    .components()
+                    .all(|c| c != std::path::Component::ParentDir);
+            if !inside || !resolved.exists() {
+                wrong.push(format!("{} (link {i}): {target}", path.display()));
+            }
+        }
+        for outside in ["../shared/DESIGN.md", "DESIGN.md", "/work/"] {
+            if text.contains(outside) {
+                wrong.push(format!("{}: names {outside}", path.display()));
+            }
+        }
+    }
+    assert!(links >= 10, "only {links} links between pages");
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 #[test]
 fn every_documented_toml_example_is_a_valid_configuration() {
     let mut checked = 0;

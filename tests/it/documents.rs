@@ -493,6 +493,8 @@ fn import_extracts_and_reindex_extracts_what_was_stored_before() {
         (Some(5), Some(0)),
         "{v}"
     );
+    // The index took in each new document, and the import says so.
+    assert_eq!(v["index_updates"], 5, "{v}");
     assert!(search_offline(d, org_id, "Zeestraat").is_empty());
 
     // `reindex` extracts what was stored before, and the text is searched.
@@ -529,6 +531,7 @@ fn import_extracts_and_reindex_extracts_what_was_stored_before() {
         (Some(1), Some(5), Some(1)),
         "{v}"
     );
+    assert_eq!(v["index_updates"], 1, "only the new document: {v}");
     // Progress goes to stderr as lines when it is not a terminal.
     let err = crate::fixture::stderr(&out);
     assert!(err.contains("importing files: 6 of 6"), "{err}");
@@ -580,6 +583,14 @@ fn import_extracts_and_reindex_extracts_what_was_stored_before() {
         "{failures:?}"
     );
     assert!(!reason("vreemd/half.pdf").is_empty());
+    // People read the counts too: nothing changed, so the index took in nothing.
+    let out = run(d, &["kb", "import", "bouw-bv", dir], None);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(" 0 created, 0 revised, 9 unchanged, 0 skipped;")
+            && said.contains("; 0 index updates"),
+        "{said}"
+    );
     // The scan failed before, in `reindex`, which names it too.
     let v = run_json(d, &["reindex", "--json"], None);
     let named: Vec<&str> = v["extraction_failures"]

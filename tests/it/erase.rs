@@ -112,7 +112,14 @@ async fn search_paths(t: &TestServer, token: &str, query: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
-    let mut t = TestServer::start().await;
+    // Callback URLs on loopback, for a run whose callback is still pending.
+    let mut t = TestServer::start_with(kennis::config::Settings {
+        triggers: Some(kennis::config::TriggerSettings {
+            callback_allow_http_loopback: Some(true),
+        }),
+        ..kennis::config::Settings::default()
+    })
+    .await;
     let gone = t.seed("Verdwijnt Bouw", "vera@verdwijnt.nl");
     let stays = t.seed("Blijft Bouw", "bert@blijft.nl");
     let app = t.app().clone();
@@ -204,8 +211,98 @@ async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
         now,
     )
     .unwrap();
+    // A document in the trash, with content of its own.
+    write_doc(
+        &t,
+        &gone,
+        "zqxgeheim/weg.md",
+        b"ZQXTRASHED prullenbak",
+        kb::Expect::Create,
+    );
+    kb::trash::delete(
+        &app.store,
+        &app.kb_index,
+        gone.org.id,
+        "zqxgeheim/weg.md",
+        &kennis::audit::Actor::Operator,
+        now,
+    )
+    .unwrap();
+    // A personal access token.
+    let (_, gone_pat) = kennis::oauth::pats::create(
+        &app.store,
+        &kennis::audit::Actor::Operator,
+        kennis::oauth::pats::NewToken {
+            org_id: gone.org.id,
+            person_id: gone.person.id,
+            name: "ZQX script".into(),
+            scopes: vec![],
+            expires_in_days: None,
+        },
+        now,
+    )
+    .unwrap();
+    // A run whose result callback is pending (nobody listens at its URL yet).
+    let agent = kennis::roster::add_agent(
+        &app.store,
+        &gone.org.slug,
+        &crate::fixture::echo_agent(),
+        now,
+    )
+    .unwrap();
+    let project = kennis::roster::add_project(
+        &app.store,
+        &gone.org.slug,
+        "ZQX site",
+        kennis::roster::Rollout::Ready,
+        now,
+    )
+    .unwrap();
+    let port = crate::fixture::free_port();
+    let with_callback = kennis::triggers::add_by(
+        &app.store,
+        &kennis::audit::Actor::Operator,
+        &gone.org.slug,
+        &kennis::triggers::NewTrigger {
+            name: "ZQX callback".into(),
+            agent_id: agent.id,
+            project_id: project.id,
+            instructions: "Meld ZQXMARKER terug".into(),
+            cooldown_secs: Some(0),
+            callback_url: Some(format!("http://127.0.0.1:{port}/zqx")),
+        },
+        true,
+        now,
+    )
+    .unwrap();
+    let r = t
+        .client
+        .post(t.url(&format!("/api/hooks/events/{}", with_callback.trigger.id)))
+        .bearer_auth(&with_callback.secret)
+        .json(&json!({"zqx": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let called: u64 = r.json::<serde_json::Value>().await.unwrap()["featureRequestId"]
+        .as_u64()
+        .unwrap();
+    let mut pending = false;
+    for _ in 0..200 {
+        let cb = app
+            .store
+            .read(|tx| kennis::requests::callback::get(tx, called))
+            .unwrap();
+        if cb.is_some_and(|c| !c.attempts.is_empty() && c.next_at.is_some()) {
+            pending = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(pending, "the callback was not tried and kept pending");
     let gone_token = t.grant(&gone, SCOPE);
     let stays_token = t.grant(&stays, SCOPE);
+    assert_eq!(t.mcp(&gone_pat).rpc("tools/list", json!({})).await.0, 200);
     assert!(
         search_paths(&t, &gone_token, "kozijn")
             .await
@@ -239,6 +336,10 @@ async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
         "invitations",
         "memberships",
         "orgs",
+        "kb_trash",
+        "personal_tokens",
+        "run_callbacks",
+        "run_callbacks_due",
     ] {
         assert!(
             tables_with_gone.contains(table),
@@ -267,6 +368,8 @@ async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
 
     // Nothing of it is found by a tool, a command or a page.
     let (status, _) = t.mcp(&gone_token).rpc("tools/list", json!({})).await;
+    assert_eq!(status, 401);
+    let (status, _) = t.mcp(&gone_pat).rpc("tools/list", json!({})).await;
     assert_eq!(status, 401);
     let orgs = run_json(t.data_dir(), &["org", "list", "--json"], None);
     assert!(!orgs.to_string().contains(&gone.org.slug), "{orgs}");
@@ -336,6 +439,8 @@ async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
             "kb_versions",
             "feature_requests",
             "apps",
+            "kb_trash",
+            "run_callbacks_due",
         ];
         assert!(
             !(org_keyed.contains(&table.as_str()) && k.starts_with(&gone_key)),
@@ -345,6 +450,7 @@ async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
             assert_ne!(&k[8..16], &gone_key[..], "{why}");
         }
         if table == "kb_content" {
+            assert_ne!(k, &hash(b"ZQXTRASHED prullenbak"), "{why}");
             assert_ne!(k, &hash(b"ZQXMARKER kozijn"), "{why}");
             assert_ne!(k, &hash(&binary), "{why}");
         }
@@ -372,6 +478,7 @@ async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
     assert!(out.status.success(), "{}", stderr(&out));
     for marker in [
         &b"ZQXMARKER"[..],
+        b"ZQXTRASHED",
         b"zqxgeheim/notitie.md",
         gone.org.slug.as_bytes(),
         b"ZQXATTACHMENT",
@@ -803,4 +910,143 @@ async fn the_next_start_finishes_an_interrupted_removal() {
         None,
     );
     assert_eq!(members["items"].as_array().unwrap().len(), 1);
+}
+
+/// Every key of `table` that starts with organisation `id`.
+fn keys_of_org(store: &kennis::store::Store, table: kennis::store::Table, id: u64) -> usize {
+    store
+        .read(|tx| tx.scan_keys(table, &id.to_be_bytes(), usize::MAX))
+        .unwrap()
+        .len()
+}
+
+/// A connector call that passed its checks before `org delete` and runs its tool after the
+/// removal swept the organisation's tables (the call in flight, made here with the context
+/// its bearer check gave): it is refused, and neither its write nor its audit record (which
+/// goes through the batch writer) outlives the organisation.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_in_flight_during_org_delete_leaves_no_record() {
+    use kennis::store::{AUDIT, KB_DOCS, KB_VERSIONS};
+    use kennis::tools::{self, Caller};
+    let mut t = TestServer::start().await;
+    let gone = t.seed("Verdwijnt Bouw", "vera@verdwijnt.nl");
+    let stays = t.seed("Blijft Bouw", "bert@blijft.nl");
+    let app = t.app().clone();
+    let token = t.grant(&gone, SCOPE);
+    let access = kennis::oauth::check_bearer(&app, &token).unwrap();
+    let caller = Caller::person(
+        access.org_id,
+        access.person_id,
+        access.grant_id,
+        access.scopes.clone(),
+    );
+    let write = tools::tool_for(&caller, "kennisbank_write").unwrap();
+    let args: tools::args::Args = serde_json::from_value(json!({
+        "path": "aangeleverd/laat.md",
+        "content": "ZQXLATE te laat"
+    }))
+    .unwrap();
+
+    run_json(
+        t.data_dir(),
+        &["org", "delete", &gone.org.slug, "--yes", "--json"],
+        None,
+    );
+    let caller2 = caller.clone();
+    let args2 = args.clone();
+    let result = app
+        .blocking(move |app| tools::call(app, &caller2, write, &args2).map(|ok| ok.target))
+        .await;
+    let err = result.unwrap_err();
+    assert_eq!(err.code(), "not_found", "{err}");
+    app.batch.flush();
+    for table in [AUDIT, KB_DOCS, KB_VERSIONS] {
+        assert_eq!(
+            keys_of_org(&app.store, table, gone.org.id),
+            0,
+            "{}",
+            table.name()
+        );
+    }
+    assert!(
+        !live_rows(&app.store)
+            .iter()
+            .any(|(_, k, v)| contains(k, b"ZQXLATE") || contains(v, b"ZQXLATE")),
+        "the late write is stored"
+    );
+    // Another organisation's calls go on and are recorded.
+    let other = t.grant(&stays, SCOPE);
+    t.mcp(&other).ok("kennisbank_list", json!({})).await;
+    app.batch.flush();
+    assert!(keys_of_org(&app.store, AUDIT, stays.org.id) > 0);
+    drop(app);
+    t.stop().await;
+}
+
+/// Another organisation writes content the removed one also has and deletes that document
+/// again while the removal runs, after it listed what to remove: the content stays, for the
+/// trashed document, which comes back whole. (The write and the delete happen at the
+/// removal's progress report that comes between its listing and its deletions.)
+#[tokio::test(flavor = "multi_thread")]
+async fn content_another_organisation_writes_and_trashes_during_org_delete_stays() {
+    let mut t = TestServer::start().await;
+    let gone = t.seed("Verdwijnt Bouw", "vera@verdwijnt.nl");
+    let stays = t.seed("Blijft Bouw", "bert@blijft.nl");
+    let app = t.app().clone();
+    let text = b"Gedeelde tekst die later ook bij Blijft Bouw komt.";
+    write_doc(&t, &gone, "eigen/tekst.md", text, kb::Expect::Create);
+    let mut acted = false;
+    let mut on_progress = |p: kennis::progress::Progress| {
+        if !acted && p.line().contains("contents to remove") {
+            acted = true;
+            write_doc(&t, &stays, "later/tekst.md", text, kb::Expect::Create);
+            kb::trash::delete(
+                &app.store,
+                &app.kb_index,
+                stays.org.id,
+                "later/tekst.md",
+                &kennis::audit::Actor::Operator,
+                app.clock.now(),
+            )
+            .unwrap();
+        }
+    };
+    let removed = kennis::erase::delete_org(
+        &app.store,
+        &app.kb_index,
+        &gone.org.slug,
+        &|_| {},
+        &|id| app.close_org(id),
+        &mut on_progress,
+    )
+    .unwrap();
+    assert!(acted, "the removal reported no content step");
+    assert_eq!((removed.content_removed, removed.content_kept), (0, 1));
+    let hash = blake3::hash(text);
+    assert!(
+        app.store
+            .read(|tx| tx.get_raw(kennis::store::KB_CONTENT, hash.as_bytes()))
+            .unwrap()
+            .is_some(),
+        "content of a trashed document of another organisation removed"
+    );
+    kb::trash::restore(
+        &app.store,
+        &app.kb_index,
+        stays.org.id,
+        "later/tekst.md",
+        &kennis::audit::Actor::Operator,
+        app.clock.now(),
+    )
+    .unwrap();
+    let back = app
+        .store
+        .read(|tx| {
+            let d = kb::get_document(tx, stays.org.id, "later/tekst.md")?.unwrap();
+            kb::content(tx, &d.hash)
+        })
+        .unwrap();
+    assert_eq!(back.as_deref(), Some(&text[..]));
+    drop(app);
+    t.stop().await;
 }

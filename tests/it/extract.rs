@@ -613,3 +613,33 @@ async fn the_worker_cannot_read_the_data_directory_or_reach_the_network() {
         assert!(out.stdout.is_empty());
     }
 }
+
+/// A worker cannot signal any other process — the server that started it, say — by any
+/// system call that sends signals: not `kill` alone, but `tkill`, `tgkill`, `rt_sigqueueinfo`,
+/// `rt_tgsigqueueinfo` and `pidfd_send_signal` too, with both layers and with the seccomp
+/// filter alone (landlock scopes signals only from ABI 6, Linux 6.12). The probes send signal
+/// 0, which delivers nothing; before the sandbox each of them is allowed.
+#[test]
+fn the_worker_cannot_signal_other_processes() {
+    let parent = std::process::id();
+    for only in [None, Some("seccomp")] {
+        let mut probes = serde_json::json!({ "signal": [parent] });
+        if let Some(only) = only {
+            probes["only"] = only.into();
+        }
+        let report = worker_selftest(&probes);
+        assert_eq!(report["sandbox"]["Ok"]["seccomp"], true, "{report:#}");
+        let (before, after) = (outcomes(&report, "before"), outcomes(&report, "after"));
+        assert_eq!(before.len(), 6, "{report:#}");
+        for (probe, outcome) in &before {
+            assert_eq!(outcome, "allowed", "before the sandbox: {probe}");
+        }
+        assert_eq!(after.len(), 6, "{report:#}");
+        for (probe, outcome) in &after {
+            assert!(
+                outcome.starts_with("denied"),
+                "{only:?}: inside the sandbox {probe} was {outcome}"
+            );
+        }
+    }
+}

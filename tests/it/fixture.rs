@@ -782,11 +782,11 @@ impl TestServer {
         instructions: &str,
         cooldown: Option<u64>,
     ) -> kennis::triggers::Created {
-        use kennis::agents::{self, Rollout};
+        use kennis::roster::{self, Rollout};
         let app = self.app();
         let now = app.clock.now();
-        let a = agents::add_agent(&app.store, org, &echo_agent(), now).unwrap();
-        let p = agents::add_project(&app.store, org, "Website", Rollout::Ready, now).unwrap();
+        let a = roster::add_agent(&app.store, org, &echo_agent(), now).unwrap();
+        let p = roster::add_project(&app.store, org, "Website", Rollout::Ready, now).unwrap();
         let new = kennis::triggers::NewTrigger {
             name: "Nieuwe offerte".into(),
             agent_id: a.id,
@@ -919,10 +919,10 @@ pub fn unique_name(name: &str) -> String {
 }
 
 /// An agent that echoes its job (the generic `echo` executor).
-pub fn echo_agent() -> kennis::agents::NewAgent {
-    kennis::agents::NewAgent {
+pub fn echo_agent() -> kennis::roster::NewAgent {
+    kennis::roster::NewAgent {
         name: unique_name("Echo"),
-        kind: kennis::agents::AgentKind::Generic,
+        kind: kennis::roster::AgentKind::Generic,
         exec: "echo".into(),
         program: None,
         args: vec![],

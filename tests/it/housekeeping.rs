@@ -260,6 +260,7 @@ async fn metadata_document_clients_go_a_day_past_their_cache_time() {
     let mut t = TestServer::start_with(kennis::config::Settings {
         oauth: Some(kennis::config::OAuthSettings {
             cimd_allow_http_loopback: Some(true),
+            ..Default::default()
         }),
         ..Default::default()
     })

@@ -1,8 +1,8 @@
-//! The house rules of `src/` as a test (docs/architecture.md): no import cycles between files, the
-//! domain imports nothing of the web layer, `http/` imports no route module, and only the
-//! command line imports `server`. Reads every `crate::`/`super::`/`self::` path (use lines,
-//! groups and paths in code, test modules excluded) and resolves it to the deepest file that
-//! exists, as `../shared/tools/import-cycles` does.
+//! The house rules of `src/` as a test, against docs/architecture.md: no import cycles between
+//! files; no file imports from a floor above its own (the floors table); the layout table names
+//! every file of `src/` and no other. Reads every `crate::`/`super::`/`self::` path (use
+//! lines, groups and paths in code, test modules excluded) and resolves it to the deepest file
+//! that exists.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -271,28 +271,6 @@ fn name(m: &Module) -> String {
     }
 }
 
-/// Edges from modules under one of `from` to modules under one of `to`.
-fn crossings(tree: &Tree, from: &[&str], to: &[&str]) -> Vec<String> {
-    let under = |m: &Module, roots: &[&str]| {
-        let joined = m.join("/");
-        roots
-            .iter()
-            .any(|r| joined == *r || joined.starts_with(&format!("{r}/")))
-    };
-    let mut out = Vec::new();
-    for (a, targets) in &tree.edges {
-        if !under(a, from) {
-            continue;
-        }
-        for (b, names) in targets {
-            if under(b, to) {
-                out.push(format!("{} -> {}: {:?}", name(a), name(b), names));
-            }
-        }
-    }
-    out
-}
-
 #[test]
 fn no_import_cycles_between_files() {
     let tree = scan(&src_dir());
@@ -308,72 +286,146 @@ fn no_import_cycles_between_files() {
     assert!(found.is_empty(), "import cycles: {found:#?}");
 }
 
-/// The layers of the README's Layout, lowest first.
-const DOMAIN: &[&str] = &[
-    "tools",
-    "progress",
-    "store",
-    "clock",
-    "config",
-    "ratelimit",
-    "metrics",
-    "outbound",
-    "audit",
-    "identity",
-    "kb",
-    "requests",
-    "triggers",
-    "agents",
-    "app",
-];
-const WEB: &[&str] = &[
-    "http",
-    "portal",
-    "connector",
-    "oauth/routes",
-    "hooks",
-    "server",
-    "cli",
-    "main",
-];
-const ROUTES: &[&str] = &[
-    "portal",
-    "connector",
-    "oauth/routes",
-    "hooks",
-    "server",
-    "cli",
-];
-
-#[test]
-fn the_domain_imports_nothing_of_the_web_layer() {
-    let tree = scan(&src_dir());
-    let bad = crossings(&tree, DOMAIN, WEB);
-    assert!(bad.is_empty(), "domain imports the web layer: {bad:#?}");
+/// A section of `docs/architecture.md`: the table rows under `## {title}`, as cells.
+fn doc_table(title: &str) -> Vec<Vec<String>> {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/architecture.md"))
+            .unwrap();
+    let heading = format!("## {title}\n");
+    let at = doc
+        .find(&heading)
+        .unwrap_or_else(|| panic!("no `{heading}` in docs/architecture.md"));
+    let section = &doc[at + heading.len()..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    section
+        .lines()
+        .filter(|l| l.starts_with('|') && !l.starts_with("|---"))
+        .skip(1)
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_owned())
+                .collect()
+        })
+        .collect()
 }
 
-#[test]
-fn http_helpers_import_no_route_module() {
-    let tree = scan(&src_dir());
-    let bad = crossings(&tree, &["http"], ROUTES);
-    assert!(bad.is_empty(), "http/ imports routes: {bad:#?}");
+/// The code spans of a cell.
+fn spans(cell: &str) -> Vec<String> {
+    cell.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
 }
 
+/// The floors of docs/architecture.md, highest first: each floor's name and its modules
+/// (`portal/` for a folder, `oauth/routes.rs` for a file).
+fn floors() -> Vec<(String, Vec<String>)> {
+    doc_table("Floors")
+        .into_iter()
+        .map(|cells| (cells[0].clone(), spans(&cells[1])))
+        .collect()
+}
+
+/// The floor a module stands on: the one naming it, or its closest folder.
+fn floor_of(floors: &[(String, Vec<String>)], m: &Module) -> Option<usize> {
+    let path = |m: &[String]| m.join("/");
+    let candidates: Vec<String> = if m.is_empty() {
+        vec!["lib.rs".into()]
+    } else {
+        let mut c = vec![format!("{}.rs", path(m)), format!("{}/", path(m))];
+        for n in (1..m.len()).rev() {
+            c.push(format!("{}/", path(&m[..n])));
+        }
+        c
+    };
+    candidates
+        .iter()
+        .find_map(|c| floors.iter().position(|(_, names)| names.contains(c)))
+}
+
+/// Imports from a floor to one above it.
+fn upward(tree: &Tree, floors: &[(String, Vec<String>)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (a, targets) in &tree.edges {
+        let Some(fa) = floor_of(floors, a) else {
+            continue;
+        };
+        for (b, names) in targets {
+            let Some(fb) = floor_of(floors, b) else {
+                continue;
+            };
+            if fb < fa {
+                out.push(format!(
+                    "{} ({}) -> {} ({}): {:?}",
+                    name(a),
+                    floors[fa].0,
+                    name(b),
+                    floors[fb].0,
+                    names
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Every file of `src/` stands on a floor of docs/architecture.md, every module a floor names
+/// exists, and no file imports from a floor above its own.
 #[test]
-fn only_the_command_line_imports_the_server() {
-    let tree = scan(&src_dir());
-    let everyone: Vec<String> = tree
+fn no_file_imports_from_a_floor_above_its_own() {
+    let floors = floors();
+    assert!(
+        floors.len() >= 6,
+        "the floors table was not read: {floors:?}"
+    );
+    let src = src_dir();
+    let missing: Vec<&String> = floors
+        .iter()
+        .flat_map(|(_, names)| names)
+        .filter(|n| !src.join(n).exists())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "floors name modules that do not exist: {missing:?}"
+    );
+    let tree = scan(&src);
+    let homeless: Vec<String> = tree
         .files
         .keys()
-        .filter(|m| !m.is_empty() && m[0] != "cli" && m[0] != "server")
-        .map(|m| m.join("/"))
+        .filter(|m| floor_of(&floors, m).is_none())
+        .map(name)
         .collect();
-    let everyone: Vec<&str> = everyone.iter().map(String::as_str).collect();
-    let bad = crossings(&tree, &everyone, &["server"]);
-    assert!(bad.is_empty(), "server imported by: {bad:#?}");
+    assert!(homeless.is_empty(), "files on no floor: {homeless:?}");
+    let bad = upward(&tree, &floors);
+    assert!(bad.is_empty(), "imports from a floor above: {bad:#?}");
 }
 
-/// The check itself finds a circle and a forbidden edge (so a broken scanner cannot pass).
+/// The layout of docs/architecture.md names every file of `src/`, and only files that exist.
+#[test]
+fn the_layout_names_every_file_and_no_other() {
+    let named: BTreeSet<String> = doc_table("Layout")
+        .iter()
+        .filter_map(|cells| spans(&cells[0]).into_iter().next())
+        .collect();
+    assert!(named.len() > 40, "the layout table was not read");
+    let src = src_dir();
+    let mut files = Vec::new();
+    walk(&src, &mut files);
+    let files: BTreeSet<String> = files
+        .iter()
+        .map(|f| f.strip_prefix(&src).unwrap().to_string_lossy().into_owned())
+        .collect();
+    let unnamed: Vec<&String> = files.difference(&named).collect();
+    let gone: Vec<&String> = named.difference(&files).collect();
+    assert!(
+        unnamed.is_empty() && gone.is_empty(),
+        "files in src/ the layout does not name: {unnamed:?}; named but not in src/: {gone:?}"
+    );
+}
+
+/// The check itself finds a circle and an upward import (so a broken scanner cannot pass).
 #[test]
 fn the_checker_sees_a_planted_cycle() {
     let dir = tempfile::tempdir().unwrap();
@@ -395,8 +447,15 @@ fn the_checker_sees_a_planted_cycle() {
     let tree = scan(src);
     let found = cycles(&tree);
     assert_eq!(found.len(), 1, "{found:?}");
+    let floors = vec![
+        ("areas".to_owned(), vec!["portal.rs".to_owned()]),
+        (
+            "domain".to_owned(),
+            vec!["a.rs".to_owned(), "kb/".to_owned()],
+        ),
+    ];
     assert_eq!(
-        crossings(&tree, &["kb"], &["portal"]),
-        vec!["kb::search -> portal: {\"page\"}".to_owned()]
+        upward(&tree, &floors),
+        vec!["kb::search (domain) -> portal (areas): {\"page\"}".to_owned()]
     );
 }

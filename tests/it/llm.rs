@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use kennis::agents::{self, AgentKind, LlmOptions, NewAgent, Rollout};
 use kennis::config::{LlmEndpoint, LlmTable, Settings};
 use kennis::kb;
+use kennis::roster::{self, AgentKind, LlmOptions, NewAgent, Rollout};
 use kennis::triggers::{self, NewTrigger};
 use serde_json::{Value, json};
 
@@ -235,9 +235,9 @@ impl<'a> LlmAgent<'a> {
     }
 }
 
-fn add_llm(x: &Setup, a: LlmAgent) -> agents::Agent {
+fn add_llm(x: &Setup, a: LlmAgent) -> roster::Agent {
     let app = x.t.app();
-    agents::add_agent_with(
+    roster::add_agent_full(
         &app.store,
         &kennis::audit::Actor::Operator,
         &x.s.org.slug,
@@ -250,15 +250,18 @@ fn add_llm(x: &Setup, a: LlmAgent) -> agents::Agent {
             url: Some(a.url.into()),
             timeout_secs: a.timeout,
         },
-        Some(&LlmOptions {
-            model: "gpt-4.1-mini".into(),
-            api_key_env: None,
-            api_key_file: Some(x._key_dir.path().join("key").to_string_lossy().into()),
-            max_steps: a.max_steps,
-            max_tokens: a.max_tokens,
-            system_prompt: None,
-            endpoint: None,
-        }),
+        &roster::AgentExtras {
+            llm: Some(&LlmOptions {
+                model: "gpt-4.1-mini".into(),
+                api_key_env: None,
+                api_key_file: Some(x._key_dir.path().join("key").to_string_lossy().into()),
+                max_steps: a.max_steps,
+                max_tokens: a.max_tokens,
+                system_prompt: None,
+                endpoint: None,
+            }),
+            ..Default::default()
+        },
         app.clock.now(),
     )
     .unwrap()
@@ -269,10 +272,10 @@ struct Hook {
     secret: String,
 }
 
-fn trigger(x: &Setup, agent: &agents::Agent) -> Hook {
+fn trigger(x: &Setup, agent: &roster::Agent) -> Hook {
     let app = x.t.app();
     let now = app.clock.now();
-    let p = agents::add_project(&app.store, &x.s.org.slug, "P", Rollout::Ready, now).unwrap();
+    let p = roster::add_project(&app.store, &x.s.org.slug, "P", Rollout::Ready, now).unwrap();
     let c = triggers::add(
         &app.store,
         &x.s.org.slug,
@@ -332,7 +335,7 @@ async fn wait_final(base: &str, h: &Hook, id: u64) -> Value {
 }
 
 /// Adds the agent with a trigger, fires one run and waits for it to end.
-async fn run_once(x: &Setup, a: LlmAgent<'_>) -> (agents::Agent, Hook, u64, Value) {
+async fn run_once(x: &Setup, a: LlmAgent<'_>) -> (roster::Agent, Hook, u64, Value) {
     let agent = add_llm(x, a);
     let h = trigger(x, &agent);
     let id = fire_run(&h).await;
@@ -965,7 +968,7 @@ async fn an_org_admin_chooses_among_the_operators_endpoints_and_the_key_goes_now
         f
     };
     let count = || {
-        agents::list_agents(&x.t.app().store, x.s.org.id)
+        roster::list_agents(&x.t.app().store, x.s.org.id)
             .unwrap()
             .len()
     };
@@ -1014,8 +1017,8 @@ async fn an_org_admin_chooses_among_the_operators_endpoints_and_the_key_goes_now
     let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let p = b.post(&path, &f).await;
     assert_eq!(p.status, 303, "{}", p.body);
-    let added = agents::list_agents(&x.t.app().store, x.s.org.id).unwrap();
-    let agents::Executor::Llm(l) = &added[0].executor else {
+    let added = roster::list_agents(&x.t.app().store, x.s.org.id).unwrap();
+    let roster::Executor::Llm(l) = &added[0].executor else {
         panic!("{:?}", added[0].executor)
     };
     assert_eq!(
@@ -1046,7 +1049,7 @@ async fn an_org_admin_chooses_among_the_operators_endpoints_and_the_key_goes_now
     let f = form(&[("name", "Omweg"), ("endpoint", "redirecting")]);
     let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
     assert_eq!(b.post(&path, &f).await.status, 303);
-    let agent = agents::list_agents(&x.t.app().store, x.s.org.id)
+    let agent = roster::list_agents(&x.t.app().store, x.s.org.id)
         .unwrap()
         .pop()
         .unwrap();
@@ -1188,9 +1191,9 @@ fn the_cli_adds_llm_agents_and_refuses_bad_settings() {
     // Only the first agent was stored, with its prompt and without any key.
     let store = kennis::store::Store::open(d).unwrap();
     let org = kennis::identity::find_org(&store, &slug).unwrap();
-    let list = agents::list_agents(&store, org.id).unwrap();
+    let list = roster::list_agents(&store, org.id).unwrap();
     assert_eq!(list.len(), 1);
-    let agents::Executor::Llm(l) = &list[0].executor else {
+    let roster::Executor::Llm(l) = &list[0].executor else {
         panic!("not llm")
     };
     assert_eq!(l.url, "https://api.example.org/v1");
@@ -1708,9 +1711,9 @@ fn the_cli_adds_agents_on_the_operators_endpoints_and_command_agents_with_env() 
     );
     let store = kennis::store::Store::open(&d).unwrap();
     let org = kennis::identity::find_org(&store, "acme").unwrap();
-    let list = agents::list_agents(&store, org.id).unwrap();
+    let list = roster::list_agents(&store, org.id).unwrap();
     assert_eq!(list.len(), 2, "the refused ones were not stored");
-    let agents::Executor::Llm(l) = &list[0].executor else {
+    let roster::Executor::Llm(l) = &list[0].executor else {
         panic!("{:?}", list[0].executor)
     };
     assert_eq!(
@@ -1723,7 +1726,7 @@ fn the_cli_adds_agents_on_the_operators_endpoints_and_command_agents_with_env() 
     );
     assert_eq!(
         list[1].executor,
-        agents::Executor::Command {
+        roster::Executor::Command {
             program: "/usr/bin/env".into(),
             args: vec![],
             env: vec!["FOO".into()],

@@ -25,6 +25,7 @@ mod layering;
 mod llm;
 mod members;
 mod oauth;
+mod oidc;
 mod outside;
 mod pats;
 mod portal;

@@ -116,6 +116,7 @@ async fn official_mcp_sdk_client_authorizes_with_a_metadata_document() {
     let t = TestServer::start_with(kennis::config::Settings {
         oauth: Some(kennis::config::OAuthSettings {
             cimd_allow_http_loopback: Some(true),
+            ..Default::default()
         }),
         ..Default::default()
     })
@@ -152,7 +153,28 @@ async fn official_mcp_sdk_oauth_client_completes_the_flow() {
         "handleidingen/kozijnen.md",
         "# Kozijnen\nKozijn onderhoud: jaarlijks schilderen.\n",
     );
-    let got = run_node(&t, &s, "sdk-client.mjs").await;
+    // A grant without the `kennisbank` scope, and a personal access token (default scope).
+    let narrow = t.grant(&s, &["feature_requests"]);
+    let (_, pat) = oauth::pats::create(
+        &t.app().store,
+        &kennis::audit::Actor::Operator,
+        oauth::pats::NewToken {
+            org_id: s.org.id,
+            person_id: s.person.id,
+            name: "sdk".into(),
+            scopes: vec![],
+            expires_in_days: None,
+        },
+        now,
+    )
+    .unwrap();
+    let got = run_node_with(
+        &t,
+        &s,
+        "sdk-client.mjs",
+        &[("KENNIS_NARROW_TOKEN", &narrow), ("KENNIS_PAT", &pat)],
+    )
+    .await;
     // The SDK's client used the token on the connector; it checked every structured result
     // against the tool's output schema.
     assert_eq!(
@@ -209,6 +231,35 @@ async fn official_mcp_sdk_oauth_client_completes_the_flow() {
     assert_eq!(
         got["unknown"]["structuredContent"]["error"]["code"],
         "not_found"
+    );
+    // Without the `kennisbank` scope the SDK sees neither tool, and calling one is refused.
+    let narrow: Vec<&str> = got["narrow"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(
+        !narrow.is_empty()
+            && narrow
+                .iter()
+                .all(|n| n.starts_with("feature_request") || *n == "app_list"),
+        "{narrow:?}"
+    );
+    assert!(
+        got["narrow"]["search"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Unknown tool"),
+        "{}",
+        got["narrow"]
+    );
+    // A personal access token through the SDK: the knowledge-base tools, ChatGPT's included.
+    let pat_tools = got["pat"]["tools"].as_array().unwrap();
+    assert_eq!(pat_tools.len(), 6, "{}", got["pat"]);
+    assert_eq!(
+        got["pat"]["searched"]["results"][0]["id"],
+        "handleidingen/kozijnen.md"
     );
     let first = got["tokens"]["access_token"].as_str().unwrap();
     let second = got["refreshed"]["access_token"].as_str().unwrap();

@@ -1,5 +1,7 @@
 //! Every portal page in Dutch (issue 14): a browser that asks for Dutch gets each page — the
-//! login steps, one-time links, the organisation's pages, refusals and error pages — with
+//! login steps (password, second factor, terms), one-time links (invitation, reset), consent,
+//! the organisation's pages (knowledge base, search, documents, trash, feature requests, apps,
+//! connections, tokens, triggers, runs, members, audit), refusals and error pages — with
 //! `<html lang="nl">`, a Dutch phrase of that page, and none of the English words the portal
 //! shows when a string is left untranslated (in the text, the title, `aria-label`, `title`,
 //! `placeholder`, `alt` and `data-label`; data in `<pre>`, `<code>` and `<textarea>` aside).
@@ -327,6 +329,22 @@ async fn every_page_speaks_dutch_to_a_dutch_browser() {
         .await;
     assert_eq!(p.status, 403);
     dutch(&p, "form from elsewhere", "Formulier verlopen");
+    // The right password: the second-factor step.
+    let p = guest.get("/login").await;
+    let csrf = p.csrf();
+    let p = guest
+        .post(
+            "/login",
+            &[
+                ("csrf_token", &csrf),
+                ("email", "annie@example.org"),
+                ("password", &s.password),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    let p = guest.get(p.location.as_deref().unwrap()).await;
+    dutch(&p, "second factor", "Tweede factor");
 
     // Logged in: every page of the organisation.
     let mut b = Browser::speaking(&t, DUTCH);
@@ -392,6 +410,18 @@ async fn every_page_speaks_dutch_to_a_dutch_browser() {
         ),
         (format!("{o}/apps"), "apps", "in gebruik"),
         (format!("{o}/audit"), "audit", "Logboek"),
+        (format!("{o}/tokens"), "tokens", "Toegangstokens"),
+        (format!("{o}/trash"), "trash", "Prullenbak"),
+        (
+            format!("{o}/kb/handboek/dakgoot.md?lines=1"),
+            "document line by line",
+            "Geschreven door",
+        ),
+        (
+            format!("{o}/triggers/00000000-0000-4000-8000-000000000000"),
+            "no trigger",
+            "Niet gevonden",
+        ),
         (
             "/portal/o/bestaat-niet/kb".to_owned(),
             "not found",
@@ -401,6 +431,41 @@ async fn every_page_speaks_dutch_to_a_dutch_browser() {
         let p = b.get(&path).await;
         dutch(&p, what, says);
     }
+    // An assistant asks to connect: the consent page.
+    // (Registered under a name that is no English word: the client's name is data.)
+    let client: serde_json::Value = t
+        .client
+        .post(t.url("/register"))
+        .json(&serde_json::json!({
+            "client_name": "Claude",
+            "redirect_uris": [crate::fixture::REDIRECT],
+            "token_endpoint_auth_method": "none",
+        }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let client = client["client_id"].as_str().unwrap();
+    let (_, challenge) = crate::fixture::pkce();
+    let p = b
+        .get(&crate::fixture::authorize_path(client, &challenge, &[]))
+        .await;
+    assert!(p.body.contains("id=\"consent-form\""), "{}", p.body);
+    dutch(&p, "consent", "Een assistent koppelen");
+    // A token made: the secret shown once, and until when it works.
+    let p = post(
+        &mut b,
+        &format!("{o}/tokens"),
+        &[
+            ("name", "n8n"),
+            ("scope", "kennisbank"),
+            ("expires_in_days", "30"),
+        ],
+    )
+    .await;
+    dutch(&p, "token made", "Toegangstokens");
     let p = b.get(&format!("{o}/triggers")).await;
     let trigger = p.body.split("/triggers/").nth(1).unwrap()[..36].to_owned();
     let p = b.get(&format!("{o}/triggers/{trigger}")).await;
@@ -505,7 +570,26 @@ async fn every_page_speaks_dutch_to_a_dutch_browser() {
         "last admin removed",
         "Een organisatie houdt minstens één beheerder",
     );
-    let bert = t.seed("Bouw BV", "bert@example.org").person.id;
+    let bert_seed = t.seed("Bouw BV", "bert@example.org");
+    let bert = bert_seed.person.id;
+    // A member who is no admin, on an admin's page.
+    kennis::identity::set_member(
+        &app.store,
+        &kennis::audit::Actor::Operator,
+        s.org.id,
+        bert,
+        kennis::identity::MemberChange {
+            role: Some(kennis::identity::Role::Member),
+            may_connect: None,
+        },
+        app.clock.now(),
+    )
+    .unwrap();
+    let mut member = Browser::speaking(&t, DUTCH);
+    member.login(&bert_seed, "/portal").await;
+    let p = member.get(&format!("{o}/members")).await;
+    assert_eq!(p.status, 403, "{}", p.body);
+    dutch(&p, "admins only", "Alleen beheerders van deze organisatie");
     let p = post(
         &mut b,
         &format!("{o}/members/{bert}"),

@@ -7,9 +7,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use jiff::SignedDuration;
-use kennis::agents::{self, AgentKind, NewAgent};
+use kennis::agents;
 use kennis::requests::apps::{self, AppStatus};
 use kennis::requests::{self, feature};
+use kennis::roster::{self, AgentKind, NewAgent};
 use serde_json::{Value, json};
 
 use crate::fixture::{McpClient, Seeded, TestServer, run, run_json, stderr};
@@ -660,7 +661,7 @@ case "$input" in
 esac"#,
     );
     let a = t.app();
-    agents::add_agent(
+    roster::add_agent(
         &a.store,
         &s.org.slug,
         &NewAgent {
@@ -741,7 +742,7 @@ async fn demo_apps_and_the_echo_feature_agent() {
             (kennis::demo::DEMO_DRAFT_APP, AppStatus::Draft)
         ]
     );
-    let feature_agents: Vec<_> = agents::list_agents(&a.store, org.id)
+    let feature_agents: Vec<_> = roster::list_agents(&a.store, org.id)
         .unwrap()
         .into_iter()
         .filter(|a| a.kind == AgentKind::Feature)
@@ -841,7 +842,7 @@ fn feature_agent(t: &TestServer, s: &Seeded, exec: &str, target: &str) {
         "http" => (None, Some(target.to_owned())),
         _ => (Some(target.to_owned()), None),
     };
-    agents::add_agent(
+    roster::add_agent(
         &a.store,
         &s.org.slug,
         &NewAgent {

@@ -125,17 +125,17 @@ fn prepare(data: &Path, public_url: &str) -> (String, String, String, u64) {
         },
     )
     .unwrap();
-    let echo = kennis::agents::NewAgent {
+    let echo = kennis::roster::NewAgent {
         name: "Echo".into(),
-        kind: kennis::agents::AgentKind::Generic,
+        kind: kennis::roster::AgentKind::Generic,
         exec: "echo".into(),
         program: None,
         args: vec![],
         url: None,
         timeout_secs: None,
     };
-    let a = kennis::agents::add_agent(store, &org.slug, &echo, now).unwrap();
-    let p = kennis::agents::add_project(store, &org.slug, "P", kennis::agents::Rollout::Ready, now)
+    let a = kennis::roster::add_agent(store, &org.slug, &echo, now).unwrap();
+    let p = kennis::roster::add_project(store, &org.slug, "P", kennis::roster::Rollout::Ready, now)
         .unwrap();
     let c = kennis::triggers::add(
         store,

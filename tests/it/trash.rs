@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::fixture::{Browser, McpClient, Seeded, TestServer, run, run_json, stderr};
+use crate::fixture::{Browser, McpClient, Seeded, TestServer, run, run_json, sorted_keys, stderr};
 
 async fn setup() -> (TestServer, McpClient, Seeded) {
     let t = TestServer::start().await;
@@ -102,6 +102,13 @@ async fn deleted_documents_vanish_everywhere_and_come_back_whole() {
         .ok("kennisbank_search", json!({"query": "meranti"}))
         .await;
     assert!(paths(&found).is_empty(), "{found}");
+    // ChatGPT's `search` and `fetch` too.
+    let found = mcp.ok("search", json!({"query": "meranti"})).await;
+    assert_eq!(found, json!({"results": []}));
+    assert_eq!(
+        mcp.err("fetch", json!({"id": path})).await["code"],
+        "not_found"
+    );
     assert_eq!(b.get(&doc_page).await.status, 404);
     let p = b.get(&format!("/portal/o/{slug}/kb?q=meranti")).await;
     assert!(!p.body.contains("kozijn.md"), "{}", p.body);
@@ -126,6 +133,12 @@ async fn deleted_documents_vanish_everywhere_and_come_back_whole() {
         p.body
     );
     let v = run_json(t.data_dir(), &["kb", "trash", &slug, "--json"], None);
+    assert_eq!(sorted_keys(&v), ["items"], "{v}");
+    assert_eq!(
+        sorted_keys(&v["items"][0]),
+        ["deleted_at", "deleted_by", "path", "version"],
+        "{v}"
+    );
     assert_eq!(v["items"][0]["path"], path, "{v}");
     assert_eq!(v["items"][0]["version"], 2, "{v}");
     assert_eq!(v["items"][0]["deleted_by"], "annie@example.org", "{v}");
@@ -191,6 +204,13 @@ async fn deleted_documents_vanish_everywhere_and_come_back_whole() {
         .ok("kennisbank_search", json!({"query": "meranti"}))
         .await;
     assert_eq!(paths(&found), vec![path]);
+    let found = mcp.ok("search", json!({"query": "meranti"})).await;
+    assert_eq!(found["results"][0]["id"], path, "{found}");
+    let fetched = mcp.ok("fetch", json!({"id": path})).await;
+    assert_eq!(
+        (&fetched["text"], &fetched["metadata"]["version"]),
+        (&json!("Meranti kozijnen, tweede versie"), &json!(2))
+    );
     let p = b.get(&format!("/portal/o/{slug}/trash")).await;
     assert!(p.body.contains("id=\"trash-empty\""), "{}", p.body);
 
@@ -368,6 +388,23 @@ async fn moved_documents_keep_their_history_and_are_found_at_once() {
         .ok("kennisbank_search", json!({"query": "dakkapel"}))
         .await;
     assert_eq!(paths(&found), vec!["definitief/plan.md"]);
+    let found = mcp.ok("search", json!({"query": "dakkapel"})).await;
+    let ids: Vec<&str> = found["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec!["definitief/plan.md"]);
+    assert_eq!(
+        mcp.err("fetch", json!({"id": "aangeleverd/concept/plan.md"}))
+            .await["code"],
+        "not_found"
+    );
+    assert_eq!(
+        mcp.ok("fetch", json!({"id": "definitief/plan.md"})).await["text"],
+        "Dakkapel plaatsen in mei"
+    );
     let list = mcp.ok("kennisbank_list", json!({})).await;
     assert_eq!(listed(&list), vec!["aangeleverd", "definitief"]);
 
@@ -458,6 +495,7 @@ async fn export_gives_back_the_imported_bytes() {
     );
     assert!(out.status.success(), "{}", stderr(&out));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(sorted_keys(&v), ["bytes", "documents"], "{v}");
     let total: usize = expected.values().map(Vec::len).sum();
     assert_eq!(
         (v["documents"].as_u64(), v["bytes"].as_u64()),
@@ -630,7 +668,7 @@ async fn retention_purges_old_runs_audit_and_trash_with_their_content() {
     // Day 101: runs (90 days), audit (100 days here) and trash (30 days) past their time go.
     t.clock.advance(jiff::SignedDuration::from_hours(6 * 24));
     let r = app.blocking(kennis::housekeeping::retain).await.unwrap();
-    assert_eq!((r.runs, r.documents), (1, 2), "{r:?}");
+    assert_eq!((r.runs, r.documents, r.contents), (1, 2, 1), "{r:?}");
     assert_eq!(r.audit, old_audit, "{r:?}");
     let run_of = |id| app.store.read(|tx| kennis::requests::get(tx, id)).unwrap();
     assert!(run_of(old_run).is_none());
@@ -668,6 +706,222 @@ async fn retention_purges_old_runs_audit_and_trash_with_their_content() {
     // A second round finds nothing more.
     let r = app.blocking(kennis::housekeeping::retain).await.unwrap();
     assert_eq!(r, kennis::housekeeping::Retained::default());
+    t.stop().await;
+}
+
+/// Exporting into a folder others can write to: a symbolic link planted in the export's tree
+/// while it runs (before the first document, or between documents) is refused, not followed,
+/// and nothing is written where it points; an export folder that is itself a symbolic link is
+/// refused at once. The links are planted from the export's progress callback, so the moment
+/// is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_refuses_symbolic_links_planted_in_its_folder() {
+    use std::os::unix::fs::symlink;
+    let (mut t, _mcp, s) = setup().await;
+    let slug = s.org.slug.clone();
+    let src = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(src.path().join("a")).unwrap();
+    for i in 0..30 {
+        std::fs::write(src.path().join(format!("a/{i:02}.md")), "tekst\n").unwrap();
+    }
+    std::fs::create_dir_all(src.path().join("b/c")).unwrap();
+    std::fs::write(src.path().join("b/c/d.md"), "geheim\n").unwrap();
+    let v = run_json(
+        t.data_dir(),
+        &[
+            "kb",
+            "import",
+            &slug,
+            src.path().to_str().unwrap(),
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(v["created"], 31, "{v}");
+    let app = t.app().clone();
+    let work = tempfile::tempdir().unwrap();
+
+    // (folder linked, documents done when it is planted)
+    for (n, (linked, at)) in [("a", 0), ("b", 25)].into_iter().enumerate() {
+        let dest = work.path().join(format!("export{n}"));
+        let outside = work.path().join(format!("outside{n}"));
+        std::fs::create_dir(&outside).unwrap();
+        let err = kennis::kb::export::export_dir(&app.store, s.org.id, &dest, &mut |done, _| {
+            if done == at {
+                symlink(&outside, dest.join(linked)).unwrap();
+            }
+        })
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("symbolic link"),
+            "{linked} at {at}: {err}"
+        );
+        assert_eq!(
+            tree(&outside),
+            BTreeMap::new(),
+            "{linked} at {at}: written through the link"
+        );
+    }
+
+    // The export folder itself a link (to an empty folder): refused, nothing written there.
+    let target = work.path().join("target");
+    std::fs::create_dir(&target).unwrap();
+    let link = work.path().join("link");
+    symlink(&target, &link).unwrap();
+    let out = run(
+        t.data_dir(),
+        &["kb", "export", &slug, link.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
+    assert_eq!(tree(&target), BTreeMap::new());
+    // The same export into a plain new folder works.
+    let dest = work.path().join("plain");
+    let v = run_json(
+        t.data_dir(),
+        &["kb", "export", &slug, dest.to_str().unwrap(), "--json"],
+        None,
+    );
+    assert_eq!(v["documents"], 31, "{v}");
+    assert_eq!(tree(&dest), tree(src.path()));
+    t.stop().await;
+}
+
+/// A crash after the trash purge removed expired entries but before their content went: the
+/// next housekeeping round removes that content although no more trash has expired, and keeps
+/// what a live or trashed document still refers to. Extracted text whose content is gone goes
+/// too. The crash is the purge's first step done by hand (removing the trash records).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn content_left_by_a_crash_after_the_trash_purge_goes_next_round() {
+    use kennis::store::{KB_CONTENT, KB_TEXT, KB_TRASH, StoreError};
+    let (mut t, mcp, s) = setup().await;
+    let slug = s.org.slug.clone();
+    let app = t.app().clone();
+    let has = |table, h: blake3::Hash| {
+        app.store
+            .read(|tx| tx.get_raw(table, h.as_bytes()))
+            .unwrap()
+            .is_some()
+    };
+    let hash = |text: &str| blake3::hash(text.as_bytes());
+    for (path, text) in [
+        ("aangeleverd/oud.md", "alleen oud"),
+        ("aangeleverd/blijft.md", "blijft"),
+    ] {
+        mcp.ok("kennisbank_write", json!({"path": path, "content": text}))
+            .await;
+    }
+    run_json(
+        t.data_dir(),
+        &["kb", "delete", &slug, "aangeleverd/oud.md", "--json"],
+        None,
+    );
+    // Day 31: the trash entry expired; a newer document is in the trash.
+    t.clock.advance(jiff::SignedDuration::from_hours(31 * 24));
+    let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
+    mcp.ok(
+        "kennisbank_write",
+        json!({"path": "aangeleverd/nieuw.md", "content": "alleen nieuw"}),
+    )
+    .await;
+    run_json(
+        t.data_dir(),
+        &["kb", "delete", &slug, "aangeleverd/nieuw.md", "--json"],
+        None,
+    );
+    // The crash: the expired trash record went, its content stayed.
+    let cutoff = app.clock.now() - jiff::SignedDuration::from_hours(30 * 24);
+    app.store
+        .write(|tx| {
+            for (k, trashed) in tx.scan::<kennis::kb::trash::Trashed>(KB_TRASH, b"")? {
+                if trashed.deleted_at < cutoff {
+                    tx.delete(KB_TRASH, &k)?;
+                }
+            }
+            Ok::<_, StoreError>(())
+        })
+        .unwrap();
+    // Text extracted for content that is gone (an extraction that ended after its removal).
+    let stray = hash("verdwenen");
+    app.store
+        .write(|tx| tx.put_raw(KB_TEXT, stray.as_bytes(), b"tekst"))
+        .unwrap();
+    assert!(has(KB_CONTENT, hash("alleen oud")));
+
+    let r = app.blocking(kennis::housekeeping::retain).await.unwrap();
+    assert_eq!((r.documents, r.contents), (0, 1), "{r:?}");
+    assert!(!has(KB_CONTENT, hash("alleen oud")), "left content removed");
+    assert!(!has(KB_TEXT, stray), "stray extracted text removed");
+    assert!(has(KB_CONTENT, hash("blijft")), "a live document's");
+    assert!(has(KB_CONTENT, hash("alleen nieuw")), "still in the trash");
+    let metrics = t
+        .client
+        .get(t.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("kennis_records_purged_total{kind=\"content\"} 1"),
+        "{metrics}"
+    );
+    let r = app.blocking(kennis::housekeeping::retain).await.unwrap();
+    assert_eq!(r, kennis::housekeeping::Retained::default());
+    t.stop().await;
+}
+
+/// `0` keeps for ever: with every retention setting at 0, nothing is purged however old.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_zero_keeps_everything() {
+    use kennis::config::{RetentionSettings, Settings};
+    let mut t = TestServer::start_with(Settings {
+        retention: Some(RetentionSettings {
+            runs_days: Some(0),
+            audit_days: Some(0),
+            trash_days: Some(0),
+        }),
+        ..Settings::default()
+    })
+    .await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let slug = s.org.slug.clone();
+    let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
+    let (_, run_id) = t.finished_run(&slug, "oud").await;
+    mcp.ok(
+        "kennisbank_write",
+        json!({"path": "aangeleverd/oud.md", "content": "alleen oud"}),
+    )
+    .await;
+    run_json(
+        t.data_dir(),
+        &["kb", "delete", &slug, "aangeleverd/oud.md", "--json"],
+        None,
+    );
+    let app = t.app().clone();
+    app.batch.flush();
+    let audit = || {
+        app.store
+            .read(|tx| kennis::audit::records(tx, s.org.id, None))
+            .unwrap()
+            .len()
+    };
+    let before = audit();
+    assert!(before > 0);
+    t.clock.advance(jiff::SignedDuration::from_hours(3650 * 24));
+    let r = app.blocking(kennis::housekeeping::retain).await.unwrap();
+    assert_eq!(r, kennis::housekeeping::Retained::default());
+    assert!(
+        app.store
+            .read(|tx| kennis::requests::get(tx, run_id))
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(audit(), before);
+    let v = run_json(t.data_dir(), &["kb", "trash", &slug, "--json"], None);
+    assert_eq!(v["items"][0]["path"], "aangeleverd/oud.md", "{v}");
     t.stop().await;
 }
 

@@ -4,9 +4,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use jiff::SignedDuration;
-use kennis::agents::{self, AgentKind, NewAgent, Rollout};
 use kennis::identity;
 use kennis::requests;
+use kennis::roster::{self, AgentKind, NewAgent, Rollout};
 use kennis::triggers::{self, Change, NewTrigger};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -46,8 +46,8 @@ fn command(program: &Path, timeout: u64) -> NewAgent {
 fn hook(t: &TestServer, org: &str, agent: NewAgent, cooldown: Option<u64>) -> Hook {
     let app = t.app();
     let now = app.clock.now();
-    let a = agents::add_agent(&app.store, org, &agent, now).unwrap();
-    let p = agents::add_project(&app.store, org, "P", Rollout::Ready, now).unwrap();
+    let a = roster::add_agent(&app.store, org, &agent, now).unwrap();
+    let p = roster::add_project(&app.store, org, "P", Rollout::Ready, now).unwrap();
     let c = triggers::add(
         &app.store,
         org,
@@ -354,7 +354,7 @@ async fn read_endpoint_table() {
     assert!(fr > id, "one sequence for runs and feature requests");
     assert_eq!(read(&t, fr, &a.secret).await.0, 404);
     // A run of a feature agent is not a generic run: 404.
-    let feature = agents::add_agent(
+    let feature = roster::add_agent(
         &app.store,
         &o,
         &NewAgent {
@@ -432,11 +432,15 @@ async fn trigger_state_table_pause_resume_renew_delete() {
     assert_eq!(fire(&c, &h, None, &json!({})).await.0, 202);
     assert_eq!(read(&t, first, &h.secret).await.0, 200);
 
-    // Delete: the URL stops working, runs remain readable.
+    // Delete: the URL stops working, and its secret reads no run any more (the runs remain,
+    // for the portal and `run show`).
     triggers::change(&store, None, &h.id.to_string(), Change::Delete, now).unwrap();
     let (s, v) = fire(&c, &h, None, &json!({})).await;
     assert_eq!((s, v), (404, json!({"message": "Unknown event trigger"})));
-    assert_eq!(read(&t, first, &h.secret).await.0, 200);
+    assert_eq!(
+        read(&t, first, &h.secret).await,
+        (403, json!({"message": "Access denied"}))
+    );
     assert!(triggers::change(&store, None, &h.id.to_string(), Change::Resume, now).is_err());
     assert_eq!(
         store
@@ -1083,10 +1087,10 @@ async fn portal_trigger_pages_for_admins() {
     )
     .unwrap();
     let now = app.clock.now();
-    let agent = agents::add_agent(&app.store, "acme", &echo(), now).unwrap();
-    let ready = agents::add_project(&app.store, "acme", "Live site", Rollout::Ready, now).unwrap();
+    let agent = roster::add_agent(&app.store, "acme", &echo(), now).unwrap();
+    let ready = roster::add_project(&app.store, "acme", "Live site", Rollout::Ready, now).unwrap();
     let pending =
-        agents::add_project(&app.store, "acme", "Half done", Rollout::Pending, now).unwrap();
+        roster::add_project(&app.store, "acme", "Half done", Rollout::Pending, now).unwrap();
 
     // Members are not admins: no trigger pages.
     let mut mb = Browser::new(&t);

@@ -156,6 +156,43 @@ const searched = await call('search', { query: 'kozijn onderhoud' });
 const fetched = searched.results.length ? await call('fetch', { id: searched.results[0].id }) : null;
 const unknown = await client.callTool({ name: 'fetch', arguments: { id: 'nergens/niets.md' } });
 await client.close();
+
+// The SDK's client with other tokens (given by the test): one whose scopes lack `kennisbank`
+// (no `search` or `fetch`, and calling them is refused), and a personal access token.
+async function withToken(token, work) {
+  const c = new Client({ name: 'kennis-sdk-check', version: '1.0.0' });
+  await c.connect(
+    new StreamableHTTPClientTransport(new URL(connector), {
+      requestInit: { headers: { Authorization: `Bearer ${token}` } },
+    }),
+  );
+  try {
+    return await work(c);
+  } finally {
+    await c.close();
+  }
+}
+let narrow = null;
+if (process.env.KENNIS_NARROW_TOKEN) {
+  narrow = await withToken(process.env.KENNIS_NARROW_TOKEN, async (c) => {
+    const names = (await c.listTools()).tools.map((t) => t.name);
+    let refused = null;
+    try {
+      await c.callTool({ name: 'search', arguments: { query: 'kozijn' } });
+    } catch (e) {
+      refused = String(e.message);
+    }
+    return { tools: names, search: refused };
+  });
+}
+let pat = null;
+if (process.env.KENNIS_PAT) {
+  pat = await withToken(process.env.KENNIS_PAT, async (c) => {
+    const names = (await c.listTools()).tools.map((t) => t.name);
+    const r = await c.callTool({ name: 'search', arguments: { query: 'kozijn onderhoud' } });
+    return { tools: names, searched: r.structuredContent };
+  });
+}
 console.log(
-  JSON.stringify({ client_id: clientInformation.client_id, tokens, refreshed, tools, created, replied, read, list, closed, missing, chatgpt, searched, fetched, unknown }),
+  JSON.stringify({ client_id: clientInformation.client_id, tokens, refreshed, tools, created, replied, read, list, closed, missing, chatgpt, searched, fetched, unknown, narrow, pat }),
 );

@@ -9,8 +9,9 @@
 //!   an older kernel, the rights it lacks are simply not handled.
 //! - **seccomp** (every Linux kernel kennis runs on): a filter on the system calls of this
 //!   architecture that answers `EPERM` to creating a socket, opening or changing a path,
-//!   starting a program, io_uring (which would bypass the filter), tracing other processes,
-//!   mounts and namespaces, and raising the resource limits just set. Another architecture's
+//!   starting a program, io_uring (which would bypass the filter), tracing, signalling or
+//!   reaching into other processes (every call that sends a signal, pidfds), mounts and
+//!   namespaces, and raising the resource limits just set. Another architecture's
 //!   calls (32-bit `int 0x80`) kill the child.
 //!
 //! seccomp is required: a worker that cannot install it refuses to extract. landlock is the
@@ -170,7 +171,14 @@ fn denied_calls() -> Vec<libc::c_long> {
         libc::SYS_ptrace,
         libc::SYS_process_vm_readv,
         libc::SYS_process_vm_writev,
+        libc::SYS_process_madvise,
+        libc::SYS_kcmp,
+        // Signals to other processes: `kill` here; `tkill`, `tgkill`, `rt_sigqueueinfo` and
+        // `rt_tgsigqueueinfo` only towards itself (see `seccomp`); a pidfd reaches any.
         libc::SYS_kill,
+        libc::SYS_pidfd_open,
+        libc::SYS_pidfd_send_signal,
+        libc::SYS_pidfd_getfd,
         libc::SYS_bpf,
         libc::SYS_perf_event_open,
         libc::SYS_userfaultfd,
@@ -223,6 +231,25 @@ fn seccomp() -> Result<(), seccompiler::Error> {
         .into_iter()
         .map(|call| (i64::from(call), Vec::new()))
         .collect();
+    // Signals by thread or process id only to itself (`abort` signals itself with `tgkill`):
+    // the first argument, a process or thread id, must be this process's (it has one thread).
+    let own = u64::from(std::process::id());
+    let other_than_own = || -> Result<Vec<SeccompRule>, seccompiler::Error> {
+        Ok(vec![SeccompRule::new(vec![SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Ne,
+            own,
+        )?])?])
+    };
+    for call in [
+        libc::SYS_tkill,
+        libc::SYS_tgkill,
+        libc::SYS_rt_sigqueueinfo,
+        libc::SYS_rt_tgsigqueueinfo,
+    ] {
+        rules.insert(i64::from(call), other_than_own()?);
+    }
     // `prlimit64` only to read a limit (its new-limit pointer is null), never to raise one.
     rules.insert(
         i64::from(libc::SYS_prlimit64),

@@ -361,8 +361,10 @@ fn confine_self(layers: Layers) -> Result<Confined, String> {
 }
 
 /// What the self-test tries: open and read these paths (a directory is listed), create a file
-/// at these paths, open a TCP connection to these addresses, send a UDP datagram to these.
-/// `only` (`"landlock"` or `"seccomp"`) applies that layer alone, to show each holds by itself.
+/// at these paths, open a TCP connection to these addresses, send a UDP datagram to these,
+/// and ask whether these processes may be signalled (signal 0, which delivers nothing) by
+/// every system call that sends one. `only` (`"landlock"` or `"seccomp"`) applies that layer
+/// alone, to show each holds by itself.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 struct Probes {
@@ -371,6 +373,7 @@ struct Probes {
     write: Vec<PathBuf>,
     connect: Vec<String>,
     udp: Vec<String>,
+    signal: Vec<i32>,
 }
 
 #[derive(Debug, Serialize)]
@@ -439,7 +442,72 @@ fn run_probes(probes: &Probes, writes: bool) -> Vec<Outcome> {
         });
         out.push(outcome(format!("udp {a}"), result));
     }
+    for pid in &probes.signal {
+        for (call, result) in signal_probes(*pid) {
+            out.push(outcome(format!("{call} {pid}"), result));
+        }
+    }
     out
+}
+
+/// Signal 0 (a permission check that delivers nothing) to process `pid` — whose main thread
+/// has the same id — by each system call that can send a signal to another process.
+#[cfg(target_os = "linux")]
+fn signal_probes(pid: i32) -> Vec<(&'static str, std::io::Result<()>)> {
+    let done = |r: libc::c_long| {
+        if r < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    };
+    // SAFETY: plain system calls with integer arguments and a zeroed `siginfo_t` that lives
+    // for the call; signal 0 changes nothing in the target.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        // As `sigqueue` sends it (another process refuses kernel or `kill` codes).
+        info.si_code = libc::SI_QUEUE;
+        let info: *mut libc::siginfo_t = &mut info;
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0);
+        let by_pidfd = if pidfd < 0 {
+            done(pidfd)
+        } else {
+            let r = done(libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                pidfd,
+                0,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            ));
+            libc::close(pidfd as libc::c_int);
+            r
+        };
+        vec![
+            ("kill", done(libc::syscall(libc::SYS_kill, pid, 0))),
+            ("tkill", done(libc::syscall(libc::SYS_tkill, pid, 0))),
+            ("tgkill", done(libc::syscall(libc::SYS_tgkill, pid, pid, 0))),
+            (
+                "rt_sigqueueinfo",
+                done(libc::syscall(libc::SYS_rt_sigqueueinfo, pid, 0, info)),
+            ),
+            (
+                "rt_tgsigqueueinfo",
+                done(libc::syscall(
+                    libc::SYS_rt_tgsigqueueinfo,
+                    pid,
+                    pid,
+                    0,
+                    info,
+                )),
+            ),
+            ("pidfd_send_signal", by_pidfd),
+        ]
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn signal_probes(_pid: i32) -> Vec<(&'static str, std::io::Result<()>)> {
+    Vec::new()
 }
 
 /// The worker's self-check ([`SELFTEST_ENV`]): tries the probes, limits and confines itself
