@@ -23,7 +23,12 @@ fn raw_rows(data: &Path) -> Vec<(String, Vec<u8>, Vec<u8>)> {
         let table = txn.open_table(*t).unwrap();
         for row in table.iter().unwrap() {
             let (k, v) = row.unwrap();
-            out.push((t.name().to_owned(), k.value().to_vec(), v.value().to_vec()));
+            let v = v.value();
+            // Records as the JSON they hold (stored compressed).
+            let v = kennis::store::record::json(v)
+                .map(|j| j.into_owned())
+                .unwrap_or_else(|_| v.to_vec());
+            out.push((t.name().to_owned(), k.value().to_vec(), v));
         }
     }
     out

@@ -1282,7 +1282,10 @@ fn files_under(dir: &std::path::Path, out: &mut Vec<(std::path::PathBuf, Vec<u8>
         if p.is_dir() {
             files_under(&p, out);
         } else if p.is_file() {
-            out.push((p.clone(), kennis::store::record::expand(&std::fs::read(&p).unwrap_or_default())));
+            out.push((
+                p.clone(),
+                kennis::store::record::expand(&std::fs::read(&p).unwrap_or_default()),
+            ));
         }
     }
 }

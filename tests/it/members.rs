@@ -298,7 +298,8 @@ async fn an_invitation_link_works_once_for_seven_days_and_is_stored_as_a_hash() 
         .read(|tx| tx.scan_keys(INVITATIONS, b"", 100))
         .unwrap();
     assert_eq!(keys, vec![identity::hash_secret(&token).to_vec()]);
-    let raw = kennis::store::record::expand(&std::fs::read(t.data_dir().join("kennis.redb")).unwrap());
+    let raw =
+        kennis::store::record::expand(&std::fs::read(t.data_dir().join("kennis.redb")).unwrap());
     assert!(
         !raw.windows(token.len()).any(|w| w == token.as_bytes()),
         "token in the database file"

@@ -231,7 +231,15 @@ fn pruned_ranking_equals_the_exhaustive_ranking() {
     }
     // Deleted and rewritten documents leave deleted entries in the segments.
     for path in paths.iter().step_by(7) {
-        kennis::kb::trash::delete(&store, &index, ORG, path, None, now).unwrap();
+        kennis::kb::trash::delete(
+            &store,
+            &index,
+            ORG,
+            path,
+            &kennis::audit::Actor::Operator,
+            now,
+        )
+        .unwrap();
     }
     for path in paths.iter().skip(3).step_by(11) {
         let text = format!(
