@@ -380,7 +380,11 @@ fn verify_ahead(
     }
     let batch = candidates.get(pos..pos + n.max(1)).unwrap_or_default();
     let run = |part: &[Candidate]| -> Result<Vec<Option<Hit>>, KbError> {
-        store.read(|tx| part.iter().map(|c| verify(tx, c, finders)).collect())
+        store.read(|tx| {
+            part.iter()
+                .map(|c| verify(tx, req.org_id, c, finders))
+                .collect()
+        })
     };
     // A thread is worth starting only for enough text.
     let batch_bytes: u64 = batch
@@ -402,7 +406,19 @@ fn verify_ahead(
     })
 }
 
-fn verify(tx: &ReadTx, c: &Candidate, finders: &[Finder<'_>]) -> Result<Option<Hit>, KbError> {
+fn verify(
+    tx: &ReadTx,
+    org_id: u64,
+    c: &Candidate,
+    finders: &[Finder<'_>],
+) -> Result<Option<Hit>, KbError> {
+    // The index follows the change log a moment after each commit: a document deleted, moved
+    // or rewritten meanwhile is found in it still, and its content is still kept (for the
+    // trash or the older version). Only the live version counts.
+    match super::get_document(tx, org_id, &c.path)? {
+        Some(d) if d.version == c.version => {}
+        _ => return Ok(None),
+    }
     let text = if c.extracted {
         super::extracted::text(tx, &c.hash)?
     } else {

@@ -284,6 +284,58 @@ fn pruned_ranking_equals_the_exhaustive_ranking() {
     assert!(compared > 2000, "{compared}");
 }
 
+/// The index follows the change log a moment after each commit. A search in that moment
+/// finds the old entries still, and their content is still kept (for the trash, for the older
+/// version): it must not show a document deleted, or an older version's text, from them.
+#[test]
+fn a_search_before_the_index_follows_shows_only_live_versions() {
+    let f = load(vec![
+        ("weg.md".into(), "# Weg\nZQXLEVEND kozijn\n".into()),
+        ("oud.md".into(), "# Oud\nZQXLEVEND oude tekst\n".into()),
+        ("blijft.md".into(), "# Blijft\nZQXLEVEND deur\n".into()),
+    ]);
+    let now = jiff::Timestamp::now();
+    // Changed without this index following (another index does, as trash::delete needs one).
+    let elsewhere = tempfile::tempdir().unwrap();
+    let other = SearchIndex::open(elsewhere.path(), true).unwrap();
+    kennis::kb::trash::delete(
+        &f.store,
+        &other,
+        ORG,
+        "weg.md",
+        &kennis::audit::Actor::Operator,
+        now,
+    )
+    .unwrap();
+    kennis::kb::store_document(&f.store, ORG, "oud.md", b"# Oud\nnieuwe tekst\n", None, now)
+        .unwrap();
+    let find = |raw: &str| -> Vec<String> {
+        let query = parse_query(raw).unwrap();
+        search::search(
+            &f.store,
+            &f.index,
+            &SearchRequest {
+                org_id: ORG,
+                raw_query: raw,
+                query: &query,
+                folder: None,
+                limit: usize::MAX,
+                budget: Budget::UNLIMITED,
+                output_cap: usize::MAX,
+            },
+        )
+        .unwrap()
+        .results
+        .into_iter()
+        .map(|h| h.path)
+        .collect()
+    };
+    assert_eq!(find("ZQXLEVEND"), ["blijft.md"]);
+    f.index.catch_up(&f.store).unwrap();
+    assert_eq!(find("ZQXLEVEND"), ["blijft.md"]);
+    assert_eq!(find("nieuwe"), ["oud.md"]);
+}
+
 fn corpus_dir() -> PathBuf {
     if let Ok(p) = std::env::var("KENNIS_CORPUS") {
         return PathBuf::from(p);
