@@ -24,7 +24,9 @@ use serde::{Deserialize, Serialize};
 use super::extract::{self, ExtractError, Extracted, Extractor};
 use super::index::SearchIndex;
 use super::{Change, DocKind, Document, KbError, NewVersion};
-use crate::store::{KB_CHANGES, KB_DOCS, KB_EXTRACTION, KB_TEXT, Read, Store, StoreError, WriteTx};
+use crate::store::{
+    KB_CHANGES, KB_CONTENT, KB_DOCS, KB_EXTRACTION, KB_TEXT, Read, Store, StoreError, WriteTx,
+};
 use crate::store::{blob, key};
 
 /// How the extraction of one content went.
@@ -240,6 +242,16 @@ pub fn extract_document(
     };
     let result = extract_file(extractor, &doc.path, &bytes);
     store.write(|tx| {
+        // The content may have gone meanwhile (its last document purged, the sweep done):
+        // text recorded now would outlive it.
+        let gone = hash_key(&doc.hash)
+            .map(|k| tx.get_raw(KB_CONTENT, &k))
+            .transpose()?
+            .flatten()
+            .is_none();
+        if gone {
+            return Ok(());
+        }
         record(tx, &doc.hash, &result, now)?;
         // The document may have changed meanwhile; the index reads whatever is current.
         super::log_change(tx, org_id, &doc.path)

@@ -26,9 +26,21 @@ use super::{
 };
 use crate::audit::{self, Actor};
 use crate::store::{
-    KB_CONTENT, KB_DOCS, KB_EXTRACTION, KB_TEXT, KB_TRASH, KB_VERSIONS, Read, Store, StoreError,
-    WriteTx, key,
+    KB_CONTENT, KB_DOCS, KB_EXTRACTION, KB_TEXT, KB_TRASH, KB_VERSIONS, META, Read, Store,
+    StoreError, WriteTx, key,
 };
+
+/// Whether content may have lost its last reference since the last sweep (`META`): set before
+/// trash records are purged, cleared by the sweep that follows. Absent (a store from before it,
+/// or a new one) counts as set, so such a store is swept once.
+const CONTENT_SWEEP_DUE: &[u8] = b"content_sweep_due";
+
+/// Says that content may have lost its last reference: the next
+/// [`purge_orphaned_content`] sweeps. Committed before the records that refer to the content
+/// are removed, so a crash in between leaves the sweep due rather than the content for ever.
+pub fn mark_content_sweep_due(store: &Store) -> Result<(), StoreError> {
+    store.write(|tx| tx.put(META, CONTENT_SWEEP_DUE, &true))
+}
 
 /// A deleted document, whole: what restoring puts back.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -259,6 +271,9 @@ pub fn purge_trash(store: &Store, cutoff: Timestamp) -> Result<usize, StoreError
                 .collect(),
         )
     })?;
+    if !expired.is_empty() {
+        mark_content_sweep_due(store)?;
+    }
     store.delete_in_chunks(KB_TRASH, &expired, CHUNK)?;
     Ok(expired.len())
 }
@@ -267,9 +282,15 @@ pub fn purge_trash(store: &Store, cutoff: Timestamp) -> Result<usize, StoreError
 /// document refers to; returns how many contents were removed. One write transaction, so a
 /// write storing that content at the same moment is either before (and keeps it) or after
 /// (and stores it anew). Extracted text or an extraction record left for content that is gone
-/// (an extraction finishing after its content was removed) goes too, uncounted.
+/// goes too, uncounted. Only when due ([`mark_content_sweep_due`]).
 pub fn purge_orphaned_content(store: &Store) -> Result<usize, StoreError> {
+    // Reading every version takes the single writer for a moment per hundred thousand
+    // documents: only when a purge may have left content behind.
+    if store.read(|tx| tx.get::<bool>(META, CONTENT_SWEEP_DUE))? == Some(false) {
+        return Ok(0);
+    }
     store.write(|tx| {
+        tx.put(META, CONTENT_SWEEP_DUE, &false)?;
         let mut referenced: HashSet<[u8; 32]> = HashSet::new();
         let mut keep = |hash_hex: &str| {
             if let Ok(h) = blake3::Hash::from_hex(hash_hex) {

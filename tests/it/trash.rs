@@ -830,7 +830,9 @@ async fn content_left_by_a_crash_after_the_trash_purge_goes_next_round() {
         &["kb", "delete", &slug, "aangeleverd/nieuw.md", "--json"],
         None,
     );
-    // The crash: the expired trash record went, its content stayed.
+    // The crash: the purge said the sweep is due and removed the expired trash record, and
+    // its content stayed.
+    kennis::kb::trash::mark_content_sweep_due(&app.store).unwrap();
     let cutoff = app.clock.now() - jiff::SignedDuration::from_hours(30 * 24);
     app.store
         .write(|tx| {
@@ -870,6 +872,23 @@ async fn content_left_by_a_crash_after_the_trash_purge_goes_next_round() {
     );
     let r = app.blocking(kennis::housekeeping::retain).await.unwrap();
     assert_eq!(r, kennis::housekeeping::Retained::default());
+
+    // Sweeping reads every version while holding the writer, so it runs only when due: content
+    // without a document appearing by itself (which nothing in kennis does) stays until a
+    // purge makes the sweep due — or always, on a store that never recorded it (from before).
+    let planted = hash("geplant");
+    app.store
+        .write(|tx| tx.put_raw(KB_CONTENT, planted.as_bytes(), b"geplant"))
+        .unwrap();
+    let r = app.blocking(kennis::housekeeping::retain).await.unwrap();
+    assert_eq!(r.contents, 0, "swept while not due");
+    assert!(has(KB_CONTENT, planted));
+    app.store
+        .write(|tx| tx.delete(kennis::store::META, b"content_sweep_due"))
+        .unwrap();
+    let r = app.blocking(kennis::housekeeping::retain).await.unwrap();
+    assert_eq!(r.contents, 1, "a store from before is swept once");
+    assert!(!has(KB_CONTENT, planted));
     t.stop().await;
 }
 
