@@ -105,6 +105,8 @@ pub struct SearchIndex {
     fields: Fields,
     words: TextAnalyzer,
     with_extracted: bool,
+    /// [`RANK_WHOLE`], changed by tests to take the other path.
+    rank_whole: std::sync::atomic::AtomicUsize,
 }
 
 fn schema() -> (Schema, Fields) {
@@ -336,6 +338,7 @@ impl SearchIndex {
             fields,
             words: words_analyzer(),
             with_extracted,
+            rank_whole: std::sync::atomic::AtomicUsize::new(RANK_WHOLE),
         })
     }
 
@@ -674,6 +677,14 @@ impl SearchIndex {
         })
     }
 
+    /// Sets how many documents of a segment's filter are scored whole (tests: 0 always takes
+    /// block-max WAND).
+    #[doc(hidden)]
+    pub fn set_rank_whole(&self, n: usize) {
+        self.rank_whole
+            .store(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The queries a search is made of.
     fn plan(&self, org_id: u64, folder: Option<&str>, terms: &[String]) -> Plan {
         let f = &self.fields;
@@ -747,6 +758,7 @@ impl SearchIndex {
             filter: BooleanQuery::new(filter),
             words,
             exact,
+            rank_whole: self.rank_whole.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 
@@ -804,6 +816,8 @@ struct Plan {
     filter: BooleanQuery,
     words: Vec<(Occur, Box<dyn Query>)>,
     exact: Option<TermQuery>,
+    /// A segment's filter with at most this many documents is scored whole.
+    rank_whole: usize,
 }
 
 impl Plan {
@@ -939,6 +953,7 @@ fn pick_in_segment(
     filter: &dyn Weight,
     words: Option<&dyn Weight>,
     exact: Option<&dyn Weight>,
+    rank_whole: usize,
 ) -> tantivy::Result<(Vec<DocId>, Vec<DocId>)> {
     let alive = |doc: DocId| !reader.is_deleted(doc);
     let mut exact_docs: Vec<DocId> = Vec::new();
@@ -952,6 +967,21 @@ fn pick_in_segment(
             }
             doc = titles.advance();
         }
+    }
+    // A short filter — an organisation with few documents among many others', or a rare gram —
+    // is ranked whole: the words' lists hold every organisation's documents, and WAND would
+    // walk nearly all of them before finding `k` of the filter's to raise its threshold.
+    let mut filtered = filter.scorer(reader, 1.0)?;
+    let mut few: Vec<DocId> = Vec::new();
+    let mut doc = filtered.doc();
+    while doc != TERMINATED && few.len() <= rank_whole {
+        if alive(doc) {
+            few.push(doc);
+        }
+        doc = filtered.advance();
+    }
+    if doc == TERMINATED {
+        return Ok((few, exact_docs));
     }
     let mut best = Best::new(k);
     if let Some(words) = words {
@@ -992,6 +1022,10 @@ fn pick_in_segment(
     Ok((picked, exact_docs))
 }
 
+/// A segment's filter with at most this many documents is scored whole rather than through
+/// block-max WAND ([`pick_in_segment`]).
+const RANK_WHOLE: usize = 2048;
+
 /// How many candidates are ranked at first: most searches have their results among them.
 /// A search that needs more ranks again, up to its budget (the first ones come out the same).
 const FIRST_RANKED: usize = 64;
@@ -1024,6 +1058,7 @@ fn rank(searcher: &tantivy::Searcher, plan: &Plan, k: usize) -> Result<Vec<DocAd
             filter.as_ref(),
             words.as_deref(),
             exact.as_deref(),
+            plan.rank_whole,
         )
         .map_err(index_err)?;
         // The exact scores: what tantivy's scorer of the whole query gives, the sum of the
