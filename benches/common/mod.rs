@@ -670,9 +670,11 @@ pub fn open_app(data: &Path, public_url: &str) -> Arc<kennis::app::App> {
     kennis::app::App::open(config, public_url.to_owned(), kennis::clock::system()).expect("open")
 }
 
-/// Closes an [`open_app`]: its batched writes flushed.
+/// Closes an [`open_app`]: its batched writes flushed and both writer threads stopped, so the
+/// store is released before a server opens it (a thread still ending held it now and then).
 pub fn close_app(app: Arc<kennis::app::App>) {
     app.batch.shutdown();
+    app.commits.shutdown();
     drop(app);
 }
 

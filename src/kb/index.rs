@@ -677,8 +677,8 @@ impl SearchIndex {
         })
     }
 
-    /// Sets how many documents of a segment's filter are scored whole (tests: 0 always takes
-    /// block-max WAND).
+    /// Sets up to how many documents of the organisation in a segment it is scored whole
+    /// (tests: 0 always takes block-max WAND).
     #[doc(hidden)]
     pub fn set_rank_whole(&self, n: usize) {
         self.rank_whole
@@ -758,6 +758,7 @@ impl SearchIndex {
             filter: BooleanQuery::new(filter),
             words,
             exact,
+            org: Term::from_field_u64(f.org, org_id),
             rank_whole: self.rank_whole.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
@@ -816,7 +817,9 @@ struct Plan {
     filter: BooleanQuery,
     words: Vec<(Occur, Box<dyn Query>)>,
     exact: Option<TermQuery>,
-    /// A segment's filter with at most this many documents is scored whole.
+    /// The organisation's term: a segment with at most `rank_whole` of its documents is
+    /// scored whole.
+    org: Term,
     rank_whole: usize,
 }
 
@@ -953,7 +956,7 @@ fn pick_in_segment(
     filter: &dyn Weight,
     words: Option<&dyn Weight>,
     exact: Option<&dyn Weight>,
-    rank_whole: usize,
+    whole: (&Term, usize),
 ) -> tantivy::Result<(Vec<DocId>, Vec<DocId>)> {
     let alive = |doc: DocId| !reader.is_deleted(doc);
     let mut exact_docs: Vec<DocId> = Vec::new();
@@ -968,20 +971,22 @@ fn pick_in_segment(
             doc = titles.advance();
         }
     }
-    // A short filter — an organisation with few documents among many others', or a rare gram —
-    // is ranked whole: the words' lists hold every organisation's documents, and WAND would
-    // walk nearly all of them before finding `k` of the filter's to raise its threshold.
-    let mut filtered = filter.scorer(reader, 1.0)?;
-    let mut few: Vec<DocId> = Vec::new();
-    let mut doc = filtered.doc();
-    while doc != TERMINATED && few.len() <= rank_whole {
-        if alive(doc) {
-            few.push(doc);
+    // An organisation with few documents in the segment, among many others', is ranked whole:
+    // the words' lists hold every organisation's documents, and WAND would walk nearly all of
+    // them before finding `k` of the filter's to raise its threshold. (Its count includes
+    // documents deleted since the segment was written: an upper bound, one lookup.)
+    let (org, rank_whole) = whole;
+    if reader.inverted_index(org.field())?.doc_freq(org)? as usize <= rank_whole {
+        let mut filtered = filter.scorer(reader, 1.0)?;
+        let mut all: Vec<DocId> = Vec::new();
+        let mut doc = filtered.doc();
+        while doc != TERMINATED {
+            if alive(doc) {
+                all.push(doc);
+            }
+            doc = filtered.advance();
         }
-        doc = filtered.advance();
-    }
-    if doc == TERMINATED {
-        return Ok((few, exact_docs));
+        return Ok((all, exact_docs));
     }
     let mut best = Best::new(k);
     if let Some(words) = words {
@@ -1022,8 +1027,8 @@ fn pick_in_segment(
     Ok((picked, exact_docs))
 }
 
-/// A segment's filter with at most this many documents is scored whole rather than through
-/// block-max WAND ([`pick_in_segment`]).
+/// A segment with at most this many documents of the organisation is scored whole rather than
+/// through block-max WAND ([`pick_in_segment`]).
 const RANK_WHOLE: usize = 2048;
 
 /// How many candidates are ranked at first: most searches have their results among them.
@@ -1058,7 +1063,7 @@ fn rank(searcher: &tantivy::Searcher, plan: &Plan, k: usize) -> Result<Vec<DocAd
             filter.as_ref(),
             words.as_deref(),
             exact.as_deref(),
-            plan.rank_whole,
+            (&plan.org, plan.rank_whole),
         )
         .map_err(index_err)?;
         // The exact scores: what tantivy's scorer of the whole query gives, the sum of the

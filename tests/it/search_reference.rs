@@ -276,8 +276,8 @@ fn pruned_ranking_equals_the_exhaustive_ranking() {
             let exhaustive = index
                 .candidates_exhaustive(ORG, folder.as_deref(), &query.terms, max)
                 .unwrap();
-            // Block-max WAND everywhere (0), short filters scored whole (40: some segments
-            // one way, some the other), and the default (every segment here is short).
+            // Block-max WAND (0: always; 40: each segment here holds 150 of ORG's documents)
+            // and the default (every segment here is scored whole).
             for whole in [0, 40, 2048] {
                 index.set_rank_whole(whole);
                 let pruned = index
