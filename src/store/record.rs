@@ -15,7 +15,10 @@
 )]
 
 use std::borrow::Cow;
-use std::cell::RefCell;
+use std::sync::{LazyLock, Mutex, PoisonError};
+
+use zstd::bulk::{Compressor, Decompressor};
+use zstd::dict::{DecoderDictionary, EncoderDictionary};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -53,15 +56,35 @@ pub const DICTIONARY_V1: &str = concat!(
     r#"{"org_id":1,"path":"","version":1,"size":0,"hash":"","kind":"binary","kind":"text","content_type":"text/plain; charset=utf-8","content_type":"text/markdown; charset=utf-8","updated_at":"2026-01-01T00:00:00.000000000Z","updated_by":null}"#,
 );
 
-thread_local! {
-    // Contexts with the dictionary loaded once per thread: loading it costs more than a
-    // record costs to compress.
-    static COMPRESSOR: RefCell<Option<zstd::bulk::Compressor<'static>>> = RefCell::new(
-        zstd::bulk::Compressor::with_dictionary(LEVEL, DICTIONARY_V1.as_bytes()).ok(),
-    );
-    static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = RefCell::new(
-        zstd::bulk::Decompressor::with_dictionary(DICTIONARY_V1.as_bytes()).ok(),
-    );
+// The dictionary is digested once (loading it costs more than a record costs to compress);
+// contexts referring to it are kept in small pools rather than one per thread, as the runtime's
+// blocking pool may run hundreds of threads, each of which would keep its own.
+static ENCODER_DICTIONARY: LazyLock<EncoderDictionary<'static>> =
+    LazyLock::new(|| EncoderDictionary::copy(DICTIONARY_V1.as_bytes(), LEVEL));
+static DECODER_DICTIONARY: LazyLock<DecoderDictionary<'static>> =
+    LazyLock::new(|| DecoderDictionary::copy(DICTIONARY_V1.as_bytes()));
+static COMPRESSORS: Mutex<Vec<Compressor<'static>>> = Mutex::new(Vec::new());
+static DECOMPRESSORS: Mutex<Vec<Decompressor<'static>>> = Mutex::new(Vec::new());
+/// Idle contexts kept per pool.
+const POOLED: usize = 8;
+
+/// Runs `f` with a context from `pool` (or a new one from `make`), then gives it back.
+fn pooled<C, T>(
+    pool: &Mutex<Vec<C>>,
+    make: impl FnOnce() -> std::io::Result<C>,
+    f: impl FnOnce(&mut C) -> T,
+) -> std::io::Result<T> {
+    let idle = pool.lock().unwrap_or_else(PoisonError::into_inner).pop();
+    let mut context = match idle {
+        Some(c) => c,
+        None => make()?,
+    };
+    let out = f(&mut context);
+    let mut pool = pool.lock().unwrap_or_else(PoisonError::into_inner);
+    if pool.len() < POOLED {
+        pool.push(context);
+    }
+    Ok(out)
 }
 
 /// The stored form of JSON `json`: compressed when that is smaller, else as it is.
@@ -69,12 +92,13 @@ pub fn compact(json: Vec<u8>) -> Vec<u8> {
     if json.len() < MIN_COMPRESSED {
         return json;
     }
-    let frame = COMPRESSOR.with(|c| {
-        c.try_borrow_mut()
-            .ok()?
-            .as_mut()
-            .and_then(|c| c.compress(&json).ok())
-    });
+    let frame = pooled(
+        &COMPRESSORS,
+        || Compressor::with_prepared_dictionary(&ENCODER_DICTIONARY),
+        |c| c.compress(&json),
+    )
+    .ok()
+    .and_then(Result::ok);
     match frame {
         Some(frame) if frame.len() + 1 < json.len() => {
             let mut out = Vec::with_capacity(frame.len() + 1);
@@ -103,15 +127,13 @@ pub fn json(stored: &[u8]) -> Result<Cow<'_, [u8]>, String> {
         .filter(|&n| n <= MAX_RECORD)
         .and_then(|n| usize::try_from(n).ok())
         .ok_or("a compressed record claims an impossible length")?;
-    let out = DECOMPRESSOR
-        .with(|d| match d.try_borrow_mut().ok().as_deref_mut() {
-            Some(Some(d)) => d.decompress(frame, len),
-            _ => {
-                let mut d = zstd::bulk::Decompressor::with_dictionary(DICTIONARY_V1.as_bytes())?;
-                d.decompress(frame, len)
-            }
-        })
-        .map_err(|e| format!("a compressed record cannot be read: {e}"))?;
+    let out = pooled(
+        &DECOMPRESSORS,
+        || Decompressor::with_prepared_dictionary(&DECODER_DICTIONARY),
+        |d| d.decompress(frame, len),
+    )
+    .and_then(|r| r)
+    .map_err(|e| format!("a compressed record cannot be read: {e}"))?;
     if out.len() != len {
         return Err("a compressed record has the wrong length".into());
     }
