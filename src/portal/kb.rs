@@ -34,7 +34,10 @@ pub fn router() -> Router<Arc<App>> {
     Router::new()
         .route("/portal/o/{slug}/kb", get(browse))
         // The old address of a document page (`?path=`) still leads there.
-        .route("/portal/o/{slug}/kb/doc", get(old_document_url))
+        .route(
+            "/portal/o/{slug}/kb/doc",
+            get(old_document_url).post(doc_named_document_action),
+        )
         .route(
             "/portal/o/{slug}/kb/{*path}",
             get(document).post(document_action),
@@ -44,7 +47,7 @@ pub fn router() -> Router<Arc<App>> {
         .route(
             "/portal/o/{slug}/kb/upload",
             get(upload_named_document)
-                .post(upload)
+                .post(upload_or_document_action)
                 .layer(axum::extract::DefaultBodyLimit::max(MAX_UPLOAD + 64 * 1024)),
         )
         .route("/portal/o/{slug}/audit", get(audit_page))
@@ -587,8 +590,49 @@ async fn show_document(app: &Arc<App>, m: &OrgMember, raw_path: String, q: &DocQ
 /// (with `to`).
 async fn document_action(
     State(app): State<Arc<App>>,
-    OrgAdmin(m): OrgAdmin,
+    m: OrgAdmin,
     Path((_, doc_path)): Path<(String, String)>,
+    form: CsrfForm,
+) -> Response {
+    act_on_document(app, m, doc_path, form).await
+}
+
+/// The same forms for a document named `doc`, whose address is also the old one of every
+/// document page (`/kb/doc?path=`, which only reads).
+async fn doc_named_document_action(
+    State(app): State<Arc<App>>,
+    m: OrgAdmin,
+    form: CsrfForm,
+) -> Response {
+    act_on_document(app, m, "doc".into(), form).await
+}
+
+/// `/kb/upload` takes the upload form (multipart) and the forms of a document named `upload`
+/// (URL-encoded), which share its address.
+async fn upload_or_document_action(
+    State(app): State<Arc<App>>,
+    req: axum::extract::Request,
+) -> Response {
+    use axum::handler::Handler;
+    let multipart = req
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("multipart/"));
+    if multipart {
+        Handler::call(upload, req, app).await
+    } else {
+        let named = |State(app): State<Arc<App>>, m: OrgAdmin, form: CsrfForm| async move {
+            act_on_document(app, m, "upload".into(), form).await
+        };
+        Handler::call(named, req, app).await
+    }
+}
+
+async fn act_on_document(
+    app: Arc<App>,
+    OrgAdmin(m): OrgAdmin,
+    doc_path: String,
     form: CsrfForm,
 ) -> Response {
     match form.field("action") {

@@ -1024,3 +1024,75 @@ fn sigkill_during_an_export_leaves_the_store_consistent() {
     assert_eq!(v["to"], "archief/0.bin");
     server.terminate();
 }
+
+/// Documents named `upload` and `doc` at the top share their page's address with the upload
+/// form and the old document address: their pages open, and their delete and move forms reach
+/// them, while the upload form still uploads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documents_named_like_portal_routes_can_be_moved_and_deleted() {
+    let (t, mcp, s) = setup().await;
+    let slug = s.org.slug.clone();
+    // Written by the operator (the connector writes only under `aangeleverd/`).
+    let app = t.app().clone();
+    for name in ["upload", "doc"] {
+        let text = format!("ZQXROUTE {name}");
+        kennis::kb::store_document(
+            &app.store,
+            s.org.id,
+            name,
+            text.as_bytes(),
+            None,
+            app.clock.now(),
+        )
+        .unwrap();
+    }
+    app.kb_index.catch_up(&app.store).unwrap();
+    let mut b = Browser::new(&t);
+    let upload_page = format!("/portal/o/{slug}/kb/upload");
+    let p = b.login(&s, &upload_page).await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    assert!(p.body.contains("ZQXROUTE upload"), "{}", p.body);
+    let p = b.submit(&upload_page, &[("action", "delete")]).await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    assert_eq!(
+        mcp.err("kennisbank_read", json!({"path": "upload"})).await["code"],
+        "not_found"
+    );
+
+    let doc_page = format!("/portal/o/{slug}/kb/doc");
+    let p = b.get(&doc_page).await;
+    assert!(p.body.contains("ZQXROUTE doc"), "{}", p.body);
+    let p = b
+        .submit(
+            &doc_page,
+            &[("action", "move"), ("to", "verplaatst/doc.md")],
+        )
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    let read = mcp
+        .ok("kennisbank_read", json!({"path": "verplaatst/doc.md"}))
+        .await;
+    assert!(read.to_string().contains("ZQXROUTE doc"), "{read}");
+
+    // The upload form still uploads.
+    let p = b.get(&format!("/portal/o/{slug}/kb")).await;
+    let csrf = p.csrf();
+    let p = b
+        .multipart(
+            &upload_page,
+            &[("csrf_token", &csrf), ("folder", "geladen")],
+            &[("nieuw.md", "text/markdown", b"ZQXROUTE geladen".as_slice())],
+        )
+        .await;
+    assert!(
+        p.status == 303 || p.status == 200,
+        "{} {}",
+        p.status,
+        p.body
+    );
+    let read = mcp
+        .ok("kennisbank_read", json!({"path": "geladen/nieuw.md"}))
+        .await;
+    assert!(read.to_string().contains("ZQXROUTE geladen"), "{read}");
+    drop(t);
+}
