@@ -26,16 +26,13 @@ use super::{
 };
 use crate::audit::{self, Actor};
 use crate::store::{
-    KB_CONTENT, KB_DOCS, KB_EXTRACTION, KB_TEXT, KB_TRASH, KB_VERSIONS, META, Read, Store,
-    StoreError, WriteTx, key,
+    CONTENT_SWEEP_DUE, KB_CONTENT, KB_DOCS, KB_EXTRACTION, KB_TEXT, KB_TRASH, KB_VERSIONS, META,
+    Read, Store, StoreError, WriteTx, key,
 };
 
-/// Whether content may have lost its last reference since the last sweep (`META`): set before
-/// trash records are purged, cleared by the sweep that follows. Absent (a store from before it,
-/// or a new one) counts as set, so such a store is swept once.
-const CONTENT_SWEEP_DUE: &[u8] = b"content_sweep_due";
-
-/// Says that content may have lost its last reference: the next
+/// Says that content may have lost its last reference (set before trash records are purged,
+/// cleared by the sweep that follows; absent on a store from before, which is swept once): the
+/// next
 /// [`purge_orphaned_content`] sweeps. Committed before the records that refer to the content
 /// are removed, so a crash in between leaves the sweep due rather than the content for ever.
 pub fn mark_content_sweep_due(store: &Store) -> Result<(), StoreError> {

@@ -74,8 +74,13 @@ pub(super) fn migrate(store: &Store) -> Result<bool, StoreError> {
     // Tables added to ALL_TABLES since the file was made start empty; opening creates them, so
     // a read transaction never meets a missing table.
     create_tables(&txn)?;
-    txn.open_table(META)?
-        .insert(VERSION_KEY, encode(&SCHEMA_VERSION).as_slice())?;
+    let mut meta = txn.open_table(META)?;
+    meta.insert(VERSION_KEY, encode(&SCHEMA_VERSION).as_slice())?;
+    // A new store has no content left behind to sweep (a store from before is swept once).
+    if found == 0 {
+        meta.insert(super::CONTENT_SWEEP_DUE, encode(&false).as_slice())?;
+    }
+    drop(meta);
     txn.commit()?;
     Ok(found > 0 && found < SCHEMA_VERSION)
 }
@@ -94,6 +99,26 @@ pub fn set_schema_version_for_tests(store: &Store, version: u32) -> Result<(), S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_store_owes_no_content_sweep_and_an_old_one_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let due = |store: &Store| {
+            store
+                .read(|tx| tx.get::<bool>(META, super::super::CONTENT_SWEEP_DUE))
+                .unwrap()
+        };
+        assert_eq!(due(&store), Some(false));
+        // A store migrated from version 2 never recorded it: absent, which counts as due.
+        set_schema_version_for_tests(&store, 2).unwrap();
+        store
+            .write(|tx| tx.delete(META, super::super::CONTENT_SWEEP_DUE))
+            .unwrap();
+        drop(store);
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(due(&store), None);
+    }
 
     #[test]
     fn newer_schema_is_refused_with_a_clear_message() {

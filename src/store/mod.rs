@@ -129,6 +129,10 @@ pub const RESET_LINKS: Table = Table::new("reset_links");
 /// id: what an interrupted `org delete` or `user delete` (and the next start) finishes.
 pub const ERASING: Table = Table::new("erasing");
 
+/// `META` key: whether content may have lost its last reference since the last sweep
+/// (`kb::trash::purge_orphaned_content`). Absent counts as due.
+pub const CONTENT_SWEEP_DUE: &[u8] = b"content_sweep_due";
+
 /// The tables of bytes rather than records (content, extracted text, attachments): kept as
 /// their own formats say, never as records.
 pub const BLOB_TABLES: &[Table] = &[KB_CONTENT, KB_TEXT, ATTACHMENT_CONTENT];

@@ -884,7 +884,7 @@ async fn content_left_by_a_crash_after_the_trash_purge_goes_next_round() {
     assert_eq!(r.contents, 0, "swept while not due");
     assert!(has(KB_CONTENT, planted));
     app.store
-        .write(|tx| tx.delete(kennis::store::META, b"content_sweep_due"))
+        .write(|tx| tx.delete(kennis::store::META, kennis::store::CONTENT_SWEEP_DUE))
         .unwrap();
     let r = app.blocking(kennis::housekeeping::retain).await.unwrap();
     assert_eq!(r.contents, 1, "a store from before is swept once");
