@@ -74,25 +74,30 @@ fn load(docs: Vec<(String, String)>) -> Fixture {
     }
 }
 
-/// Runs one query both ways; returns how many documents matched.
-fn compare(f: &Fixture, raw: &str) -> usize {
-    let Ok(query) = parse_query(raw) else {
-        return 0;
-    };
-    let out = search::search(
+/// The index-backed search of `raw` in ORG, unlimited.
+fn search_all(f: &Fixture, raw: &str, query: &search::Query) -> search::SearchOutput {
+    search::search(
         &f.store,
         &f.index,
         &SearchRequest {
             org_id: ORG,
             raw_query: raw,
-            query: &query,
+            query,
             folder: None,
             limit: usize::MAX,
             budget: Budget::UNLIMITED,
             output_cap: usize::MAX,
         },
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// Runs one query both ways; returns how many documents matched.
+fn compare(f: &Fixture, raw: &str) -> usize {
+    let Ok(query) = parse_query(raw) else {
+        return 0;
+    };
+    let out = search_all(f, raw, &query);
     let found: BTreeSet<(String, usize)> = out
         .results
         .iter()
@@ -322,24 +327,11 @@ fn a_search_before_the_index_follows_shows_only_live_versions() {
         .unwrap();
     let find = |raw: &str| -> Vec<String> {
         let query = parse_query(raw).unwrap();
-        search::search(
-            &f.store,
-            &f.index,
-            &SearchRequest {
-                org_id: ORG,
-                raw_query: raw,
-                query: &query,
-                folder: None,
-                limit: usize::MAX,
-                budget: Budget::UNLIMITED,
-                output_cap: usize::MAX,
-            },
-        )
-        .unwrap()
-        .results
-        .into_iter()
-        .map(|h| h.path)
-        .collect()
+        search_all(&f, raw, &query)
+            .results
+            .into_iter()
+            .map(|h| h.path)
+            .collect()
     };
     assert_eq!(find("ZQXLEVEND"), ["blijft.md"]);
     f.index.catch_up(&f.store).unwrap();
