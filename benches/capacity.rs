@@ -133,6 +133,7 @@ fn rg_time(dir: &Path, query: &str) -> Duration {
 }
 
 fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> SizeRow {
+    let queries = common::capacity_queries();
     let work = tempfile::tempdir().unwrap();
     let files = work.path().join("documents");
     let t = Instant::now();
@@ -186,9 +187,9 @@ fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> Si
             .build()
             .unwrap();
         // Search: one client, each query in turn, round after round.
-        let mut per_query: Vec<Vec<Duration>> = vec![Vec::new(); common::CAPACITY_QUERIES.len()];
+        let mut per_query: Vec<Vec<Duration>> = vec![Vec::new(); queries.len()];
         for round in 0..=s.rounds {
-            for (i, q) in common::CAPACITY_QUERIES.iter().enumerate() {
+            for (i, q) in queries.iter().enumerate() {
                 let call: Call = ("kennisbank_search".into(), json!({"query": q}));
                 let t = Instant::now();
                 let ok = common::send_call(&client, &url, &token, i, &call).await;
@@ -200,7 +201,7 @@ fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> Si
                 }
             }
         }
-        let search_by_query: Vec<(String, Measured)> = common::CAPACITY_QUERIES
+        let search_by_query: Vec<(String, Measured)> = queries
             .iter()
             .zip(per_query)
             .map(|(q, lat)| {
@@ -313,10 +314,7 @@ fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> Si
     );
 
     // The anchor: ripgrep over the same files.
-    let rg: Vec<Duration> = common::CAPACITY_QUERIES
-        .iter()
-        .map(|q| rg_time(&files, q))
-        .collect();
+    let rg: Vec<Duration> = queries.iter().map(|q| rg_time(&files, q)).collect();
     let mut all = Vec::new();
     println!("query | p50 ms | p99 ms | max ms | rg -i -l -F ms");
     for ((q, m), rg) in search_by_query.iter().zip(&rg) {
@@ -471,6 +469,7 @@ fn measure_orgs(source: &[(String, String)], s: &Settings) -> OrgsRow {
         ("spread over the organisations", spread),
     ] {
         let per_org = s.org_docs;
+        let queries = common::capacity_queries();
         let load = Load {
             url: url.clone(),
             tokens,
@@ -478,7 +477,7 @@ fn measure_orgs(source: &[(String, String)], s: &Settings) -> OrgsRow {
             // Each assistant alternates a search and a read of its organisation.
             calls: move |c: usize, n: usize| {
                 if n % 2 == 0 {
-                    let q = common::CAPACITY_QUERIES[(n / 2 + c) % common::CAPACITY_QUERIES.len()];
+                    let q = queries[(n / 2 + c) % queries.len()];
                     ("kennisbank_search".to_string(), json!({"query": q}))
                 } else {
                     let d = n.wrapping_mul(7919) % per_org;

@@ -354,15 +354,7 @@ async fn a_finished_run_is_posted_signed_with_the_read_run_answer() {
         "{human}"
     );
 
-    let metrics = t
-        .client
-        .get(t.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = t.metrics().await;
     assert!(
         metrics.contains("kennis_callbacks_sent_total 1"),
         "{metrics}"
@@ -762,15 +754,7 @@ async fn refused_callback_urls_are_not_saved_and_never_contacted() {
     );
     assert_eq!(cb.state, requests::callback::State::Failed);
     assert!(cb.attempts[0].reason.contains("private network"), "{cb:?}");
-    let metrics = t
-        .client
-        .get(t.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = t.metrics().await;
     assert!(
         metrics.contains("kennis_callbacks_failed_total 2"),
         "{metrics}"

@@ -71,6 +71,18 @@ impl TestServer {
         format!("{}{}", self.base, path)
     }
 
+    /// The text of `/metrics`.
+    pub async fn metrics(&self) -> String {
+        self.client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub fn app(&self) -> &Arc<kennis::app::App> {
         &self.server.as_ref().expect("running").app
     }

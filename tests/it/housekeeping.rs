@@ -24,17 +24,6 @@ async fn status(t: &TestServer, path: &str) -> u16 {
         .as_u16()
 }
 
-async fn metrics(t: &TestServer) -> String {
-    t.client
-        .get(t.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 /// A reset link lives a day and an invitation a week; each answers 410 "expired" for the day
 /// after it expired (kept), then 404 "unknown" (purged).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,7 +72,7 @@ async fn expired_invitation_and_reset_links_are_purged_a_day_after_expiry() {
     assert_eq!(purge().invitations, 1);
     assert_eq!(status(&t, &inv).await, 404);
 
-    let text = metrics(&t).await;
+    let text = t.metrics().await;
     for kind in ["invitation", "reset_link"] {
         assert!(
             text.contains(&format!("kennis_records_purged_total{{kind=\"{kind}\"}} 1")),
@@ -204,7 +193,7 @@ async fn registered_clients_go_after_90_days_without_a_grant_but_not_with_a_live
     let mcp = t.mcp(&live_tokens.access_token);
     assert_eq!(mcp.rpc("tools/list", serde_json::json!({})).await.0, 200);
     assert!(
-        metrics(&t)
+        t.metrics()
             .await
             .contains("kennis_records_purged_total{kind=\"dcr_client\"} 2")
     );
@@ -305,7 +294,7 @@ async fn metadata_document_clients_go_a_day_past_their_cache_time() {
     assert_eq!(purge().cimd_clients, 2);
     assert!(!known(&granted) && !known(&stale));
     assert!(
-        metrics(&t)
+        t.metrics()
             .await
             .contains("kennis_records_purged_total{kind=\"cimd_client\"} 3")
     );
@@ -407,7 +396,7 @@ async fn delivery_records_go_after_the_replay_window() {
     assert_eq!(purge().deliveries, 1);
     assert_eq!(records(), 0);
     assert!(
-        metrics(&t)
+        t.metrics()
             .await
             .contains("kennis_records_purged_total{kind=\"delivery\"} 3")
     );

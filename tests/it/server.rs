@@ -13,15 +13,7 @@ async fn healthz_and_metrics_answer() {
     assert_eq!(r.json::<serde_json::Value>().await.unwrap()["status"], "ok");
     let r = t.client.get(t.url("/nope")).send().await.unwrap();
     assert_eq!(r.status(), 404);
-    let text = t
-        .client
-        .get(t.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = t.metrics().await;
     assert!(
         text.contains(
             r#"kennis_http_requests_total{method="GET",route="/healthz",status="200"} 1"#

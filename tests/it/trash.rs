@@ -857,15 +857,7 @@ async fn content_left_by_a_crash_after_the_trash_purge_goes_next_round() {
     assert!(!has(KB_TEXT, stray), "stray extracted text removed");
     assert!(has(KB_CONTENT, hash("blijft")), "a live document's");
     assert!(has(KB_CONTENT, hash("alleen nieuw")), "still in the trash");
-    let metrics = t
-        .client
-        .get(t.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = t.metrics().await;
     assert!(
         metrics.contains("kennis_records_purged_total{kind=\"content\"} 1"),
         "{metrics}"
