@@ -383,10 +383,7 @@ fn remove_content(store: &Store, id: u64, progress: Report<'_>) -> Result<(u64, 
         let mut mine = HashSet::new();
         let mut shared = HashSet::new();
         // The change log's end first: anything written after it is looked at below.
-        let seen = tx
-            .last_key(KB_CHANGES)?
-            .and_then(|k| key::id_at(&k, 0))
-            .unwrap_or(0);
+        let seen = crate::kb::last_change(tx)?;
         for (k, v) in tx.scan::<HashOf>(KB_VERSIONS, b"")? {
             if k.starts_with(&prefix) {
                 mine.insert(v.hash);

@@ -319,10 +319,7 @@ impl Backlog {
     /// Starts from every extractable document; changes logged from now on follow.
     pub fn start(store: &Store) -> Result<Backlog, StoreError> {
         store.read(|tx| {
-            let last = tx
-                .last_key(KB_CHANGES)?
-                .and_then(|k| key::id_at(&k, 0))
-                .unwrap_or(0);
+            let last = super::last_change(tx)?;
             let mut backlog = Backlog {
                 queue: VecDeque::new(),
                 queued: HashSet::new(),

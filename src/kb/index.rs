@@ -107,6 +107,9 @@ pub struct SearchIndex {
     with_extracted: bool,
     /// [`RANK_WHOLE`], changed by tests to take the other path.
     rank_whole: std::sync::atomic::AtomicUsize,
+    /// How far in the change log the searches see: the last commit's, set once the reader
+    /// has reloaded it (a searcher taken after reading this sees at least as far).
+    visible: std::sync::atomic::AtomicU64,
 }
 
 fn schema() -> (Schema, Fields) {
@@ -210,8 +213,10 @@ impl Tokenizer for DistinctGrams {
     fn token_stream<'a>(&'a mut self, text: &'a str) -> GramStream<'a> {
         // Each gram is known by its characters packed into a u64 (21 bits each; the top bit
         // tells 2-grams from 3-grams), so telling new grams from seen ones hashes one number.
-        let mut seen: HashSet<u64, BuildHasherDefault<FxHasher>> = HashSet::default();
-        let mut rest = Vec::new();
+        // Sized for the distinct grams of a text this long (no rehashing as it fills).
+        let mut seen: HashSet<u64, BuildHasherDefault<FxHasher>> =
+            HashSet::with_capacity_and_hasher(text.len().min(1 << 16), Default::default());
+        let mut rest = Vec::with_capacity(text.len().min(1 << 16));
         // The last three characters and where they start.
         let mut chars = [0u64; 3];
         let mut starts = [0usize; 3];
@@ -328,7 +333,7 @@ impl SearchIndex {
             .reload_policy(ReloadPolicy::Manual)
             .try_into()
             .map_err(index_err)?;
-        Ok(SearchIndex {
+        let index = SearchIndex {
             index,
             reader,
             writer: Mutex::new(Writer {
@@ -339,7 +344,12 @@ impl SearchIndex {
             words: words_analyzer(),
             with_extracted,
             rank_whole: std::sync::atomic::AtomicUsize::new(RANK_WHOLE),
-        })
+            visible: std::sync::atomic::AtomicU64::new(0),
+        };
+        index
+            .visible
+            .store(index.applied(), std::sync::atomic::Ordering::Release);
+        Ok(index)
     }
 
     /// Whether text extracted from binary files is searched.
@@ -419,7 +429,10 @@ impl SearchIndex {
         let mut prepared = writer.prepare_commit().map_err(index_err)?;
         prepared.set_payload(&applied.to_string());
         prepared.commit().map_err(index_err)?;
-        self.reader.reload().map_err(index_err)
+        self.reader.reload().map_err(index_err)?;
+        self.visible
+            .store(applied, std::sync::atomic::Ordering::Release);
+        Ok(())
     }
 
     /// Replaces the index entries of these documents with their current state in the store.
@@ -528,11 +541,7 @@ impl SearchIndex {
             }
         }
         // The change log's end: everything up to it is reflected by the rebuild.
-        let last = store
-            .read(|tx| tx.last_key(KB_CHANGES))?
-            .and_then(|k| key::id_at(&k, 0))
-            .unwrap_or(0)
-            .max(self.applied());
+        let last = store.read(super::last_change)?.max(self.applied());
         let prefix = org.map(|id| key::id(id).to_vec()).unwrap_or_default();
         let docs: Vec<(Vec<u8>, Document)> = store.read(|tx| tx.scan(KB_DOCS, &prefix))?;
         let total = docs.len() as u64;
@@ -664,11 +673,13 @@ impl SearchIndex {
         max: usize,
     ) -> Result<Ranked, KbError> {
         let plan = self.plan(org_id, folder, terms);
+        let through = self.visible.load(std::sync::atomic::Ordering::Acquire);
         let searcher = self.reader.searcher();
         let k = max.min(searcher.num_docs() as usize).max(1);
         let asked = k.min(FIRST_RANKED);
         let docs = rank(&searcher, &plan, asked)?;
         Ok(Ranked {
+            through,
             searcher,
             plan,
             k,
@@ -949,10 +960,13 @@ impl Best {
 /// exact title, the best of the rest by their words (block-max WAND; the filter is checked
 /// only for the documents it stops at), and — when fewer than `k` match a word — the first
 /// others in index order (they all score 0). Ascending, for the exact scores; and which of
-/// them have the query as their exact title.
+/// them have the query as their exact title. `floor`: the earlier segments' `k`-th best score
+/// when they gave `k` already — below it nothing here can count, and a document scoring 0
+/// here comes after theirs.
 fn pick_in_segment(
     reader: &SegmentReader,
     k: usize,
+    floor: Option<Score>,
     filter: &dyn Weight,
     words: Option<&dyn Weight>,
     exact: Option<&dyn Weight>,
@@ -991,7 +1005,8 @@ fn pick_in_segment(
     let mut best = Best::new(k);
     if let Some(words) = words {
         let mut filtered = filter.scorer(reader, 1.0)?;
-        words.for_each_pruning(Score::MIN, reader, &mut |doc, score| {
+        let floor = floor.map_or(Score::MIN, |f| f - f.abs() * SCORE_SLACK);
+        words.for_each_pruning(floor, reader, &mut |doc, score| {
             if alive(doc)
                 && exact_docs.binary_search(&doc).is_err()
                 && filtered.doc() <= doc
@@ -999,13 +1014,13 @@ fn pick_in_segment(
             {
                 best.push(score, doc);
             }
-            best.threshold()
+            best.threshold().max(floor)
         })?;
     }
     let mut picked = best.into_docs();
     picked.sort_unstable();
     // Fewer than k documents have a word of the query: the rest score 0, in index order.
-    if picked.len() < k {
+    if picked.len() < k && floor.is_none() {
         let scored = picked.clone();
         let mut filtered = filter.scorer(reader, 1.0)?;
         let mut doc = filtered.doc();
@@ -1057,9 +1072,14 @@ fn rank(searcher: &tantivy::Searcher, plan: &Plan, k: usize) -> Result<Vec<DocAd
     let mut ranked: Vec<(Score, DocAddress)> = Vec::new();
     for (ord, reader) in searcher.segment_readers().iter().enumerate() {
         let ord = u32::try_from(ord).map_err(index_err)?;
+        // The k-th best score of the segments before, once they gave k.
+        let floor = (ranked.len() >= k)
+            .then(|| ranked.get(k - 1).map(|(s, _)| *s))
+            .flatten();
         let (picked, exact_docs) = pick_in_segment(
             reader,
             k,
+            floor,
             filter.as_ref(),
             words.as_deref(),
             exact.as_deref(),
@@ -1094,6 +1114,8 @@ fn rank(searcher: &tantivy::Searcher, plan: &Plan, k: usize) -> Result<Vec<DocAd
         sort_ranked(&mut scored);
         scored.truncate(k);
         ranked.extend(scored);
+        sort_ranked(&mut ranked);
+        ranked.truncate(k);
     }
     sort_ranked(&mut ranked);
     ranked.truncate(k);
@@ -1104,6 +1126,8 @@ fn rank(searcher: &tantivy::Searcher, plan: &Plan, k: usize) -> Result<Vec<DocAd
 /// search gets, their stored fields read one by one as the verifier reaches them, and the
 /// matches counted only if the search needs their number.
 pub struct Ranked {
+    /// The searcher sees every change up to this one.
+    through: u64,
     searcher: tantivy::Searcher,
     plan: Plan,
     /// How many candidates the search may take at most.
@@ -1128,6 +1152,12 @@ impl Ranked {
             Some(addr) => index.candidate(&self.searcher, *addr).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// Whether every candidate is the live version of its document in a store snapshot whose
+    /// last change is `last_change`: the searcher has applied every change up to it.
+    pub fn all_live(&self, last_change: u64) -> bool {
+        last_change <= self.through
     }
 
     /// How many documents match in all.

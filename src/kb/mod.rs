@@ -299,6 +299,15 @@ fn folder_conflict(tx: &impl Read, org_id: u64, path: &str) -> Result<Option<Str
     Ok((!below.is_empty()).then(|| path.to_owned()))
 }
 
+/// The sequence number of the last change logged (0 before the first): the index has every
+/// change up to it once it has applied this far.
+pub fn last_change(tx: &impl Read) -> Result<u64, StoreError> {
+    Ok(tx
+        .last_key(KB_CHANGES)?
+        .and_then(|k| key::id_at(&k, 0))
+        .unwrap_or(0))
+}
+
 pub fn get_document(
     tx: &impl Read,
     org_id: u64,

@@ -81,7 +81,11 @@ pub fn read(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolError
             extracted,
         }) => {
             let total = content.chars().count();
-            let excerpt: String = content.chars().take(max_chars).collect();
+            let cut = content
+                .char_indices()
+                .nth(max_chars)
+                .map_or(content.len(), |(at, _)| at);
+            let excerpt = content.get(..cut).unwrap_or_default();
             let truncated = total > max_chars;
             super::args::set(&mut out, "excerpt", json!(excerpt));
             super::args::set(&mut out, "truncated", json!(truncated));

@@ -333,10 +333,25 @@ fn a_search_before_the_index_follows_shows_only_live_versions() {
             .map(|h| h.path)
             .collect()
     };
+    // Whether the verifier may trust the index's versions without looking each one up.
+    let all_live = || {
+        let last = f.store.read(kennis::kb::last_change).unwrap();
+        f.index
+            .ranked(ORG, None, &["zqxlevend".to_owned()], 10)
+            .unwrap()
+            .all_live(last)
+    };
+    assert!(!all_live(), "the index has not followed the last changes");
     assert_eq!(find("ZQXLEVEND"), ["blijft.md"]);
     f.index.catch_up(&f.store).unwrap();
+    assert!(all_live(), "the index has followed every change");
     assert_eq!(find("ZQXLEVEND"), ["blijft.md"]);
     assert_eq!(find("nieuwe"), ["oud.md"]);
+    // A change the index has not followed yet: each candidate is looked up again.
+    kennis::kb::store_document(&f.store, ORG, "blijft.md", b"# Blijft\nanders\n", None, now)
+        .unwrap();
+    assert!(!all_live());
+    assert!(find("ZQXLEVEND").is_empty());
 }
 
 fn corpus_dir() -> PathBuf {
