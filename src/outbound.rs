@@ -102,15 +102,60 @@ pub fn is_public(ip: IpAddr) -> bool {
 pub const MAX_LOOKUPS: usize = 8;
 static LOOKUPS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_LOOKUPS);
 
-/// The addresses of `host`, through the system resolver, in one of the [`MAX_LOOKUPS`] slots
-/// (waiting for one while the caller's timeout allows).
-async fn lookup(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+/// Of the [`MAX_LOOKUPS`] slots, at most this many are one organisation's at once: a name
+/// server that never answers, named in one organisation's callback URLs, delays only that
+/// organisation's callbacks, and the other organisations keep the rest.
+pub const MAX_ORG_LOOKUPS: usize = MAX_LOOKUPS / 2;
+
+/// The share of the lookup slots used for no organisation: client metadata documents, fetched
+/// for whoever starts a sign-in (organisation ids start at 1).
+pub const NO_ORG: u64 = 0;
+
+/// The slots of the organisations with a lookup running (or waiting); an organisation is
+/// forgotten once none is (nothing else holds its semaphore then).
+static ORG_LOOKUPS: std::sync::Mutex<
+    std::collections::BTreeMap<u64, std::sync::Arc<tokio::sync::Semaphore>>,
+> = std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+fn org_slots(org_id: u64) -> std::sync::Arc<tokio::sync::Semaphore> {
+    let mut orgs = ORG_LOOKUPS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    orgs.retain(|_, slots| std::sync::Arc::strong_count(slots) > 1);
+    orgs.entry(org_id)
+        .or_insert_with(|| std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_ORG_LOOKUPS)))
+        .clone()
+}
+
+/// The addresses of `host`, through the system resolver, in one of organisation `org_id`'s
+/// [`MAX_ORG_LOOKUPS`] slots and one of the [`MAX_LOOKUPS`] (waiting for them while the
+/// caller's timeout allows).
+async fn lookup(org_id: u64, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
     use std::net::ToSocketAddrs;
     let host = host.to_owned();
-    bounded_blocking(&LOOKUPS, move || {
+    org_bounded_blocking(org_id, &LOOKUPS, move || {
         (host.as_str(), port)
             .to_socket_addrs()
             .map(Iterator::collect)
+    })
+    .await
+}
+
+/// [`bounded_blocking`] holding one of the organisation's slots as well, as long as `work`
+/// runs.
+async fn org_bounded_blocking<T: Send + 'static>(
+    org_id: u64,
+    slots: &'static tokio::sync::Semaphore,
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    let mine = org_slots(org_id)
+        .acquire_owned()
+        .await
+        .map_err(|_| std::io::Error::other("the resolver is shut down"))?;
+    bounded_blocking(slots, move || {
+        let result = work();
+        drop(mine);
+        result
     })
     .await
 }
@@ -237,13 +282,18 @@ fn check(
     })
 }
 
-/// Resolves the URL's host once and checks every address (see the module's rules).
-pub async fn resolve(url: &url::Url, allow_http_loopback: bool) -> Result<Pinned, Guard> {
+/// Resolves the URL's host once, for organisation `org_id` (in its share of the lookup
+/// slots), and checks every address (see the module's rules).
+pub async fn resolve(
+    org_id: u64,
+    url: &url::Url,
+    allow_http_loopback: bool,
+) -> Result<Pinned, Guard> {
     let host = url.host_str().unwrap_or_default().to_owned();
     let port = url.port_or_known_default().unwrap_or(443);
     let addrs = match literal(url, port) {
         Some(a) => a,
-        None => lookup(&host, port)
+        None => lookup(org_id, &host, port)
             .await
             .map_err(|e| Guard::Unresolved(format!("cannot resolve {host}: {e}")))?,
     };
@@ -357,10 +407,11 @@ pub enum FetchError {
     Failed(String),
 }
 
-/// Resolves and checks `url`'s address ([`resolve`]), sends the request `build` makes on a
+/// Resolves and checks `url`'s address for organisation `org_id` ([`resolve`]), sends the request `build` makes on a
 /// client pinned to it ([`client`]), and reads the answer: at most `max` bytes, everything
 /// within `timeout`.
 pub async fn fetch(
+    org_id: u64,
     url: &url::Url,
     allow_http_loopback: bool,
     timeout: Duration,
@@ -368,7 +419,7 @@ pub async fn fetch(
     build: impl FnOnce(&reqwest::Client) -> reqwest::RequestBuilder,
 ) -> Result<Reply, FetchError> {
     let work = async {
-        let pinned = resolve(url, allow_http_loopback)
+        let pinned = resolve(org_id, url, allow_http_loopback)
             .await
             .map_err(|e| match e {
                 Guard::Refused(reason) => FetchError::Refused(reason),
@@ -543,6 +594,57 @@ mod tests {
         assert_eq!(bounded_blocking(&SLOTS, || Ok(7)).await.unwrap(), 7);
     }
 
+    /// One organisation whose name server never answers takes at most its share of the
+    /// slots: its further lookups wait (and meet their timeout) without starting a thread,
+    /// while another organisation's lookup runs at once.
+    #[tokio::test]
+    async fn one_organisation_takes_at_most_its_share_of_the_slots() {
+        static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_LOOKUPS);
+        // Ids no other test uses: the organisations' slots are shared by the whole process.
+        const HOG: u64 = 9_000_001;
+        const OTHER: u64 = 9_000_002;
+        let (release, hold) = std::sync::mpsc::channel::<()>();
+        let hold = std::sync::Arc::new(std::sync::Mutex::new(hold));
+        let started = std::sync::Arc::new(AtomicUsize::new(0));
+        let slow = || {
+            let (hold, started) = (hold.clone(), started.clone());
+            move || {
+                started.fetch_add(1, Ordering::SeqCst);
+                let _ = hold.lock().map(|h| h.recv());
+                Ok(0)
+            }
+        };
+        for _ in 0..MAX_LOOKUPS {
+            let r = tokio::time::timeout(
+                Duration::from_millis(50),
+                org_bounded_blocking(HOG, &SLOTS, slow()),
+            )
+            .await;
+            assert!(r.is_err(), "the lookup is abandoned at the timeout");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(started.load(Ordering::SeqCst), MAX_ORG_LOOKUPS);
+        assert_eq!(SLOTS.available_permits(), MAX_LOOKUPS - MAX_ORG_LOOKUPS);
+        let other = tokio::time::timeout(
+            Duration::from_secs(5),
+            org_bounded_blocking(OTHER, &SLOTS, || Ok(7)),
+        )
+        .await;
+        assert_eq!(other.unwrap().unwrap(), 7, "another organisation resolves");
+        // When the resolver answers, the slots come back and the organisation is forgotten.
+        for _ in 0..MAX_ORG_LOOKUPS {
+            release.send(()).unwrap();
+        }
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while SLOTS.available_permits() < MAX_LOOKUPS {
+            assert!(std::time::Instant::now() < until, "slots not given back");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        drop(org_slots(OTHER));
+        let known = ORG_LOOKUPS.lock().unwrap().contains_key(&HOG);
+        assert!(!known, "an organisation with no lookup is forgotten");
+    }
+
     /// The same for lookups outside the runtime: one abandoned at its timeout keeps its slot
     /// (and its thread) until the resolver returns; with every slot taken a new one waits for
     /// one only until its timeout and starts no thread.
@@ -588,7 +690,7 @@ mod tests {
 
     #[tokio::test]
     async fn resolve_answers_for_an_address_literal() {
-        let addrs = lookup("127.0.0.1", 443).await.unwrap();
+        let addrs = lookup(1, "127.0.0.1", 443).await.unwrap();
         assert_eq!(addrs, vec![SocketAddr::from(([127, 0, 0, 1], 443))]);
         assert_eq!(LOOKUPS.available_permits(), MAX_LOOKUPS);
     }

@@ -161,6 +161,7 @@ async fn fetch(url: &url::Url, allow_http_loopback: bool) -> Result<Fetched, Cim
         reason,
     };
     let reply = outbound::fetch(
+        outbound::NO_ORG,
         url,
         allow_http_loopback,
         FETCH_TIMEOUT,

@@ -98,6 +98,7 @@ pub fn body(run: &requests::Request) -> Vec<u8> {
 
 /// What one attempt sends.
 struct Prepared {
+    org_id: u64,
     url: String,
     webhook_id: String,
     body: Vec<u8>,
@@ -133,6 +134,7 @@ fn prepare(app: &App, run_id: u64, now: Timestamp) -> Result<Next, StoreError> {
             return Ok(Next::GiveUp("the run's trigger no longer exists".into()));
         };
         Ok(Next::Send(Box::new(Prepared {
+            org_id: run.org_id,
             url: cb.url,
             webhook_id: cb.webhook_id,
             body: body(&run),
@@ -163,7 +165,7 @@ async fn attempt(app: &App, p: &Prepared, now: Timestamp) -> record::Outcome {
         }
     };
     let work = async {
-        let pinned = match outbound::resolve(&url, allow).await {
+        let pinned = match outbound::resolve(p.org_id, &url, allow).await {
             Ok(p) => p,
             Err(Guard::Refused(why)) => {
                 return record::Outcome {
