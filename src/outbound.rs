@@ -549,23 +549,42 @@ mod tests {
         }
     }
 
+    /// A resolver that answers only when released: each lookup counts itself as started, then
+    /// waits for one message on `release`.
+    struct NeverAnswers {
+        release: std::sync::mpsc::Sender<()>,
+        hold: std::sync::Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>,
+        started: std::sync::Arc<AtomicUsize>,
+    }
+
+    impl NeverAnswers {
+        fn new() -> NeverAnswers {
+            let (release, hold) = std::sync::mpsc::channel::<()>();
+            NeverAnswers {
+                release,
+                hold: std::sync::Arc::new(std::sync::Mutex::new(hold)),
+                started: std::sync::Arc::new(AtomicUsize::new(0)),
+            }
+        }
+
+        fn lookup(&self) -> impl FnOnce() -> std::io::Result<()> + Send + 'static {
+            let (hold, started) = (self.hold.clone(), self.started.clone());
+            move || {
+                started.fetch_add(1, Ordering::SeqCst);
+                let _ = hold.lock().map(|h| h.recv());
+                Ok(())
+            }
+        }
+    }
+
     /// A lookup abandoned at its timeout keeps its slot until the resolver returns, and when
     /// every slot is taken a new lookup waits (and so meets its caller's timeout) instead of
     /// starting another thread.
     #[tokio::test]
     async fn abandoned_lookups_keep_their_slot_until_they_end() {
         static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
-        let (release, hold) = std::sync::mpsc::channel::<()>();
-        let hold = std::sync::Arc::new(std::sync::Mutex::new(hold));
-        let started = std::sync::Arc::new(AtomicUsize::new(0));
-        let slow = || {
-            let (hold, started) = (hold.clone(), started.clone());
-            move || {
-                started.fetch_add(1, Ordering::SeqCst);
-                let _ = hold.lock().map(|h| h.recv());
-                Ok(())
-            }
-        };
+        let resolver = NeverAnswers::new();
+        let slow = || resolver.lookup();
         for _ in 0..2 {
             let r =
                 tokio::time::timeout(Duration::from_millis(50), bounded_blocking(&SLOTS, slow()))
@@ -580,12 +599,12 @@ mod tests {
         assert!(third.is_err());
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(
-            started.load(Ordering::SeqCst) <= 2,
+            resolver.started.load(Ordering::SeqCst) <= 2,
             "no third thread was started"
         );
         // When the resolver answers, the slots come back.
-        release.send(()).unwrap();
-        release.send(()).unwrap();
+        resolver.release.send(()).unwrap();
+        resolver.release.send(()).unwrap();
         let until = std::time::Instant::now() + Duration::from_secs(5);
         while SLOTS.available_permits() < 2 {
             assert!(std::time::Instant::now() < until, "slots not given back");
@@ -603,17 +622,8 @@ mod tests {
         // Ids no other test uses: the organisations' slots are shared by the whole process.
         const HOG: u64 = 9_000_001;
         const OTHER: u64 = 9_000_002;
-        let (release, hold) = std::sync::mpsc::channel::<()>();
-        let hold = std::sync::Arc::new(std::sync::Mutex::new(hold));
-        let started = std::sync::Arc::new(AtomicUsize::new(0));
-        let slow = || {
-            let (hold, started) = (hold.clone(), started.clone());
-            move || {
-                started.fetch_add(1, Ordering::SeqCst);
-                let _ = hold.lock().map(|h| h.recv());
-                Ok(0)
-            }
-        };
+        let resolver = NeverAnswers::new();
+        let slow = || resolver.lookup();
         for _ in 0..MAX_LOOKUPS {
             let r = tokio::time::timeout(
                 Duration::from_millis(50),
@@ -623,7 +633,7 @@ mod tests {
             assert!(r.is_err(), "the lookup is abandoned at the timeout");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(started.load(Ordering::SeqCst), MAX_ORG_LOOKUPS);
+        assert_eq!(resolver.started.load(Ordering::SeqCst), MAX_ORG_LOOKUPS);
         assert_eq!(SLOTS.available_permits(), MAX_LOOKUPS - MAX_ORG_LOOKUPS);
         let other = tokio::time::timeout(
             Duration::from_secs(5),
@@ -633,7 +643,7 @@ mod tests {
         assert_eq!(other.unwrap().unwrap(), 7, "another organisation resolves");
         // When the resolver answers, the slots come back and the organisation is forgotten.
         for _ in 0..MAX_ORG_LOOKUPS {
-            release.send(()).unwrap();
+            resolver.release.send(()).unwrap();
         }
         let until = std::time::Instant::now() + Duration::from_secs(5);
         while SLOTS.available_permits() < MAX_LOOKUPS {
@@ -651,17 +661,8 @@ mod tests {
     #[test]
     fn abandoned_blocking_lookups_keep_their_slot_until_they_end() {
         static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
-        let (release, hold) = std::sync::mpsc::channel::<()>();
-        let hold = std::sync::Arc::new(std::sync::Mutex::new(hold));
-        let started = std::sync::Arc::new(AtomicUsize::new(0));
-        let slow = || {
-            let (hold, started) = (hold.clone(), started.clone());
-            move || {
-                started.fetch_add(1, Ordering::SeqCst);
-                let _ = hold.lock().map(|h| h.recv());
-                Ok(())
-            }
-        };
+        let resolver = NeverAnswers::new();
+        let slow = || resolver.lookup();
         for _ in 0..2 {
             let e = bounded_thread(&SLOTS, Duration::from_millis(50), slow()).unwrap_err();
             assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
@@ -671,12 +672,12 @@ mod tests {
         assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
         assert!(e.to_string().contains("too many lookups"), "{e}");
         assert_eq!(
-            started.load(Ordering::SeqCst),
+            resolver.started.load(Ordering::SeqCst),
             2,
             "no third thread was started"
         );
-        release.send(()).unwrap();
-        release.send(()).unwrap();
+        resolver.release.send(()).unwrap();
+        resolver.release.send(()).unwrap();
         let until = std::time::Instant::now() + Duration::from_secs(5);
         while SLOTS.available_permits() < 2 {
             assert!(std::time::Instant::now() < until, "slots not given back");
