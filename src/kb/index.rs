@@ -1073,9 +1073,7 @@ fn rank(searcher: &tantivy::Searcher, plan: &Plan, k: usize) -> Result<Vec<DocAd
     for (ord, reader) in searcher.segment_readers().iter().enumerate() {
         let ord = u32::try_from(ord).map_err(index_err)?;
         // The k-th best score of the segments before, once they gave k.
-        let floor = (ranked.len() >= k)
-            .then(|| ranked.get(k - 1).map(|(s, _)| *s))
-            .flatten();
+        let floor = ranked.get(k - 1).map(|(s, _)| *s);
         let (picked, exact_docs) = pick_in_segment(
             reader,
             k,
