@@ -632,6 +632,12 @@ mod tests {
             .await;
             assert!(r.is_err(), "the lookup is abandoned at the timeout");
         }
+        // Its share started (on a busy machine a thread may start late), and no more.
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while resolver.started.load(Ordering::SeqCst) < MAX_ORG_LOOKUPS {
+            assert!(std::time::Instant::now() < until, "its share did not start");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(resolver.started.load(Ordering::SeqCst), MAX_ORG_LOOKUPS);
         assert_eq!(SLOTS.available_permits(), MAX_LOOKUPS - MAX_ORG_LOOKUPS);
