@@ -1108,9 +1108,14 @@ pub fn human_run(v: &Value) -> String {
     out
 }
 
+/// What `kennis serve` logs unless `KENNIS_LOG` says otherwise: kennis's own lines (one per
+/// request among them) and other crates' warnings. The MCP SDK would add three lines of its
+/// own to every connector call (its per-request service starting and stopping).
+pub const SERVE_LOG: &str = "info,rmcp=warn";
+
 /// `kennis serve`.
 pub fn serve(config: Config, demo: bool) -> Result<(), CliError> {
-    init_logging(config.log_format, "info,kennis=info");
+    init_logging(config.log_format, SERVE_LOG);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
