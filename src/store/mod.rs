@@ -16,11 +16,14 @@ mod migrate;
 pub mod record;
 mod rewrite;
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
-use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::{
+    Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, TableHandle,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -319,7 +322,10 @@ impl Store {
     ) -> Result<T, E> {
         let db = self.db();
         let txn = db.begin_read().map_err(StoreError::from)?;
-        f(&ReadTx { txn })
+        f(&ReadTx {
+            txn,
+            opened: RefCell::default(),
+        })
     }
 
     /// Deletes `keys` of `table` in write transactions of at most `chunk` keys each, so a
@@ -554,7 +560,8 @@ fn scan_in<R: DeserializeOwned>(
 mod sealed {
     /// A table opened for reading, by either transaction kind.
     pub enum Opened<'a> {
-        Read(redb::ReadOnlyTable<&'static [u8], &'static [u8]>),
+        /// A read transaction's table, kept open for the transaction's other reads.
+        Read(std::rc::Rc<redb::ReadOnlyTable<&'static [u8], &'static [u8]>>),
         Write(redb::Table<'a, &'static [u8], &'static [u8]>),
     }
 
@@ -568,7 +575,10 @@ mod sealed {
 macro_rules! with_table {
     ($opened:expr, $t:ident => $body:expr) => {
         match $opened {
-            sealed::Opened::Read(ref $t) => $body,
+            sealed::Opened::Read(ref table) => {
+                let $t = &**table;
+                $body
+            }
             sealed::Opened::Write(ref $t) => $body,
         }
     };
@@ -712,11 +722,22 @@ macro_rules! inherent_reads {
 /// A read transaction.
 pub struct ReadTx {
     txn: redb::ReadTransaction,
+    /// The tables opened so far, by name: opening one looks it up in the database's table of
+    /// tables, which costs more than a read (a search reads one table per candidate).
+    opened: RefCell<Vec<(Box<str>, ReadTable)>>,
 }
+
+type ReadTable = std::rc::Rc<redb::ReadOnlyTable<&'static [u8], &'static [u8]>>;
 
 impl sealed::Open for ReadTx {
     fn open(&self, table: Table) -> Result<sealed::Opened<'_>, StoreError> {
-        Ok(sealed::Opened::Read(self.txn.open_table(table)?))
+        let name = table.name();
+        if let Some((_, t)) = self.opened.borrow().iter().find(|(n, _)| &**n == name) {
+            return Ok(sealed::Opened::Read(t.clone()));
+        }
+        let t = ReadTable::new(self.txn.open_table(table)?);
+        self.opened.borrow_mut().push((name.into(), t.clone()));
+        Ok(sealed::Opened::Read(t))
     }
 }
 
