@@ -185,6 +185,36 @@ pub fn first_match(folded: &str, finders: &[Finder<'_>]) -> Option<usize> {
     })
 }
 
+/// How much of a document is folded before [`first_match`] is first asked: a document that
+/// matches mostly does so early, and its remaining text need not be folded.
+const FIRST_FOLD: usize = 1024;
+
+/// [`first_match`] of `text` folded, folding a head of whole lines first and the rest only
+/// when the head does not decide it: when the head holds a whole window of lines with every
+/// term, no earlier window can lie beyond the head (folding is line by line, so the head's
+/// folded lines are those of the whole text).
+fn first_match_folding(text: &str, finders: &[Finder<'_>]) -> Option<usize> {
+    let head_end = text
+        .as_bytes()
+        .get(..FIRST_FOLD)
+        .and_then(|head| memchr::memrchr(b'\n', head))
+        .map(|i| i + 1)
+        .filter(|_| text.len() > 2 * FIRST_FOLD);
+    let Some(head_end) = head_end else {
+        return first_match(&fold_text(text), finders);
+    };
+    let (head, rest) = text.split_at(head_end);
+    let mut folded = fold_text(head);
+    let whole_lines = memchr::memchr_iter(b'\n', folded.as_bytes()).count();
+    if let Some(line) = first_match(&folded, finders)
+        && line + WINDOW_LINES <= whole_lines
+    {
+        return Some(line);
+    }
+    folded.push_str(&fold_text(rest));
+    first_match(&folded, finders)
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Hit {
     pub path: String,
@@ -281,60 +311,65 @@ pub fn search(
     let mut enough = false;
     // Verdicts of candidates verified ahead, by position.
     let mut verdicts: Vec<Option<Hit>> = Vec::new();
-    for pos in 0.. {
-        if results.len() >= req.limit {
-            enough = true;
-            break;
-        }
-        let needed = req.limit.saturating_sub(results.len());
-        // Ahead by twice the results still wanted: little is verified for nothing when they come.
-        let want = if pos < ONE_BY_ONE {
-            1
-        } else {
-            needed.saturating_mul(2).clamp(2, AHEAD)
-        };
-        while candidates.len() < pos + want {
-            match ranked.candidate(index, candidates.len())? {
-                Some(c) => candidates.push(c),
-                None => break,
+    // One snapshot for the candidates verified here (a verifying thread takes its own).
+    store.read(|tx| -> Result<(), KbError> {
+        let live = ranked.all_live(super::last_change(tx)?);
+        for pos in 0.. {
+            if results.len() >= req.limit {
+                enough = true;
+                break;
+            }
+            let needed = req.limit.saturating_sub(results.len());
+            // Ahead by twice the results still wanted: little is verified for nothing when they come.
+            let want = if pos < ONE_BY_ONE {
+                1
+            } else {
+                needed.saturating_mul(2).clamp(2, AHEAD)
+            };
+            while candidates.len() < pos + want {
+                match ranked.candidate(index, candidates.len())? {
+                    Some(c) => candidates.push(c),
+                    None => break,
+                }
+            }
+            let Some(c) = candidates.get(pos) else {
+                break;
+            };
+            let cost = c.size.min(MAX_SEARCHED_BYTES as u64);
+            if verified >= req.budget.max_documents || bytes + cost > req.budget.max_bytes {
+                reason = Some(if verified >= req.budget.max_documents {
+                    format!(
+                        "one search verifies at most {} documents",
+                        req.budget.max_documents
+                    )
+                } else {
+                    format!(
+                        "one search reads at most {} MB",
+                        req.budget.max_bytes / (1024 * 1024)
+                    )
+                });
+                break;
+            }
+            if pos >= verdicts.len() {
+                let ahead = verify_ahead(
+                    (store, tx, live),
+                    &ranked,
+                    &candidates,
+                    (pos, want),
+                    (verified, bytes),
+                    req,
+                    &finders,
+                )?;
+                verdicts.extend(ahead);
+            }
+            verified += 1;
+            bytes += cost;
+            if let Some(hit) = verdicts.get_mut(pos).and_then(Option::take) {
+                results.push(hit);
             }
         }
-        let Some(c) = candidates.get(pos) else {
-            break;
-        };
-        let cost = c.size.min(MAX_SEARCHED_BYTES as u64);
-        if verified >= req.budget.max_documents || bytes + cost > req.budget.max_bytes {
-            reason = Some(if verified >= req.budget.max_documents {
-                format!(
-                    "one search verifies at most {} documents",
-                    req.budget.max_documents
-                )
-            } else {
-                format!(
-                    "one search reads at most {} MB",
-                    req.budget.max_bytes / (1024 * 1024)
-                )
-            });
-            break;
-        }
-        if pos >= verdicts.len() {
-            let ahead = verify_ahead(
-                store,
-                &ranked,
-                &candidates,
-                (pos, want),
-                (verified, bytes),
-                req,
-                &finders,
-            )?;
-            verdicts.extend(ahead);
-        }
-        verified += 1;
-        bytes += cost;
-        if let Some(hit) = verdicts.get_mut(pos).and_then(Option::take) {
-            results.push(hit);
-        }
-    }
+        Ok(())
+    })?;
     // How many match in all matters only when the search stopped short of enough results.
     let total = if reason.is_some() || (!enough && results.len() < req.limit) {
         ranked.total()?
@@ -376,7 +411,7 @@ const PARALLEL_BYTES: u64 = 256 * 1024;
 /// returns is the same, as the caller takes the verdicts in order and stops where a
 /// one-by-one search would have.
 fn verify_ahead(
-    store: &Store,
+    (store, tx, live): (&Store, &ReadTx, bool),
     ranked: &Ranked,
     candidates: &[Candidate],
     (pos, want): (usize, usize),
@@ -396,13 +431,10 @@ fn verify_ahead(
         n += 1;
     }
     let batch = candidates.get(pos..pos + n.max(1)).unwrap_or_default();
-    let run = |part: &[Candidate]| -> Result<Vec<Option<Hit>>, KbError> {
-        store.read(|tx| {
-            let live = ranked.all_live(super::last_change(tx)?);
-            part.iter()
-                .map(|c| verify(tx, req.org_id, c, finders, live))
-                .collect()
-        })
+    let run = |tx: &ReadTx, live: bool, part: &[Candidate]| -> Result<Vec<Option<Hit>>, KbError> {
+        part.iter()
+            .map(|c| verify(tx, req.org_id, c, finders, live))
+            .collect()
     };
     // A thread is worth starting only for enough text.
     let batch_bytes: u64 = batch
@@ -410,12 +442,17 @@ fn verify_ahead(
         .map(|c| c.size.min(MAX_SEARCHED_BYTES as u64))
         .sum();
     if batch.len() < 2 || batch_bytes < PARALLEL_BYTES {
-        return run(batch);
+        return run(tx, live, batch);
     }
     let (first, second) = batch.split_at(batch.len() / 2);
     std::thread::scope(|scope| {
-        let other = scope.spawn(|| run(second));
-        let mut out = run(first)?;
+        let other = scope.spawn(|| {
+            store.read(|tx| {
+                let live = ranked.all_live(super::last_change(tx)?);
+                run(tx, live, second)
+            })
+        });
+        let mut out = run(tx, live, first)?;
         let rest = other
             .join()
             .unwrap_or_else(|_| Err(KbError::Index("a verifying thread panicked".into())))?;
@@ -454,8 +491,9 @@ fn verify(
         return Ok(None);
     };
     // The folded copy is derived here rather than stored: it costs less than reading it.
-    let folded = fold_text(prefix_on_char_boundary(&text, MAX_SEARCHED_BYTES));
-    let Some(line) = first_match(&folded, finders) else {
+    let Some(line) =
+        first_match_folding(prefix_on_char_boundary(&text, MAX_SEARCHED_BYTES), finders)
+    else {
         return Ok(None);
     };
     let snippet = text
@@ -586,6 +624,35 @@ mod tests {
             proptest::prop_assert_eq!(
                 first_match(&text, &finders),
                 first_match_by_lines(&text, &terms)
+            );
+        }
+
+        #[test]
+        fn folding_a_head_first_sees_a_window_across_the_head_s_end(filler in 0usize..40) {
+            // `aap` on the head's last line, `noot` just after it; an earlier `aap` alone.
+            let line = "x".repeat(90 + filler);
+            let mut text = String::from("aap\n");
+            while text.len() + line.len() < FIRST_FOLD {
+                text.push_str(&line);
+                text.push('\n');
+            }
+            let at = text.matches('\n').count();
+            text.push_str("Aap\nNoot\n");
+            text.push_str(&format!("{line}\n").repeat(40));
+            let finders = [Finder::new(b"aap"), Finder::new(b"noot")];
+            proptest::prop_assert_eq!(first_match_folding(&text, &finders), Some(at));
+        }
+
+        #[test]
+        fn folding_a_head_first_finds_what_folding_everything_finds(
+            lines in proptest::collection::vec("[abcÉé \t]{0,300}", 0..40),
+            terms in proptest::collection::vec("[abcé ]{1,3}", 1..4),
+        ) {
+            let text = lines.join("\n");
+            let finders: Vec<Finder<'_>> = terms.iter().map(|t| Finder::new(t.as_bytes())).collect();
+            proptest::prop_assert_eq!(
+                first_match_folding(&text, &finders),
+                first_match(&fold_text(&text), &finders)
             );
         }
     }
