@@ -1111,7 +1111,7 @@ pub fn human_run(v: &Value) -> String {
 /// What `kennis serve` logs unless `KENNIS_LOG` says otherwise: kennis's own lines (one per
 /// request among them) and other crates' warnings. The MCP SDK would add three lines of its
 /// own to every connector call (its per-request service starting and stopping).
-pub const SERVE_LOG: &str = "info,rmcp=warn";
+const SERVE_LOG: &str = "info,rmcp=warn";
 
 /// `kennis serve`.
 pub fn serve(config: Config, demo: bool) -> Result<(), CliError> {

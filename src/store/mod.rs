@@ -561,7 +561,7 @@ mod sealed {
     /// A table opened for reading, by either transaction kind.
     pub enum Opened<'a> {
         /// A read transaction's table, kept open for the transaction's other reads.
-        Read(std::rc::Rc<redb::ReadOnlyTable<&'static [u8], &'static [u8]>>),
+        Read(super::ReadTable),
         Write(redb::Table<'a, &'static [u8], &'static [u8]>),
     }
 
@@ -727,6 +727,7 @@ pub struct ReadTx {
     opened: RefCell<Vec<(Box<str>, ReadTable)>>,
 }
 
+/// A table of a read transaction, shared by its reads ([`ReadTx`] keeps it open).
 type ReadTable = std::rc::Rc<redb::ReadOnlyTable<&'static [u8], &'static [u8]>>;
 
 impl sealed::Open for ReadTx {
