@@ -143,7 +143,15 @@ pub enum Command {
     Run(RunCommand),
     /// Internal: the text-extraction child process (`kb::extract::Extractor` starts it).
     #[command(name = "extract-worker", hide = true)]
-    ExtractWorker,
+    ExtractWorker(ExtractWorkerArgs),
+}
+
+/// `kennis extract-worker`'s one argument (see `kb::extract::worker_main`).
+#[derive(Debug, Args)]
+pub struct ExtractWorkerArgs {
+    /// Internal: the request line, given by the worker to itself once its limits are set.
+    #[arg(long, hide = true)]
+    pub limited: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -4,12 +4,13 @@
 //! and reads the result from stdout, at most a bounded amount. A watchdog kills the child at
 //! the wall-clock limit. The child ([`worker_main`]) first limits itself — address space
 //! (`RLIMIT_AS`), CPU seconds (`RLIMIT_CPU`), no core files, no file writes, few descriptors —
-//! then confines itself (no files, no network: [`super::confine`]), then reads and extracts.
+//! and executes itself again under those limits, then confines itself (no files, no network:
+//! [`super::confine`]), then reads and extracts.
 //! How a child ends is turned into an [`ExtractError`]: killed at the deadline or by SIGXCPU →
 //! `TimeLimit`, an allocation refused → `MemoryLimit`, anything else → `Crashed` with the
 //! reason.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -306,31 +307,129 @@ fn reply(r: &Reply) -> ExitCode {
     }
 }
 
-/// The child side (`kennis extract-worker`): limits itself, confines itself (no files, no
-/// network), reads the request and the file from stdin, extracts, and writes the result to
-/// stdout. With [`SELFTEST_ENV`] set it runs [`selftest`] instead.
-pub fn worker_main() -> ExitCode {
+/// The longest request line the worker reads.
+const HEADER_MOST: usize = 64 * 1024;
+
+/// The child side (`kennis extract-worker`), in two steps of one process. First it reads the
+/// request line, sets its limits and executes itself again as `extract-worker --limited
+/// REQUEST` ([`start_limited`]): limits set before `exec` bind everything the new image maps,
+/// its allocator's first arenas included (an allocator that reserves address space before
+/// `main` would otherwise go on allocating inside it past `RLIMIT_AS`). The limited image
+/// ([`run_limited`]) confines itself (no files, no network), reads the file from stdin,
+/// extracts, and writes the result to stdout. With [`SELFTEST_ENV`] set it runs [`selftest`]
+/// instead.
+pub fn worker_main(limited: Option<&str>) -> ExitCode {
     if let Some(probes) = std::env::var_os(SELFTEST_ENV) {
         return selftest(&probes.to_string_lossy());
     }
-    let mut stdin = BufReader::new(std::io::stdin().lock());
-    let mut header = Vec::new();
-    if (&mut stdin)
-        .take(64 * 1024)
-        .read_until(b'\n', &mut header)
-        .is_err()
-    {
-        return ExitCode::FAILURE;
+    match limited {
+        None => start_limited(),
+        Some(header) => run_limited(header.as_bytes()),
     }
-    let Ok(request) = serde_json::from_slice::<Request>(&header) else {
+}
+
+/// Reads the request line, limits itself and runs [`run_limited`] under those limits: in a new
+/// image where the platform allows (`exec`), else in this one.
+fn start_limited() -> ExitCode {
+    let Ok(header) = read_header() else {
+        return ExitCode::FAILURE;
+    };
+    if let Err(code) = request_of(&header).and_then(|r| limited(&r.limits)) {
+        return code;
+    }
+    #[cfg(unix)]
+    {
+        let e = exec_limited(&header);
+        reply(&Reply::Err(ExtractError::Crashed(format!(
+            "the worker cannot start under its limits ({e})"
+        ))))
+    }
+    #[cfg(not(unix))]
+    run_limited(&header)
+}
+
+/// The request the parent wrote as the first line, or the exit of a worker given a bad one.
+fn request_of(header: &[u8]) -> Result<Request, ExitCode> {
+    serde_json::from_slice(header).map_err(|_| {
         eprintln!("extract-worker: a bad request header");
-        return ExitCode::from(2);
+        ExitCode::from(2)
+    })
+}
+
+/// [`limit_self`], or the reply of a worker that cannot.
+fn limited(limits: &Limits) -> Result<(), ExitCode> {
+    limit_self(limits).map_err(|e| {
+        reply(&Reply::Err(ExtractError::Crashed(format!(
+            "the worker cannot limit itself ({e})"
+        ))))
+    })
+}
+
+/// The request line from stdin, read a byte at a time from the descriptor itself, so nothing
+/// past the line is taken from the pipe before `exec` (the file's bytes are for the next image).
+#[cfg(unix)]
+fn read_header() -> std::io::Result<Vec<u8>> {
+    use std::os::fd::AsFd;
+    let stdin = std::io::stdin().as_fd().try_clone_to_owned()?;
+    read_line(std::fs::File::from(stdin))
+}
+
+#[cfg(not(unix))]
+fn read_header() -> std::io::Result<Vec<u8>> {
+    read_line(std::io::stdin())
+}
+
+/// Up to [`HEADER_MOST`] bytes before the first line break (which is consumed, not kept).
+fn read_line(mut from: impl Read) -> std::io::Result<Vec<u8>> {
+    let mut line = Vec::with_capacity(256);
+    let mut byte = [0u8; 1];
+    while line.len() < HEADER_MOST {
+        match from.read_exact(&mut byte) {
+            Ok(()) if byte[0] == b'\n' => break,
+            Ok(()) => line.push(byte[0]),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(line)
+}
+
+/// Replaces this process with `extract-worker --limited REQUEST` of the same program, with an
+/// empty environment and the same three descriptors (the rest are close-on-exec). Returns
+/// only if that fails.
+#[cfg(unix)]
+fn exec_limited(header: &[u8]) -> std::io::Error {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::process::CommandExt;
+    // The running program itself, even if its file was replaced since it started.
+    let program = if cfg!(target_os = "linux") {
+        PathBuf::from("/proc/self/exe")
+    } else {
+        match std::env::current_exe() {
+            Ok(p) => p,
+            Err(e) => return e,
+        }
+    };
+    Command::new(program)
+        .arg(WORKER_COMMAND)
+        .arg("--limited")
+        .arg(OsStr::from_bytes(header))
+        .env_clear()
+        .exec()
+}
+
+/// The limited image: sets the limits again (the same values after [`start_limited`], so this
+/// changes nothing then; it binds a worker started as `--limited` by hand), confines itself,
+/// reads the file and extracts.
+fn run_limited(header: &[u8]) -> ExitCode {
+    let request = match request_of(header) {
+        Ok(request) => request,
+        Err(code) => return code,
     };
     let limits = request.limits;
-    if let Err(e) = limit_self(&limits) {
-        return reply(&Reply::Err(ExtractError::Crashed(format!(
-            "the worker cannot limit itself ({e})"
-        ))));
+    if let Err(code) = limited(&limits) {
+        return code;
     }
     if let Err(e) = confine_self(Layers::Both) {
         return reply(&Reply::Err(ExtractError::Crashed(format!(
@@ -339,7 +438,11 @@ pub fn worker_main() -> ExitCode {
     }
     let mut bytes = Vec::new();
     let most = limits.input_bytes as u64;
-    if let Err(e) = stdin.take(most + 1).read_to_end(&mut bytes) {
+    if let Err(e) = std::io::stdin()
+        .lock()
+        .take(most + 1)
+        .read_to_end(&mut bytes)
+    {
         return reply(&Reply::Err(ExtractError::Crashed(format!(
             "the file could not be read ({e})"
         ))));
@@ -543,4 +646,36 @@ fn selftest(probes: &str) -> ExitCode {
     let body = serde_json::to_string(&report).unwrap_or_default();
     println!("{body}");
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The request line is taken up to its line break and no further: what follows is the
+    /// file, for the image the worker executes next.
+    #[test]
+    fn the_request_line_leaves_the_file_unread() {
+        let mut input = std::io::Cursor::new(b"{\"format\":\"rtf\"}\n{\\rtf1 body}".to_vec());
+        assert_eq!(read_line(&mut input).unwrap(), b"{\"format\":\"rtf\"}");
+        let mut rest = Vec::new();
+        input.read_to_end(&mut rest).unwrap();
+        assert_eq!(rest, b"{\\rtf1 body}");
+        // No line break: all of it, at most HEADER_MOST bytes.
+        let long = vec![b'x'; HEADER_MOST + 10];
+        let mut input = std::io::Cursor::new(long);
+        assert_eq!(read_line(&mut input).unwrap().len(), HEADER_MOST);
+        assert_eq!(input.position(), HEADER_MOST as u64);
+        assert!(read_line(std::io::empty()).unwrap().is_empty());
+    }
+
+    /// A bad request line ends the worker with status 2 before it limits itself.
+    #[test]
+    fn a_bad_request_line_is_refused() {
+        assert!(request_of(b"not json").is_err());
+        assert!(
+            request_of(b"{\"format\":\"rtf\"}").is_err(),
+            "limits are required"
+        );
+    }
 }
