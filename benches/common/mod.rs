@@ -244,9 +244,12 @@ impl Measured {
 // ---- the release binary ------------------------------------------------------------------
 
 /// The release binary (`target/release/kennis`, which `cargo bench` builds): what the load
-/// benchmarks measure.
+/// benchmarks measure. `KENNIS_BENCH_BIN` names another build of the same store format (the
+/// previous commit's, say) to measure it with the same benchmark in the same hour.
 pub fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_kennis"))
+    std::env::var_os("KENNIS_BENCH_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_kennis")))
 }
 
 /// Runs a command of the release binary on `data` and returns its JSON output.
