@@ -293,6 +293,11 @@ fn limit_self(_limits: &Limits) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The reply of a worker that could not extract: `Crashed(why)`.
+fn crashed(why: String) -> ExitCode {
+    reply(&Reply::Err(ExtractError::Crashed(why)))
+}
+
 fn reply(r: &Reply) -> ExitCode {
     let mut stdout = std::io::stdout().lock();
     let body = serde_json::to_vec(r).unwrap_or_default();
@@ -340,9 +345,7 @@ fn start_limited() -> ExitCode {
     #[cfg(unix)]
     {
         let e = exec_limited(&header);
-        reply(&Reply::Err(ExtractError::Crashed(format!(
-            "the worker cannot start under its limits ({e})"
-        ))))
+        crashed(format!("the worker cannot start under its limits ({e})"))
     }
     #[cfg(not(unix))]
     run_limited(&header)
@@ -358,11 +361,7 @@ fn request_of(header: &[u8]) -> Result<Request, ExitCode> {
 
 /// [`limit_self`], or the reply of a worker that cannot.
 fn limited(limits: &Limits) -> Result<(), ExitCode> {
-    limit_self(limits).map_err(|e| {
-        reply(&Reply::Err(ExtractError::Crashed(format!(
-            "the worker cannot limit itself ({e})"
-        ))))
-    })
+    limit_self(limits).map_err(|e| crashed(format!("the worker cannot limit itself ({e})")))
 }
 
 /// The request line from stdin, read a byte at a time from the descriptor itself, so nothing
@@ -432,9 +431,7 @@ fn run_limited(header: &[u8]) -> ExitCode {
         return code;
     }
     if let Err(e) = confine_self(Layers::Both) {
-        return reply(&Reply::Err(ExtractError::Crashed(format!(
-            "the worker cannot confine itself: {e}"
-        ))));
+        return crashed(format!("the worker cannot confine itself: {e}"));
     }
     let mut bytes = Vec::new();
     let most = limits.input_bytes as u64;
@@ -443,9 +440,7 @@ fn run_limited(header: &[u8]) -> ExitCode {
         .take(most + 1)
         .read_to_end(&mut bytes)
     {
-        return reply(&Reply::Err(ExtractError::Crashed(format!(
-            "the file could not be read ({e})"
-        ))));
+        return crashed(format!("the file could not be read ({e})"));
     }
     let r = match extract_in_process(request.format, &bytes, &limits) {
         Ok(x) => Reply::Ok(x),
@@ -614,8 +609,9 @@ fn signal_probes(_pid: i32) -> Vec<(&'static str, std::io::Result<()>)> {
 }
 
 /// The worker's self-check ([`SELFTEST_ENV`]): tries the probes, limits and confines itself
-/// exactly as for an extraction, tries them again and prints a JSON [`SelftestReport`]. It
-/// reports only allowed or denied, never what a file holds.
+/// as for an extraction (without the second `exec`, which changes no permission), tries them
+/// again and prints a JSON [`SelftestReport`]. It reports only allowed or denied, never what a
+/// file holds.
 fn selftest(probes: &str) -> ExitCode {
     let probes: Probes = match serde_json::from_str(probes) {
         Ok(p) => p,
@@ -669,7 +665,8 @@ mod tests {
         assert!(read_line(std::io::empty()).unwrap().is_empty());
     }
 
-    /// A bad request line ends the worker with status 2 before it limits itself.
+    /// A request line that is not JSON, or lacks the limits, is refused before the worker
+    /// limits itself.
     #[test]
     fn a_bad_request_line_is_refused() {
         assert!(request_of(b"not json").is_err());
