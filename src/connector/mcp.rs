@@ -125,10 +125,13 @@ impl ServerHandler for KennisMcp {
             ));
         };
         let args = request.arguments.unwrap_or_default();
-        let result = self
-            .app
-            .blocking(move |app| tools::call(app, &caller, tool, &args))
-            .await;
+        let result = if tool.quick {
+            tools::call(&self.app, &caller, tool, &args)
+        } else {
+            self.app
+                .blocking(move |app| tools::call(app, &caller, tool, &args))
+                .await
+        };
         let mut out = match result {
             Ok(ok) => {
                 let mut r = CallToolResult::success(vec![ContentBlock::text(ok.text)]);

@@ -190,6 +190,11 @@ pub struct ToolSpec {
     /// Offered to an organisation's agents too (`llm` runs); ChatGPT's `search` and `fetch`
     /// only repeat the knowledge-base tools for people's assistants.
     pub for_agents: bool,
+    /// One small read transaction (a document, an app list, a request): the connector runs
+    /// it on the async worker, where handing it to a blocking thread and back would cost
+    /// more than the call itself (`docs/performance.md`, stop 33). Searches, listings of a
+    /// folder and writes are handed off.
+    pub quick: bool,
     pub run: fn(&App, &Caller, &args::Args) -> Result<ToolOk, ToolError>,
 }
 
@@ -201,6 +206,7 @@ pub const TOOLS: &[ToolSpec] = &[
         read_only: true,
         scope: SCOPE_KB,
         for_agents: true,
+        quick: false,
         run: kb::list,
     },
     ToolSpec {
@@ -209,6 +215,7 @@ pub const TOOLS: &[ToolSpec] = &[
         read_only: true,
         scope: SCOPE_KB,
         for_agents: true,
+        quick: true,
         run: kb::read,
     },
     ToolSpec {
@@ -217,6 +224,7 @@ pub const TOOLS: &[ToolSpec] = &[
         read_only: true,
         scope: SCOPE_KB,
         for_agents: true,
+        quick: false,
         run: kb::search,
     },
     ToolSpec {
@@ -225,6 +233,7 @@ pub const TOOLS: &[ToolSpec] = &[
         read_only: false,
         scope: SCOPE_KB,
         for_agents: true,
+        quick: false,
         run: kb::write,
     },
     ToolSpec {
@@ -233,6 +242,7 @@ pub const TOOLS: &[ToolSpec] = &[
         read_only: true,
         scope: SCOPE_KB,
         for_agents: false,
+        quick: false,
         run: kb::chatgpt_search,
     },
     ToolSpec {
@@ -241,6 +251,7 @@ pub const TOOLS: &[ToolSpec] = &[
         read_only: true,
         scope: SCOPE_KB,
         for_agents: false,
+        quick: true,
         run: kb::chatgpt_fetch,
     },
     ToolSpec {
@@ -249,6 +260,7 @@ pub const TOOLS: &[ToolSpec] = &[
         read_only: true,
         scope: SCOPE_REQUESTS,
         for_agents: true,
+        quick: true,
         run: requests::app_list,
     },
     ToolSpec {
@@ -257,6 +269,7 @@ pub const TOOLS: &[ToolSpec] = &[
         read_only: true,
         scope: SCOPE_REQUESTS,
         for_agents: true,
+        quick: false,
         run: requests::list,
     },
     ToolSpec {
@@ -265,6 +278,7 @@ pub const TOOLS: &[ToolSpec] = &[
         read_only: true,
         scope: SCOPE_REQUESTS,
         for_agents: true,
+        quick: true,
         run: requests::read,
     },
     ToolSpec {
@@ -273,6 +287,7 @@ pub const TOOLS: &[ToolSpec] = &[
         read_only: false,
         scope: SCOPE_REQUESTS,
         for_agents: true,
+        quick: false,
         run: requests::create,
     },
     ToolSpec {
@@ -281,6 +296,7 @@ pub const TOOLS: &[ToolSpec] = &[
         read_only: false,
         scope: SCOPE_REQUESTS,
         for_agents: true,
+        quick: false,
         run: requests::reply,
     },
 ];

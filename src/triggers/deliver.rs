@@ -92,31 +92,28 @@ where
         Some(sig) => Some(sig.delivery_id()),
         None => delivery_id,
     };
-    let (trigger, checks, pre) = app
-        .blocking(move |app| {
-            app.store.read(|tx| {
-                let trigger = if has_sig {
-                    lookup(tx, &uuid)?
-                } else {
-                    authenticate(tx, &uuid, secret.as_deref())?
-                };
-                let checks = match key {
-                    RawKey::Absent => Ok(None),
-                    RawKey::Given(k) => Ok(Some(k)),
-                    RawKey::NotText => {
-                        Err(TriggerError::InvalidKey("it must be plain ASCII".into()))
-                    }
-                }
-                .and_then(|k| validate_key(k.as_deref()))
-                .and_then(|k| validate_delivery_id(delivery_id.as_deref()).map(|d| (k, d)));
-                let pre = match &checks {
-                    Ok((k, d)) => precheck(tx, &trigger, k.as_deref(), d.as_deref(), now)?,
-                    Err(_) => None,
-                };
-                Ok::<_, TriggerError>((trigger, checks, pre))
-            })
-        })
-        .await?;
+    // One short read transaction, run on the async worker: handing it to a blocking thread
+    // and back cost more than the read (a quarter of a skipped delivery's time went to thread
+    // switches; docs/performance.md, stop 33).
+    let (trigger, checks, pre) = app.store.read(|tx| {
+        let trigger = if has_sig {
+            lookup(tx, &uuid)?
+        } else {
+            authenticate(tx, &uuid, secret.as_deref())?
+        };
+        let checks = match key {
+            RawKey::Absent => Ok(None),
+            RawKey::Given(k) => Ok(Some(k)),
+            RawKey::NotText => Err(TriggerError::InvalidKey("it must be plain ASCII".into())),
+        }
+        .and_then(|k| validate_key(k.as_deref()))
+        .and_then(|k| validate_delivery_id(delivery_id.as_deref()).map(|d| (k, d)));
+        let pre = match &checks {
+            Ok((k, d)) => precheck(tx, &trigger, k.as_deref(), d.as_deref(), now)?,
+            Err(_) => None,
+        };
+        Ok::<_, TriggerError>((trigger, checks, pre))
+    })?;
     // A signature covers the body, so the body is read before the signature check; otherwise
     // the key is checked first (401, 400 key, then the body).
     let (bytes, key, delivery) = match &signed {
