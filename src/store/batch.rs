@@ -203,4 +203,30 @@ mod tests {
         let v: Option<String> = store.read(|tx| tx.get(AUDIT, b"k")).unwrap();
         assert_eq!(v.as_deref(), Some("v"));
     }
+
+    #[test]
+    fn parallel_appends_and_flushes_lose_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let writer = std::sync::Arc::new(BatchWriter::start(store.clone()));
+        let threads: Vec<_> = (0..8u32)
+            .map(|t| {
+                let writer = writer.clone();
+                std::thread::spawn(move || {
+                    for i in 0..1000u32 {
+                        writer.put(AUDIT, (t * 1000 + i).to_be_bytes().to_vec(), &i);
+                        if i % 250 == 0 {
+                            writer.flush();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        writer.flush();
+        assert_eq!(store.read(|tx| tx.count(AUDIT)).unwrap(), 8000);
+        writer.shutdown();
+    }
 }

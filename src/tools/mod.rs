@@ -411,3 +411,25 @@ pub fn call(
     );
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::TOOLS;
+
+    /// A tool run on the async worker must neither write nor search: only a short read may
+    /// hold the worker.
+    #[test]
+    fn only_single_record_reads_run_inline() {
+        let inline: Vec<&str> = TOOLS.iter().filter(|t| t.quick).map(|t| t.name).collect();
+        assert_eq!(
+            inline,
+            [
+                "kennisbank_read",
+                "fetch",
+                "app_list",
+                "feature_request_read"
+            ]
+        );
+        assert!(TOOLS.iter().filter(|t| t.quick).all(|t| t.read_only));
+    }
+}
