@@ -200,6 +200,33 @@ fn index_search_equals_the_reference_on_generated_documents() {
     );
 }
 
+/// 2-character terms are found through the grams that begin with them: wherever they stand
+/// in a line (alone, at its start or end, in the last line without a line break, before a
+/// CRLF), and nothing is found for one no gram begins with.
+#[test]
+fn two_character_terms_are_found_wherever_they_stand() {
+    let docs = [
+        ("alone.md", "ab"),
+        ("end.md", "eerst\nxab"),
+        ("start.md", "abx\nlaatst"),
+        ("middle.md", "een xaby twee"),
+        ("crlf.md", "regel ab\r\nvolgende"),
+        ("none.md", "a b\nba\nb a"),
+        ("accent.md", "naïef ïe"),
+    ];
+    let f = load(
+        docs.iter()
+            .map(|(p, t)| (p.to_string(), t.to_string()))
+            .collect(),
+    );
+    assert_eq!(compare(&f, "ab"), 5);
+    assert_eq!(compare(&f, "ba"), 1);
+    assert_eq!(compare(&f, "ie"), 1);
+    assert_eq!(compare(&f, "zq"), 0);
+    assert_eq!(compare(&f, "ab xa"), 2);
+    assert_eq!(compare(&f, "ab abx"), 1);
+}
+
 /// The ranking a search takes its candidates in (block-max WAND over the words, exact scores
 /// for the documents it stops at, stored fields and the count only when asked for) must be
 /// the one tantivy's collectors give when every match is scored: same documents, same order,
