@@ -130,6 +130,19 @@ impl App {
         }
     }
 
+    /// Runs `f`, which may take a while, from code that may be on one of the runtime's async
+    /// workers (a tool run inline, [`crate::tools::ToolSpec::quick`]): there it first hands
+    /// the worker's other tasks to another thread (`block_in_place`), so they do not wait for
+    /// it; elsewhere (a blocking thread, a current-thread runtime, no runtime) it just runs.
+    pub fn long_work<T>(f: impl FnOnce() -> T) -> T {
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(f)
+            }
+            _ => f(),
+        }
+    }
+
     /// The one way to hand a stored, queued agent job (a trigger's run or a feature request's
     /// job) to the workers: counts it in the queue gauge, which the worker that picks it up
     /// counts down again, and wakes a worker.
@@ -262,5 +275,36 @@ pub fn load_or_create_key(data_dir: &Path) -> Result<[u8; 32], StoreError> {
             Ok(key)
         }
         Err(e) => Err(io(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::App;
+
+    /// [`App::long_work`] runs its work wherever it is called from: outside a runtime, on a
+    /// current-thread runtime (where `block_in_place` would panic), on a multi-thread
+    /// runtime's worker, in its `block_on` and on its blocking threads.
+    #[test]
+    fn long_work_runs_on_every_kind_of_thread() {
+        assert_eq!(App::long_work(|| 1), 1);
+        let current = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        assert_eq!(current.block_on(async { App::long_work(|| 2) }), 2);
+        let multi = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        assert_eq!(multi.block_on(async { App::long_work(|| 3) }), 3);
+        let on_worker =
+            multi.block_on(async { tokio::spawn(async { App::long_work(|| 4) }).await.unwrap() });
+        assert_eq!(on_worker, 4);
+        let on_blocking = multi.block_on(async {
+            tokio::task::spawn_blocking(|| App::long_work(|| 5))
+                .await
+                .unwrap()
+        });
+        assert_eq!(on_blocking, 5);
     }
 }

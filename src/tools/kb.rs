@@ -12,6 +12,9 @@ use crate::kb::{self, Expect, KbError, link, path};
 
 pub const DEFAULT_MAX_CHARS: i64 = 8000;
 pub const MAX_MAX_CHARS: i64 = 20_000;
+/// Documents larger than this are read with [`App::long_work`]: decompressing and counting
+/// their text takes about a millisecond per MB, too long to hold an async worker.
+const INLINE_TEXT_BYTES: u64 = 256 * 1024;
 
 pub fn list(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolError> {
     let requested = opt_str(args, "path")?;
@@ -60,7 +63,13 @@ pub fn read(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolError
                 "no document `{p}`; use kennisbank_list to see what exists"
             ))
         })?;
-        let text = kb::text_of(tx, &doc, with_extracted)?;
+        // Read inline (a quick tool): a large document's text is decompressed with the
+        // async worker's other tasks handed off first.
+        let text = if doc.size > INLINE_TEXT_BYTES {
+            App::long_work(|| kb::text_of(tx, &doc, with_extracted))?
+        } else {
+            kb::text_of(tx, &doc, with_extracted)?
+        };
         Ok::<_, KbError>((doc, text))
     })?;
     let now = app.clock.now();

@@ -192,8 +192,9 @@ pub struct ToolSpec {
     pub for_agents: bool,
     /// One small read transaction (a document, an app list, a request): the connector runs
     /// it on the async worker, where handing it to a blocking thread and back would cost
-    /// more than the call itself (`docs/performance.md`, stop 33). Searches, listings of a
-    /// folder and writes are handed off.
+    /// more than the call itself (`docs/performance.md`, stop 33); a large document's text is
+    /// read through [`App::long_work`]. Searches, listings of a folder and writes are handed
+    /// off.
     pub quick: bool,
     pub run: fn(&App, &Caller, &args::Args) -> Result<ToolOk, ToolError>,
 }

@@ -206,15 +206,28 @@ async fn versions_advance_and_racing_writes_let_exactly_one_win() {
 async fn read_excerpts_binary_documents_and_signed_links() {
     let (mut t, mcp, s) = setup().await;
     let long: String = "é".repeat(25_000);
+    // Past the size read with the async worker's other tasks handed off (400 KB).
+    let large: String = "é".repeat(200_000);
     let pdf = b"%PDF-1.7\n\x00\x01binary".to_vec();
     put(
         &t,
         s.org.id,
         &[
             ("handleidingen/lang.md", long.as_bytes()),
+            ("handleidingen/groot.md", large.as_bytes()),
             ("tekeningen/gevel.pdf", &pdf),
         ],
     );
+    // Read side by side: each gets the whole count and its excerpt.
+    let reads =
+        (0..4).map(|_| mcp.ok("kennisbank_read", json!({"path": "handleidingen/groot.md"})));
+    for r in futures::future::join_all(reads).await {
+        assert_eq!(r["excerpt"].as_str().unwrap().chars().count(), 8000);
+        assert_eq!(
+            (r["truncated"].as_bool(), r["total_chars"].as_u64()),
+            (Some(true), Some(200_000))
+        );
+    }
 
     let r = mcp
         .ok("kennisbank_read", json!({"path": "handleidingen/lang.md"}))
