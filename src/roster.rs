@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::audit::{self, Actor};
 use crate::config::{LlmConfig, LlmEndpoint};
 use crate::identity;
+use crate::store::by_org::{self, Kind};
 use crate::store::{AGENTS, PROJECTS, Read, ReadTx, Store, StoreError, key};
 
 /// Longest allowed executor timeout: one hour.
@@ -503,10 +504,9 @@ pub fn add_agent_full(
     }
     let org_id = store.read(|tx| org_id(tx, org))?;
     store.write(|tx| {
-        let taken = tx
-            .scan::<Agent>(AGENTS, b"")?
+        let taken = by_org::records::<Agent>(tx, Kind::Agent, org_id)?
             .into_iter()
-            .any(|(_, a)| a.org_id == org_id && a.name.to_lowercase() == name.to_lowercase());
+            .any(|(_, a)| a.name.to_lowercase() == name.to_lowercase());
         if taken {
             return Err(AgentError::InvalidInput(format!(
                 "this organisation has an agent named `{name}` already (`kennis agent list {org}`)"
@@ -522,6 +522,7 @@ pub fn add_agent_full(
             created_at: now,
         };
         tx.put(AGENTS, &key::id(agent.id), &agent)?;
+        by_org::add(tx, Kind::Agent, org_id, &key::id(agent.id))?;
         let target = format!(
             "agent {} {} {}",
             agent.id,
@@ -585,6 +586,7 @@ pub fn add_project(
             created_at: now,
         };
         tx.put(PROJECTS, &key::id(project.id), &project)?;
+        by_org::add(tx, Kind::Project, org_id, &key::id(project.id))?;
         let target = format!("project {} {}", project.id, project.name);
         audit::admin_in(tx, org_id, &Actor::Operator, "project.add", &target, now)?;
         Ok(project)
@@ -602,20 +604,18 @@ pub fn get_project(tx: &impl Read, id: u64) -> Result<Option<Project>, StoreErro
 /// The organisation's agents, oldest first.
 pub fn list_agents(store: &Store, org_id: u64) -> Result<Vec<Agent>, StoreError> {
     Ok(store
-        .read(|tx| tx.scan::<Agent>(AGENTS, b""))?
+        .read(|tx| by_org::records::<Agent>(tx, Kind::Agent, org_id))?
         .into_iter()
         .map(|r| r.1)
-        .filter(|a| a.org_id == org_id)
         .collect())
 }
 
 /// The organisation's projects, oldest first.
 pub fn list_projects(store: &Store, org_id: u64) -> Result<Vec<Project>, StoreError> {
     Ok(store
-        .read(|tx| tx.scan::<Project>(PROJECTS, b""))?
+        .read(|tx| by_org::records::<Project>(tx, Kind::Project, org_id))?
         .into_iter()
         .map(|r| r.1)
-        .filter(|p| p.org_id == org_id)
         .collect())
 }
 

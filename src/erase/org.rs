@@ -22,12 +22,14 @@ use super::{BATCH, EraseError, Owner, erasing_key, pending, sweep, sweep_prefix}
 use crate::identity::{IdentityError, Membership, Org};
 use crate::kb::index::SearchIndex;
 use crate::progress::{Progress, Report};
+use crate::store::by_org::{self, Kind};
 use crate::store::{
-    ACTIVE_RUNS, AGENTS, APPS, ATTACHMENT_CONTENT, ATTACHMENTS, AUDIT, ERASING, FEATURE_REQUESTS,
-    INVITATIONS, KB_CHANGES, KB_CONTENT, KB_DOCS, KB_EXTRACTION, KB_TEXT, KB_TRASH, KB_VERSIONS,
-    MEMBERSHIPS, MEMBERSHIPS_BY_PERSON, OAUTH_CODES, OAUTH_GRANTS, OAUTH_LAST_USED, OAUTH_TOKENS,
-    ORG_SLUGS, ORGS, PROJECTS, REQUESTS, RUN_CALLBACKS, RUN_CALLBACKS_DUE, RUN_TRANSCRIPTS, Store,
-    StoreError, TRIGGER_DELIVERIES, TRIGGER_RUNS, TRIGGER_SLOTS, TRIGGERS, Table, WriteTx, key,
+    ACTIVE_RUNS, AGENTS, APPS, ATTACHMENT_CONTENT, ATTACHMENTS, AUDIT, BY_ORG, ERASING,
+    FEATURE_REQUESTS, INVITATIONS, KB_CHANGES, KB_CONTENT, KB_DOCS, KB_EXTRACTION, KB_TEXT,
+    KB_TRASH, KB_VERSIONS, MEMBERSHIPS, MEMBERSHIPS_BY_PERSON, OAUTH_CODES, OAUTH_GRANTS,
+    OAUTH_LAST_USED, OAUTH_TOKENS, ORG_SLUGS, ORGS, PROJECTS, REQUESTS, RUN_CALLBACKS,
+    RUN_CALLBACKS_DUE, RUN_TRANSCRIPTS, Store, StoreError, TRIGGER_DELIVERIES, TRIGGER_RUNS,
+    TRIGGER_SLOTS, TRIGGERS, Table, WriteTx, key,
 };
 use crate::triggers::Trigger;
 
@@ -68,6 +70,7 @@ pub const TABLES: &[(&str, &str)] = &[
     ("agents", "org_id"),
     ("projects", "org_id"),
     ("triggers", "org_id"),
+    ("by_org", "key holds the organisation after the kind"),
     ("trigger_slots", "its triggers"),
     ("trigger_runs", "its triggers"),
     ("trigger_deliveries", "its triggers"),
@@ -245,6 +248,10 @@ pub(super) fn finish(
     ] {
         let n = sweep::<Owner>(store, table, |tx, k, r| owned(tx, table, k, r, id))?;
         step(table_name(table), n, progress);
+    }
+    for kind in [Kind::Agent, Kind::Project, Kind::Trigger] {
+        let n = sweep_prefix(store, BY_ORG, &by_org::prefix(kind, id))?;
+        step(table_name(BY_ORG), n, progress);
     }
 
     index.remove_org(id)?;

@@ -6,15 +6,15 @@ use super::feature::{self, Accepted, NewAnswer, NewRequest};
 use super::{Request, RequestError};
 use crate::app::App;
 use crate::roster::{self, AgentKind};
-use crate::store::{AGENTS, ReadTx, Store, StoreError};
+use crate::store::by_org::{self, Kind};
+use crate::store::{ReadTx, Store, StoreError};
 
 /// The organisation's feature agent: its first (oldest) agent of kind `feature`.
 pub fn feature_agent(tx: &ReadTx, org_id: u64) -> Result<Option<roster::Agent>, StoreError> {
-    Ok(tx
-        .scan::<roster::Agent>(AGENTS, b"")?
+    Ok(by_org::records::<roster::Agent>(tx, Kind::Agent, org_id)?
         .into_iter()
         .map(|r| r.1)
-        .find(|a| a.org_id == org_id && a.kind == AgentKind::Feature))
+        .find(|a| a.kind == AgentKind::Feature))
 }
 
 /// How a person is named in a conversation: their name, or their email without one.

@@ -10,6 +10,7 @@
 mod backup;
 mod batch;
 pub mod blob;
+pub mod by_org;
 mod group;
 pub mod key;
 mod migrate;
@@ -111,6 +112,9 @@ pub const AGENTS: Table = Table::new("agents");
 pub const PROJECTS: Table = Table::new("projects");
 /// Event triggers by UUID bytes.
 pub const TRIGGERS: Table = Table::new("triggers");
+/// Agents, projects and triggers by (kind, organisation id, their key); values are empty.
+/// Derived from those tables (`store::by_org`): checked at every start.
+pub const BY_ORG: Table = Table::new("by_org");
 /// Per-slot state by (trigger UUID bytes, event key bytes); no key = empty key.
 pub const TRIGGER_SLOTS: Table = Table::new("trigger_slots");
 /// Runs of a trigger by (trigger UUID bytes, run id).
@@ -173,6 +177,7 @@ pub const ALL_TABLES: &[Table] = &[
     TRIGGER_SLOTS,
     TRIGGER_RUNS,
     TRIGGER_DELIVERIES,
+    BY_ORG,
     RUN_CALLBACKS,
     RUN_CALLBACKS_DUE,
     OAUTH_CLIENTS,
@@ -298,7 +303,9 @@ impl Store {
             db: Arc::new(RwLock::new(db)),
             path: path.to_owned(),
         };
-        if migrate::migrate(&store)? {
+        let migrated = migrate::migrate(&store)?;
+        by_org::check(&store)?;
+        if migrated {
             // What the old schema kept and the new one does not is free space now.
             let c = store.compact(Duration::from_secs(1))?;
             tracing::info!(

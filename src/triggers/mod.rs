@@ -28,6 +28,7 @@ use crate::audit::{self, Actor};
 use crate::identity;
 use crate::requests::{self, Request, Status};
 use crate::roster::{self, AgentKind, Rollout};
+use crate::store::by_org::{self, Kind};
 use crate::store::{
     ACTIVE_RUNS, Read, Store, StoreError, TRIGGER_DELIVERIES, TRIGGER_RUNS, TRIGGER_SLOTS,
     TRIGGERS, WriteTx, key,
@@ -534,6 +535,7 @@ pub fn add_by(
             callback_url: callback_url.clone(),
         };
         tx.put(TRIGGERS, trigger.id.as_bytes(), &trigger)?;
+        by_org::add(tx, Kind::Trigger, trigger.org_id, trigger.id.as_bytes())?;
         let target = format!(
             "trigger {} {} agent={} project={}",
             trigger.id, trigger.name, trigger.agent_id, trigger.project_id
@@ -551,11 +553,10 @@ pub fn list(store: &Store, org: &str) -> Result<Vec<Trigger>, TriggerError> {
     store.read(|tx| {
         let org = identity::org_by_slug(tx, org)?
             .ok_or_else(|| TriggerError::UnknownOrg(org.to_owned()))?;
-        let mut all: Vec<Trigger> = tx
-            .scan::<Trigger>(TRIGGERS, b"")?
+        let mut all: Vec<Trigger> = by_org::records::<Trigger>(tx, Kind::Trigger, org.id)?
             .into_iter()
             .map(|r| r.1)
-            .filter(|t| t.org_id == org.id && !t.deleted)
+            .filter(|t| !t.deleted)
             .collect();
         all.sort_by_key(|t| t.created_at);
         Ok(all)
