@@ -249,7 +249,7 @@ pub(super) fn finish(
         let n = sweep::<Owner>(store, table, |tx, k, r| owned(tx, table, k, r, id))?;
         step(table_name(table), n, progress);
     }
-    for kind in [Kind::Agent, Kind::Project, Kind::Trigger] {
+    for kind in Kind::ALL {
         let n = sweep_prefix(store, BY_ORG, &by_org::prefix(kind, id))?;
         step(table_name(BY_ORG), n, progress);
     }

@@ -20,6 +20,7 @@ use super::{EraseError, erasing_key, pending, sweep};
 use crate::audit::{self, Actor};
 use crate::identity::{self, IdentityError, Membership, Person};
 use crate::oauth::Grant;
+use crate::store::by_org::{self, Kind};
 use crate::store::{
     AUDIT, ERASING, INVITATIONS, MEMBERSHIPS, MEMBERSHIPS_BY_PERSON, OAUTH_CODES, OAUTH_GRANTS,
     OAUTH_LAST_USED, OAUTH_TOKENS, PEOPLE, PEOPLE_BY_EMAIL, REQUESTS, RESET_LINKS, Read, Store,
@@ -216,6 +217,7 @@ fn erase_in(tx: &mut WriteTx, by: &Actor, p: &Person, now: Timestamp) -> Result<
         if g.person_id == p.id {
             tx.delete(OAUTH_GRANTS, &k)?;
             tx.delete(OAUTH_LAST_USED, &k)?;
+            by_org::remove(tx, Kind::Grant, g.org_id, &k)?;
             grants.push(g.id);
         }
     }

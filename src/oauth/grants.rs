@@ -23,6 +23,7 @@ use super::{
 use crate::app::App;
 use crate::audit::{self, Actor};
 use crate::identity;
+use crate::store::by_org::{self, Kind};
 use crate::store::{
     OAUTH_CLIENTS, OAUTH_CODES, OAUTH_GRANTS, OAUTH_LAST_USED, OAUTH_TOKENS, Read, Store,
     StoreError, WriteTx, key,
@@ -282,6 +283,7 @@ fn issue_grant_in(
         revoked_at: None,
     };
     tx.put(OAUTH_GRANTS, &key::id(id), &record)?;
+    by_org::add(tx, Kind::Grant, record.org_id, &key::id(id))?;
     Ok(put_tokens(tx, id, &record.scopes, &resource, now)?)
 }
 
@@ -313,8 +315,11 @@ pub(super) fn revoke_person_grants_in(
     org_id: Option<u64>,
     now: Timestamp,
 ) -> Result<usize, StoreError> {
-    let theirs: Vec<u64> = tx
-        .scan::<Grant>(OAUTH_GRANTS, b"")?
+    let grants = match org_id {
+        Some(org) => by_org::records::<Grant>(tx, Kind::Grant, org)?,
+        None => tx.scan::<Grant>(OAUTH_GRANTS, b"")?,
+    };
+    let theirs: Vec<u64> = grants
         .into_iter()
         .filter(|(_, g)| g.person_id == person_id && g.revoked_at.is_none())
         .filter(|(_, g)| org_id.is_none_or(|o| o == g.org_id))
@@ -534,11 +539,9 @@ pub fn grants_of_org(
     org_id: u64,
 ) -> Result<Vec<(Grant, Option<Timestamp>)>, StoreError> {
     let mut out = Vec::new();
-    for (_, g) in tx.scan::<Grant>(OAUTH_GRANTS, b"")? {
-        if g.org_id == org_id {
-            let last = grant_last_used(tx, g.id)?;
-            out.push((g, last));
-        }
+    for (_, g) in by_org::records::<Grant>(tx, Kind::Grant, org_id)? {
+        let last = grant_last_used(tx, g.id)?;
+        out.push((g, last));
     }
     out.reverse();
     Ok(out)

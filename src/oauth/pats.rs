@@ -17,6 +17,7 @@ use super::{AccessContext, BearerError, SCOPES, hash_secret, new_secret};
 use crate::app::App;
 use crate::audit::{self, Actor};
 use crate::identity::{self, AccessDenied, IdentityError, PersonalTokens};
+use crate::store::by_org::{self, Kind};
 use crate::store::{PAT_HASHES, PAT_LAST_USED, PATS, Read, Store, StoreError, WriteTx, key};
 
 /// The readable prefix of every personal access token.
@@ -159,6 +160,7 @@ pub fn create(
             revoked_at: None,
         };
         tx.put(PATS, &key::id(token.id), &token)?;
+        by_org::add(tx, Kind::PersonalToken, token.org_id, &key::id(token.id))?;
         tx.put(PAT_HASHES, &hash_secret(&secret), &token.id)?;
         let target = format!(
             "{} scopes={} expires_at={}",
@@ -176,8 +178,8 @@ pub fn create(
 /// `None`), else only that person's.
 pub fn list(tx: &impl Read, org_id: u64, person: Option<u64>) -> Result<Vec<TokenRow>, StoreError> {
     let mut out = Vec::new();
-    for (_, token) in tx.scan::<PersonalToken>(PATS, b"")? {
-        if token.org_id != org_id || person.is_some_and(|p| p != token.person_id) {
+    for (_, token) in by_org::records::<PersonalToken>(tx, Kind::PersonalToken, org_id)? {
+        if person.is_some_and(|p| p != token.person_id) {
             continue;
         }
         let email = identity::person(tx, token.person_id)?
@@ -264,8 +266,11 @@ pub fn revoke_all_of_person(
     org_id: Option<u64>,
     now: Timestamp,
 ) -> Result<usize, StoreError> {
-    let theirs: Vec<PersonalToken> = tx
-        .scan::<PersonalToken>(PATS, b"")?
+    let tokens = match org_id {
+        Some(org) => by_org::records::<PersonalToken>(tx, Kind::PersonalToken, org)?,
+        None => tx.scan::<PersonalToken>(PATS, b"")?,
+    };
+    let theirs: Vec<PersonalToken> = tokens
         .into_iter()
         .map(|(_, t)| t)
         .filter(|t| t.person_id == person_id && t.revoked_at.is_none())
@@ -284,13 +289,14 @@ pub fn delete_in(
     tx: &mut WriteTx,
     which: impl Fn(&PersonalToken) -> bool,
 ) -> Result<usize, StoreError> {
-    let ids: std::collections::HashSet<u64> = tx
+    let owners: std::collections::HashMap<u64, u64> = tx
         .scan::<PersonalToken>(PATS, b"")?
         .into_iter()
         .map(|(_, t)| t)
         .filter(|t| which(t))
-        .map(|t| t.id)
+        .map(|t| (t.id, t.org_id))
         .collect();
+    let ids: std::collections::HashSet<u64> = owners.keys().copied().collect();
     if ids.is_empty() {
         return Ok(0);
     }
@@ -299,9 +305,10 @@ pub fn delete_in(
             tx.delete(PAT_HASHES, &k)?;
         }
     }
-    for id in &ids {
+    for (id, org_id) in &owners {
         tx.delete(PATS, &key::id(*id))?;
         tx.delete(PAT_LAST_USED, &key::id(*id))?;
+        by_org::remove(tx, Kind::PersonalToken, *org_id, &key::id(*id))?;
     }
     Ok(ids.len())
 }

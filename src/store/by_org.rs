@@ -1,8 +1,9 @@
-//! An organisation's agents, projects and triggers, found without reading every organisation's
-//! ([`BY_ORG`]): those tables are keyed by the record's own id, so listing one organisation's
-//! records (a portal page, the feature agent of `feature_request_create`) decoded all of them.
-//! Each entry is (kind, organisation id, the record's key) with an empty value, written in the
-//! transaction that creates the record.
+//! An organisation's agents, projects, triggers, connector grants and personal access tokens,
+//! found without reading every organisation's ([`BY_ORG`]): those tables are keyed by the
+//! record's own id, so listing one organisation's records (a portal page, the feature agent of
+//! `feature_request_create`, a member's grants when they leave) decoded all of them. Each entry
+//! is (kind, organisation id, the record's key) with an empty value, written in the transaction
+//! that creates the record and removed in the one that deletes it.
 //!
 //! The table is derived: every start compares its keys with those of the three tables and
 //! rebuilds a kind that differs (a store written by a binary from before it, a restored backup,
@@ -12,7 +13,9 @@ use std::collections::BTreeSet;
 
 use serde::Deserialize;
 
-use super::{AGENTS, BY_ORG, PROJECTS, Read, Store, StoreError, TRIGGERS, Table, WriteTx};
+use super::{
+    AGENTS, BY_ORG, OAUTH_GRANTS, PATS, PROJECTS, Read, Store, StoreError, TRIGGERS, Table, WriteTx,
+};
 
 /// What [`BY_ORG`] lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,16 +23,26 @@ pub enum Kind {
     Agent,
     Project,
     Trigger,
+    Grant,
+    PersonalToken,
 }
 
 impl Kind {
-    const ALL: [Kind; 3] = [Kind::Agent, Kind::Project, Kind::Trigger];
+    pub const ALL: [Kind; 5] = [
+        Kind::Agent,
+        Kind::Project,
+        Kind::Trigger,
+        Kind::Grant,
+        Kind::PersonalToken,
+    ];
 
     fn tag(self) -> u8 {
         match self {
             Kind::Agent => b'a',
             Kind::Project => b'p',
             Kind::Trigger => b't',
+            Kind::Grant => b'g',
+            Kind::PersonalToken => b'k',
         }
     }
 
@@ -39,6 +52,8 @@ impl Kind {
             Kind::Agent => AGENTS,
             Kind::Project => PROJECTS,
             Kind::Trigger => TRIGGERS,
+            Kind::Grant => OAUTH_GRANTS,
+            Kind::PersonalToken => PATS,
         }
     }
 }
@@ -56,6 +71,13 @@ pub fn add(tx: &mut WriteTx, kind: Kind, org_id: u64, key: &[u8]) -> Result<(), 
     let mut k = prefix(kind, org_id);
     k.extend_from_slice(key);
     tx.put_raw(BY_ORG, &k, &[])
+}
+
+/// Takes a deleted record of `kind` under `key` off its organisation's list.
+pub fn remove(tx: &mut WriteTx, kind: Kind, org_id: u64, key: &[u8]) -> Result<(), StoreError> {
+    let mut k = prefix(kind, org_id);
+    k.extend_from_slice(key);
+    tx.delete(BY_ORG, &k).map(|_| ())
 }
 
 /// The organisation's records of `kind`, in the order of their keys.

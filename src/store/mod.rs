@@ -112,7 +112,8 @@ pub const AGENTS: Table = Table::new("agents");
 pub const PROJECTS: Table = Table::new("projects");
 /// Event triggers by UUID bytes.
 pub const TRIGGERS: Table = Table::new("triggers");
-/// Agents, projects and triggers by (kind, organisation id, their key); values are empty.
+/// Agents, projects, triggers, connector grants and personal access tokens by (kind,
+/// organisation id, their key); values are empty.
 /// Derived from those tables (`store::by_org`): checked at every start.
 pub const BY_ORG: Table = Table::new("by_org");
 /// Per-slot state by (trigger UUID bytes, event key bytes); no key = empty key.
