@@ -351,6 +351,15 @@ async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
             "no {table} record was made: {tables_with_gone:?}"
         );
     }
+    // Its agents, projects, triggers, grants and tokens are listed under it.
+    let listed = |rows: &[(String, Vec<u8>, Vec<u8>)]| {
+        rows.iter()
+            .filter(|(t, k, _)| {
+                t == "by_org" && k.get(1..9) == Some(&gone.org.id.to_be_bytes()[..])
+            })
+            .count()
+    };
+    assert!(listed(&before) >= 5, "{}", listed(&before));
     assert!(!files_holding(t.data_dir(), b"ZQXMARKER kozijn").is_empty());
     // The index's files hold its paths too (so looking for them there after compaction means
     // something).
@@ -453,6 +462,9 @@ async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
         );
         if table == "memberships_by_person" {
             assert_ne!(&k[8..16], &gone_key[..], "{why}");
+        }
+        if table == "by_org" {
+            assert_ne!(&k[1..9], &gone_key[..], "{why}");
         }
         if table == "kb_content" {
             assert_ne!(k, &hash(b"ZQXTRASHED prullenbak"), "{why}");
