@@ -11,6 +11,7 @@
 
 use std::collections::BTreeSet;
 
+use redb::TableHandle;
 use serde::Deserialize;
 
 use super::{
@@ -130,8 +131,18 @@ pub(super) fn check(store: &Store) -> Result<Vec<Kind>, StoreError> {
             for k in tx.scan_keys(BY_ORG, &[kind.tag()], usize::MAX)? {
                 tx.delete(BY_ORG, &k)?;
             }
-            for (k, r) in tx.scan::<OrgOf>(kind.table(), b"")? {
-                add(tx, *kind, r.org_id, &k)?;
+            for k in tx.scan_keys(kind.table(), b"", usize::MAX)? {
+                // A record that cannot be read is left off the list rather than keeping the
+                // store from opening; reading it anywhere else fails as before.
+                match tx.get::<OrgOf>(kind.table(), &k) {
+                    Ok(Some(r)) => add(tx, *kind, r.org_id, &k)?,
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(
+                        table = kind.table().name(),
+                        error = %e,
+                        "a record without a readable organisation is left off the per-organisation list"
+                    ),
+                }
             }
         }
         Ok::<_, StoreError>(())
@@ -198,5 +209,12 @@ mod tests {
             .read(|tx| tx.scan_keys(BY_ORG, b"", usize::MAX))
             .unwrap();
         assert_eq!(left.len(), 3, "agents 1 and 2, project 4");
+        // A damaged record does not keep the store from opening: it is left off.
+        store
+            .write(|tx| tx.put_raw(TRIGGERS, b"damaged", b"\x01not a frame"))
+            .unwrap();
+        assert_eq!(check(&store).unwrap(), [Kind::Trigger]);
+        assert!(names(Kind::Trigger).is_empty());
+        assert_eq!(names(Kind::Agent), ["a"]);
     }
 }
