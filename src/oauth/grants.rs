@@ -315,11 +315,7 @@ pub(super) fn revoke_person_grants_in(
     org_id: Option<u64>,
     now: Timestamp,
 ) -> Result<usize, StoreError> {
-    let grants = match org_id {
-        Some(org) => by_org::records::<Grant>(tx, Kind::Grant, org)?,
-        None => tx.scan::<Grant>(OAUTH_GRANTS, b"")?,
-    };
-    let theirs: Vec<u64> = grants
+    let theirs: Vec<u64> = by_org::records_in::<Grant>(tx, Kind::Grant, org_id)?
         .into_iter()
         .filter(|(_, g)| g.person_id == person_id && g.revoked_at.is_none())
         .filter(|(_, g)| org_id.is_none_or(|o| o == g.org_id))

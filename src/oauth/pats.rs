@@ -266,16 +266,13 @@ pub fn revoke_all_of_person(
     org_id: Option<u64>,
     now: Timestamp,
 ) -> Result<usize, StoreError> {
-    let tokens = match org_id {
-        Some(org) => by_org::records::<PersonalToken>(tx, Kind::PersonalToken, org)?,
-        None => tx.scan::<PersonalToken>(PATS, b"")?,
-    };
-    let theirs: Vec<PersonalToken> = tokens
-        .into_iter()
-        .map(|(_, t)| t)
-        .filter(|t| t.person_id == person_id && t.revoked_at.is_none())
-        .filter(|t| org_id.is_none_or(|o| o == t.org_id))
-        .collect();
+    let theirs: Vec<PersonalToken> =
+        by_org::records_in::<PersonalToken>(tx, Kind::PersonalToken, org_id)?
+            .into_iter()
+            .map(|(_, t)| t)
+            .filter(|t| t.person_id == person_id && t.revoked_at.is_none())
+            .filter(|t| org_id.is_none_or(|o| o == t.org_id))
+            .collect();
     for mut t in theirs.iter().cloned() {
         t.revoked_at = Some(now);
         tx.put(PATS, &key::id(t.id), &t)?;
@@ -296,12 +293,11 @@ pub fn delete_in(
         .filter(|t| which(t))
         .map(|t| (t.id, t.org_id))
         .collect();
-    let ids: std::collections::HashSet<u64> = owners.keys().copied().collect();
-    if ids.is_empty() {
+    if owners.is_empty() {
         return Ok(0);
     }
     for (k, id) in tx.scan::<u64>(PAT_HASHES, b"")? {
-        if ids.contains(&id) {
+        if owners.contains_key(&id) {
             tx.delete(PAT_HASHES, &k)?;
         }
     }
@@ -310,7 +306,7 @@ pub fn delete_in(
         tx.delete(PAT_LAST_USED, &key::id(*id))?;
         by_org::remove(tx, Kind::PersonalToken, *org_id, &key::id(*id))?;
     }
-    Ok(ids.len())
+    Ok(owners.len())
 }
 
 /// The bearer check of a `kb_pat_` token: known, not revoked, not expired, the organisation

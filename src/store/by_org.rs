@@ -98,6 +98,19 @@ pub fn records<R: serde::de::DeserializeOwned>(
     Ok(out)
 }
 
+/// [`records`] of the organisation `org_id`, or with `None` every record of the kind's table
+/// (a person's, across organisations).
+pub fn records_in<R: serde::de::DeserializeOwned>(
+    tx: &impl Read,
+    kind: Kind,
+    org_id: Option<u64>,
+) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
+    match org_id {
+        Some(org) => records(tx, kind, org),
+        None => tx.scan(kind.table(), b""),
+    }
+}
+
 #[derive(Deserialize)]
 struct OrgOf {
     org_id: u64,
