@@ -18,6 +18,7 @@ use crate::kb::KbError;
 use crate::kb::extract::{Extractor, Limits};
 use crate::kb::index::SearchIndex;
 use crate::metrics::Metrics;
+use crate::oauth::bearer_cache::BearerCache;
 use crate::store::{BatchWriter, GroupCommit, Store, StoreError};
 
 /// Directory of the search index inside the data directory.
@@ -55,6 +56,8 @@ pub struct App {
     pub runs: RunQueue,
     /// When each grant's last use was last queued for writing (throttles the batch writer).
     pub grant_use_stamped: DashMap<u64, Timestamp>,
+    /// Bearer checks that passed, while nothing they read has changed.
+    pub bearer_cache: BearerCache,
     /// The same for personal access tokens.
     pub pat_use_stamped: DashMap<u64, Timestamp>,
     /// Password and second-factor checks: failure counts and the bounded hashing pool.
@@ -92,6 +95,7 @@ impl App {
         let login = LoginGuard::new(clock.clone(), crate::identity::login::hashers());
         let oidc = Oidc::new(&config, &public_url, server_key, clock.clone());
         Ok(Arc::new(App {
+            bearer_cache: BearerCache::new(&store),
             grant_use_stamped: DashMap::new(),
             pat_use_stamped: DashMap::new(),
             config,

@@ -29,18 +29,7 @@ use crate::store::{
     StoreError, WriteTx, key,
 };
 
-/// Who acts through a valid access token.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AccessContext {
-    /// The grant; 0 for a personal access token.
-    pub grant_id: u64,
-    /// The personal access token acting, if one does (then `grant_id` is 0).
-    pub token_id: Option<u64>,
-    pub org_id: u64,
-    pub person_id: u64,
-    pub client_id: String,
-    pub scopes: Vec<String>,
-}
+pub use super::bearer_cache::AccessContext;
 
 /// A grant to be created with its first tokens.
 #[derive(Debug, Clone)]
@@ -162,6 +151,12 @@ pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError
     }
     let hash = hash_secret(token);
     let now = app.clock.now();
+    let cache = &app.bearer_cache;
+    if let Some(ctx) = cache.get(&hash, now) {
+        stamp_grant_use(app, &ctx, now);
+        return Ok(ctx);
+    }
+    let before = cache.before_check();
     let audience = app.connector_url();
     let found = app.store.read(|tx| -> Result<_, StoreError> {
         let Some(t) = tx.get::<TokenRecord>(OAUTH_TOKENS, &hash)? else {
@@ -187,16 +182,19 @@ pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError
         {
             return Ok(Err(BearerError::Denied(denied)));
         }
-        Ok(Ok(AccessContext {
-            grant_id: g.id,
-            token_id: None,
-            org_id: g.org_id,
-            person_id: g.person_id,
-            client_id: g.client_id,
-            scopes: t.scopes,
-        }))
+        Ok(Ok((
+            AccessContext {
+                grant_id: g.id,
+                token_id: None,
+                org_id: g.org_id,
+                person_id: g.person_id,
+                client_id: g.client_id,
+                scopes: t.scopes,
+            },
+            t.expires_at,
+        )))
     });
-    let ctx = match found {
+    let (ctx, expires_at) = match found {
         Ok(r) => r?,
         Err(e) => {
             // A store failure must not let a call through; the caller sees an invalid token
@@ -205,6 +203,12 @@ pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError
             return Err(BearerError::Invalid);
         }
     };
+    cache.keep(hash, before, expires_at, &ctx);
+    stamp_grant_use(app, &ctx, now);
+    Ok(ctx)
+}
+
+fn stamp_grant_use(app: &App, ctx: &AccessContext, now: Timestamp) {
     super::stamp_last_use(
         app,
         &app.grant_use_stamped,
@@ -213,7 +217,6 @@ pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError
         ctx.grant_id,
         now,
     );
-    Ok(ctx)
 }
 
 /// When a grant was last used by a connector call, if ever.

@@ -19,6 +19,7 @@
 )]
 
 pub mod authorize;
+pub mod bearer_cache;
 pub mod cimd;
 mod clients;
 mod credentials;

@@ -319,6 +319,12 @@ pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError
     }
     let hash = hash_secret(token);
     let now = app.clock.now();
+    let cache = &app.bearer_cache;
+    if let Some(ctx) = cache.get(&hash, now) {
+        stamp_token_use(app, &ctx, now);
+        return Ok(ctx);
+    }
+    let before = cache.before_check();
     let found = app.store.read(|tx| -> Result<_, StoreError> {
         let Some(id) = tx.get::<u64>(PAT_HASHES, &hash)? else {
             return Ok(Err(BearerError::Invalid));
@@ -341,22 +347,31 @@ pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError
         if org.personal_tokens == PersonalTokens::Deny {
             return Ok(Err(BearerError::Denied(AccessDenied::PersonalTokensOff)));
         }
-        Ok(Ok(AccessContext {
-            grant_id: 0,
-            token_id: Some(t.id),
-            org_id: t.org_id,
-            person_id: t.person_id,
-            client_id: CLIENT_NAME.to_owned(),
-            scopes: t.scopes,
-        }))
+        Ok(Ok((
+            AccessContext {
+                grant_id: 0,
+                token_id: Some(t.id),
+                org_id: t.org_id,
+                person_id: t.person_id,
+                client_id: CLIENT_NAME.to_owned(),
+                scopes: t.scopes,
+            },
+            t.expires_at,
+        )))
     });
-    let ctx = match found {
+    let (ctx, expires_at) = match found {
         Ok(r) => r?,
         Err(e) => {
             tracing::error!(error = %e, "personal token check could not read the store");
             return Err(BearerError::Invalid);
         }
     };
+    cache.keep(hash, before, expires_at, &ctx);
+    stamp_token_use(app, &ctx, now);
+    Ok(ctx)
+}
+
+fn stamp_token_use(app: &App, ctx: &AccessContext, now: Timestamp) {
     if let Some(id) = ctx.token_id {
         super::stamp_last_use(
             app,
@@ -367,7 +382,6 @@ pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError
             now,
         );
     }
-    Ok(ctx)
 }
 
 #[cfg(test)]

@@ -155,9 +155,13 @@ fn commit(
 ) -> Result<(), super::StoreError> {
     let db = store.db();
     let txn = db.begin_write()?;
+    let mut touched: Vec<super::Table> = Vec::new();
     for msg in batch {
         match msg {
             Msg::Append { table, key, value } => {
+                if !touched.iter().any(|t| t.name() == table.name()) {
+                    touched.push(table);
+                }
                 let key = match key {
                     Some(k) => k,
                     None => next_in(&txn, &format!("table:{}", table.name()))?
@@ -171,6 +175,8 @@ fn commit(
         }
     }
     txn.commit()?;
+    drop(db);
+    store.committed(&touched);
     Ok(())
 }
 

@@ -19,6 +19,7 @@ mod rewrite;
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
@@ -253,6 +254,26 @@ impl From<redb::DatabaseError> for StoreError {
 pub struct Store {
     db: Arc<RwLock<Database>>,
     path: PathBuf,
+    watches: Arc<RwLock<Vec<Watch>>>,
+}
+
+/// How many committed write transactions changed any of a set of tables ([`Store::watch`]).
+/// What was read from those tables after the count was taken is still what they say for as
+/// long as the count stays where it was: a cache tags what it keeps with the count taken
+/// *before* its read, and the count moves only *after* a commit, so a write the read missed
+/// always leaves the tag behind.
+#[derive(Clone, Debug)]
+pub struct ChangeCount(Arc<AtomicU64>);
+
+impl ChangeCount {
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+struct Watch {
+    tables: Vec<String>,
+    count: ChangeCount,
 }
 
 /// What a compaction did.
@@ -303,6 +324,7 @@ impl Store {
         let store = Store {
             db: Arc::new(RwLock::new(db)),
             path: path.to_owned(),
+            watches: Arc::default(),
         };
         let migrated = migrate::migrate(&store)?;
         by_org::check(&store)?;
@@ -363,10 +385,44 @@ impl Store {
     ) -> Result<T, E> {
         let db = self.db();
         let txn = db.begin_write().map_err(StoreError::from)?;
-        let mut tx = WriteTx { txn };
+        let mut tx = WriteTx {
+            txn,
+            touched: Vec::new(),
+        };
         let out = f(&mut tx)?;
-        tx.txn.commit().map_err(StoreError::from)?;
+        let WriteTx { txn, touched } = tx;
+        txn.commit().map_err(StoreError::from)?;
+        self.committed(&touched);
         Ok(out)
+    }
+
+    /// A count of the committed write transactions that change any of `tables` from now on.
+    pub fn watch(&self, tables: &[Table]) -> ChangeCount {
+        let count = ChangeCount(Arc::default());
+        self.watches
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Watch {
+                tables: tables.iter().map(|t| t.name().to_owned()).collect(),
+                count: count.clone(),
+            });
+        count
+    }
+
+    /// Moves the count of every watch over one of `touched`, after their commit.
+    fn committed(&self, touched: &[Table]) {
+        if touched.is_empty() {
+            return;
+        }
+        let watches = self.watches.read().unwrap_or_else(PoisonError::into_inner);
+        for w in watches.iter() {
+            if w.tables
+                .iter()
+                .any(|name| touched.iter().any(|t| t.name() == name))
+            {
+                w.count.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
     }
 
     /// The database, for the length of one transaction. A panic elsewhere leaves nothing of
@@ -412,6 +468,9 @@ impl Store {
         // The old file is gone from the directory already; dropping it closes it.
         *db = fresh;
         drop(db);
+        // The same records in a new file; caches need not know, but nothing is lost if they
+        // read them again.
+        self.committed(ALL_TABLES);
         Ok(Compaction {
             bytes_before,
             bytes_after: self.file_size()?,
@@ -756,6 +815,8 @@ inherent_reads!(ReadTx);
 /// A write transaction; it reads what it has written so far.
 pub struct WriteTx {
     txn: redb::WriteTransaction,
+    /// The tables it changed, for [`Store::watch`].
+    touched: Vec<Table>,
 }
 
 impl sealed::Open for WriteTx {
@@ -770,8 +831,15 @@ inherent_reads!(WriteTx);
 impl WriteTx {
     /// Stores raw bytes (content tables).
     pub fn put_raw(&mut self, table: Table, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
+        self.touch(table);
         self.txn.open_table(table)?.insert(key, bytes)?;
         Ok(())
+    }
+
+    fn touch(&mut self, table: Table) {
+        if !self.touched.iter().any(|t| t.name() == table.name()) {
+            self.touched.push(table);
+        }
     }
 
     pub fn put<R: Serialize>(
@@ -780,6 +848,7 @@ impl WriteTx {
         key: &[u8],
         record: &R,
     ) -> Result<(), StoreError> {
+        self.touch(table);
         self.txn
             .open_table(table)?
             .insert(key, encode(record).as_slice())?;
@@ -787,6 +856,7 @@ impl WriteTx {
     }
 
     pub fn delete(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
+        self.touch(table);
         Ok(self.txn.open_table(table)?.remove(key)?.is_some())
     }
 

@@ -662,3 +662,69 @@ async fn cooldown_counts_from_the_start_of_a_queued_run() {
     let (st, v) = fire(cool, cool_secret).await;
     assert_eq!(st, 202, "{v}");
 }
+
+/// Calls on many connections with one token while it is revoked (and, with a second token,
+/// while the organisation stops allowing connectors): every call sent after the change
+/// returned is refused, though the calls a moment before passed with their checks kept
+/// (`oauth::bearer_cache`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_call_passes_once_a_revocation_has_returned() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let t = TestServer::start().await;
+    let s = t.seed("Acme", "ann@example.org");
+    let app = t.app().clone();
+    for change in ["revoke the grant", "connecting not allowed"] {
+        let pair = t.grant_pair(s.org.id, s.person.id, &["kennisbank"]);
+        let changed = Arc::new(AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let mcp = t.mcp(&pair.access_token);
+            let changed = changed.clone();
+            tasks.push(tokio::spawn(async move {
+                // (sent after the change returned, status)
+                let mut seen = Vec::new();
+                let mut after = 0;
+                while after < 25 {
+                    let sent_after = changed.load(Ordering::SeqCst);
+                    let (status, _) = mcp.rpc("tools/list", json!({})).await;
+                    after += usize::from(sent_after);
+                    seen.push((sent_after, status));
+                }
+                seen
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        match change {
+            "revoke the grant" => {
+                assert!(kennis::oauth::revoke_grant(&app, pair.grant_id).unwrap());
+            }
+            _ => {
+                kennis::identity::set_org_policy(
+                    &app.store,
+                    &kennis::audit::Actor::Operator,
+                    &s.org.slug,
+                    Some(kennis::identity::ConnectorAccess::Nobody),
+                    None,
+                    app.clock.now(),
+                )
+                .unwrap();
+            }
+        }
+        changed.store(true, Ordering::SeqCst);
+        let mut passed_before = 0;
+        for task in tasks {
+            for (sent_after, status) in task.await.unwrap() {
+                if sent_after {
+                    assert!(status == 401 || status == 403, "{change}: {status}");
+                } else if status == 200 {
+                    passed_before += 1;
+                }
+            }
+        }
+        assert!(
+            passed_before > 8,
+            "{change}: {passed_before} calls passed before"
+        );
+    }
+}
