@@ -366,7 +366,9 @@ pub fn text_of(
 ) -> Result<Option<DocText>, StoreError> {
     match doc.kind {
         DocKind::Text => Ok(content(tx, &doc.hash)?.map(|bytes| DocText {
-            text: String::from_utf8_lossy(&bytes).into_owned(),
+            // Valid UTF-8 (every text document) is taken as it is, without a copy.
+            text: String::from_utf8(bytes)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
             extracted: false,
         })),
         DocKind::Binary if with_extracted => {

@@ -90,10 +90,15 @@ pub fn read(app: &App, caller: &Caller, args: &Args) -> Result<ToolOk, ToolError
             extracted,
         }) => {
             let total = content.chars().count();
-            let cut = content
-                .char_indices()
-                .nth(max_chars)
-                .map_or(content.len(), |(at, _)| at);
+            // A text of at most `max_chars` characters is shown whole, without walking it.
+            let cut = if total <= max_chars {
+                content.len()
+            } else {
+                content
+                    .char_indices()
+                    .nth(max_chars)
+                    .map_or(content.len(), |(at, _)| at)
+            };
             let excerpt = content.get(..cut).unwrap_or_default();
             let truncated = total > max_chars;
             super::args::set(&mut out, "excerpt", json!(excerpt));
