@@ -289,7 +289,8 @@ pub fn accept_invitation(
     } else {
         let name = check_name("name", name, 200)?;
         check_strength(password, &inv.email)?;
-        Some((name, hash_password(password)))
+        // Whoever held the link chose this password: the address is not proven.
+        Some((name, hash_password(password), true))
     };
     store.write(|tx| join_in(tx, token, new_account, now))
 }
@@ -328,18 +329,55 @@ pub fn accept_invitation_verified(
         let name = name
             .and_then(|n| check_name("name", n, 200).ok())
             .unwrap_or_else(|| email.split('@').next().unwrap_or_default().to_owned());
-        Some((name, password_hash))
+        Some((name, password_hash, false))
     };
     store.write(|tx| join_in(tx, token, new_account, now))
 }
 
+/// Ends every way into an account the caller's modules keep above this one: the connector's
+/// grants and personal tokens, and the portal sessions (`oauth::revoke_person_credentials_in`).
+pub type EndCredentials = fn(&mut WriteTx, u64, Timestamp) -> Result<(), StoreError>;
+
+/// The owner of an address an identity provider verified claims the account known by it, if
+/// it is [`Person::claimable`]: in one transaction its password becomes `password_hash` (one
+/// nobody knows), its second factor is cleared, `end` ends every session, connection and token
+/// of it, and `account.claim` is audited in each of its organisations. Whoever set the
+/// password through a link is shut out before the owner is let in. Returns the person as they
+/// are now (unchanged when there was nothing to claim).
+pub fn claim(
+    store: &Store,
+    person_id: u64,
+    password_hash: String,
+    end: EndCredentials,
+    now: Timestamp,
+) -> Result<Person, IdentityError> {
+    store.write(|tx| {
+        let mut person: Person = tx
+            .get(PEOPLE, &key::id(person_id))?
+            .ok_or_else(|| IdentityError::UnknownPerson(format!("#{person_id}")))?;
+        if !person.claimable {
+            return Ok(person);
+        }
+        person.password_hash = password_hash;
+        person.totp = None;
+        person.claimable = false;
+        tx.put(PEOPLE, &key::id(person.id), &person)?;
+        end(tx, person.id, now)?;
+        let actor = Actor::person(person.id, &person.email);
+        for org_id in super::org_ids_of(tx, person.id)? {
+            audit::admin_in(tx, org_id, &actor, "account.claim", &person.email, now)?;
+        }
+        Ok(person)
+    })
+}
+
 /// The write of an accepted invitation: the account (the existing one, or a new one from
-/// `new_account`: name and password hash) becomes a member with the invited role, and the
-/// link is used up.
+/// `new_account`: name, password hash, and whether it is [`Person::claimable`]) becomes a
+/// member with the invited role, and the link is used up.
 fn join_in(
     tx: &mut WriteTx,
     token: &str,
-    new_account: Option<(String, String)>,
+    new_account: Option<(String, String, bool)>,
     now: Timestamp,
 ) -> Result<Person, IdentityError> {
     let (k, mut inv) = live_invitation(tx, token, now)?;
@@ -348,8 +386,13 @@ fn join_in(
         (Some(id), None) => tx
             .get(PEOPLE, &key::id(id))?
             .ok_or(IdentityError::LinkUnknown)?,
-        (None, Some((name, password_hash))) => {
-            super::create_person_in(tx, inv.email.clone(), name, password_hash, now)?
+        (None, Some((name, password_hash, claimable))) => {
+            let mut p = super::create_person_in(tx, inv.email.clone(), name, password_hash, now)?;
+            if claimable {
+                p.claimable = true;
+                tx.put(PEOPLE, &key::id(p.id), &p)?;
+            }
+            p
         }
         // The account appeared or vanished since the page was shown: show it again.
         _ => return Err(IdentityError::DuplicateEmail(inv.email.clone())),
@@ -453,6 +496,8 @@ pub fn use_reset_in(
     let (k, mut link, mut person) = live_reset(tx, token, now)?;
     person.password_hash = password_hash;
     person.totp = None;
+    // The link may have been handed over by an admin, who could have used it themselves.
+    person.claimable = true;
     tx.put(PEOPLE, &key::id(person.id), &person)?;
     link.used_at = Some(now);
     tx.put(RESET_LINKS, &k, &link)?;

@@ -24,10 +24,10 @@ use crate::store::{
 
 pub use login::LoginGuard;
 pub use members::{
-    INVITATION_LIFETIME_SECS, INVITATION_PREFIX, Invitation, MemberChange, RESET_LIFETIME_SECS,
-    RESET_PREFIX, ResetLink, accept_invitation, accept_invitation_verified, check_removable,
-    invite, issue_reset_in, member_by_email, open_invitation, open_reset, remove_member_in,
-    set_member, use_reset_in,
+    EndCredentials, INVITATION_LIFETIME_SECS, INVITATION_PREFIX, Invitation, MemberChange,
+    RESET_LIFETIME_SECS, RESET_PREFIX, ResetLink, accept_invitation, accept_invitation_verified,
+    check_removable, claim, invite, issue_reset_in, member_by_email, open_invitation, open_reset,
+    remove_member_in, set_member, use_reset_in,
 };
 pub use password::{check_strength, hash_password, verify_password_hash};
 pub use totp::{TotpEnrolment, code_at};
@@ -237,6 +237,13 @@ pub struct Person {
     /// Since when the person may not sign in (`kennis user disable`); `None`: they may.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disabled_at: Option<Timestamp>,
+    /// The password was set through a link that may have passed through other hands (an
+    /// invitation link opened as a new account, a reset link): nobody has proven that the
+    /// address is the account holder's. The address's owner claims the account by signing in
+    /// with an identity provider that verified it ([`oidc`]): its password and second factor
+    /// are replaced and every session, connection and token ends before they are let in.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub claimable: bool,
 }
 
 impl Person {
@@ -496,6 +503,7 @@ pub(crate) fn create_person_in(
         last_login: None,
         created_at: now,
         disabled_at: None,
+        claimable: false,
     };
     tx.put(PEOPLE, &key::id(person.id), &person)?;
     tx.put(PEOPLE_BY_EMAIL, person.email.as_bytes(), &person.id)?;

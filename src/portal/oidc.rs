@@ -17,6 +17,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::routing::get;
+use jiff::Timestamp;
 use maud::{Markup, html};
 
 use super::i18n::t;
@@ -27,8 +28,9 @@ use super::{
 use crate::app::App;
 use crate::http::client_ip::CallerIp;
 use crate::http::error::ToProblem;
-use crate::identity::oidc::{Callback, FLOW_LIFETIME_SECS, OidcError};
+use crate::identity::oidc::{Accounts, Callback, FLOW_LIFETIME_SECS, OidcError};
 use crate::identity::{IdentityError, hash_secret};
+use crate::store::{StoreError, WriteTx};
 
 /// The cookie of a sign-in under way (sealed by the domain: provider, seed, where to go).
 pub const FLOW_COOKIE: &str = "kb_oidc";
@@ -99,7 +101,17 @@ async fn callback(
     let flow = super::cookie(&headers, FLOW_COOKIE);
     let r = app
         .oidc
-        .finish(&app.store, &app.login, &id, flow, params, ip)
+        .finish(
+            Accounts {
+                store: &app.store,
+                login: &app.login,
+                end: end_credentials,
+            },
+            &id,
+            flow,
+            params,
+            ip,
+        )
         .await;
     match r {
         Ok(signed) => {
@@ -121,6 +133,12 @@ async fn callback(
         }
         Err(e) => refused(&app, &e),
     }
+}
+
+/// What a claimed account's sign-in ends first ([`crate::identity::claim`]): every session,
+/// connection and personal token of it.
+fn end_credentials(tx: &mut WriteTx, person_id: u64, now: Timestamp) -> Result<(), StoreError> {
+    crate::oauth::revoke_person_credentials_in(tx, person_id, None, now).map(|_| ())
 }
 
 /// The page of a refused sign-in: why, in the request's language, and the way back to the

@@ -768,3 +768,110 @@ async fn removal_in_the_portal_revokes_grants_in_that_organisation_only() {
     assert_eq!(other.get(&members_path).await.status, 403);
     t.stop().await;
 }
+
+/// What a claim ends, as the portal passes it: every session, connection and token.
+fn end_all(
+    tx: &mut kennis::store::WriteTx,
+    person_id: u64,
+    now: jiff::Timestamp,
+) -> Result<(), kennis::store::StoreError> {
+    kennis::oauth::revoke_person_credentials_in(tx, person_id, None, now).map(|_| ())
+}
+
+/// An account whose password came through a link (an invitation opened as a new account, a
+/// reset link) is claimable: whoever held the link may have chosen that password. A claim
+/// (what a provider's sign-in for the address does) replaces the password, clears the second
+/// factor, ends the connections and is audited; an account made otherwise is left as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_set_through_a_link_is_shut_out_when_the_address_is_claimed() {
+    let t = TestServer::start().await;
+    let s = t.seed("Acme", "admin@example.org");
+    let app = t.app();
+    let now = app.clock.now();
+    let by = kennis::audit::Actor::person(s.person.id, &s.person.email);
+    assert!(!s.person.claimable, "an account the operator made");
+    let (_, link) = identity::invite(
+        &app.store,
+        &by,
+        s.org.id,
+        "invitee@example.org",
+        Role::Member,
+        now,
+    )
+    .unwrap();
+    // The admin opens the link as the new account, with a password of their choosing.
+    let chosen = "een-wachtwoord-van-de-beheerder";
+    let made = identity::accept_invitation(&app.store, &link, "Ivy", chosen, now).unwrap();
+    assert!(made.claimable);
+    assert!(identity::verify_login(&app.store, "invitee@example.org", chosen).is_ok());
+    // … enrols a second factor of their own, accepts the terms and connects an assistant.
+    let enrol = identity::reset_totp(&app.store, "invitee@example.org").unwrap();
+    let code = identity::code_at(&enrol.secret, now);
+    identity::verify_totp(&app.store, made.id, &code, now).unwrap();
+    identity::accept_terms(&app.store, made.id, &app.config.terms_version).unwrap();
+    let grant = t
+        .grant_pair(s.org.id, made.id, &["kennisbank"])
+        .access_token;
+    assert_eq!(kennis::oauth::check_bearer(app, &grant).err(), None);
+
+    let nobodys = identity::hash_password("niemand-kent-dit-wachtwoord-123");
+    let claimed = identity::claim(&app.store, made.id, nobodys, end_all, now).unwrap();
+    assert!(!claimed.claimable);
+    assert!(claimed.totp.is_none());
+    assert!(identity::verify_login(&app.store, "invitee@example.org", chosen).is_err());
+    assert_eq!(
+        kennis::oauth::check_bearer(app, &grant),
+        Err(kennis::oauth::BearerError::Revoked)
+    );
+    let audited = |action: &str| {
+        app.store
+            .read(|tx| kennis::audit::records(tx, s.org.id, None))
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.action.as_deref() == Some(action))
+            .count()
+    };
+    assert_eq!(audited("account.claim"), 1);
+
+    // Nothing is left to claim: a second claim changes nothing.
+    let stored = identity::find_person(&app.store, "invitee@example.org").unwrap();
+    let again = identity::claim(
+        &app.store,
+        made.id,
+        identity::hash_password("nog-een-ander-wachtwoord-456"),
+        end_all,
+        now,
+    )
+    .unwrap();
+    assert_eq!(again, stored);
+    assert_eq!(audited("account.claim"), 1);
+    // The seeded admin is not claimable either: a claim leaves their password.
+    identity::claim(
+        &app.store,
+        s.person.id,
+        identity::hash_password("nog-een-ander-wachtwoord-456"),
+        end_all,
+        now,
+    )
+    .unwrap();
+    assert!(
+        identity::verify_login(
+            &app.store,
+            "admin@example.org",
+            crate::fixture::SEED_PASSWORD
+        )
+        .is_ok()
+    );
+
+    // A reset link passes through hands too: the password it sets is claimable again.
+    let reset = kennis::oauth::issue_reset(
+        &app.store,
+        &kennis::audit::Actor::Operator,
+        None,
+        "invitee@example.org",
+        now,
+    )
+    .unwrap();
+    let p = kennis::oauth::use_reset(&app.store, &reset, "een-nieuw-lang-wachtwoord", now).unwrap();
+    assert!(p.claimable);
+}

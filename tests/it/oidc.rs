@@ -1021,3 +1021,72 @@ async fn an_admin_revokes_a_members_connections_in_their_own_organisation_only()
     assert_eq!(p.status, 404);
     assert!(works(&t, &theirs.0));
 }
+
+/// The pre-account takeover, end to end: an organisation's admin opens an invitation link for
+/// an address that has no account, chooses its password and connects an assistant. When the
+/// address's owner later accepts another organisation's invitation by signing in with a
+/// provider that verified the address, the account becomes theirs alone: the admin's password,
+/// connection and personal token stop working before the owner joins, and the claim is
+/// audited in the first organisation. A later sign-in claims nothing again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Node and `npm ci` in tests/node (oidc-provider); run by .ci/run"]
+async fn the_owner_of_an_address_claims_an_account_made_through_a_link() {
+    let port = free_port();
+    let t = kennis_for(port, |_| {}).await;
+    let _idp = start_idp(&t, port, &[]).await;
+    let x = t.seed("Acme", "admin@example.org");
+    let y = t.seed("Beta", "boss@example.org");
+    let app = t.app();
+    let now = app.clock.now();
+    let invite = |org: &Seeded, email: &str| {
+        let by = kennis::audit::Actor::person(org.person.id, &org.person.email);
+        let role = kennis::identity::Role::Member;
+        kennis::identity::invite(&app.store, &by, org.org.id, email, role, now)
+            .unwrap()
+            .1
+    };
+    let chosen = "een-wachtwoord-van-de-beheerder";
+    let made = kennis::identity::accept_invitation(
+        &app.store,
+        &invite(&x, "invitee@example.org"),
+        "Ivy",
+        chosen,
+        now,
+    )
+    .unwrap();
+    assert!(made.claimable);
+    let enrol = kennis::identity::reset_totp(&app.store, "invitee@example.org").unwrap();
+    let code = kennis::identity::code_at(&enrol.secret, now);
+    kennis::identity::verify_totp(&app.store, made.id, &code, now).unwrap();
+    kennis::identity::accept_terms(&app.store, made.id, &app.config.terms_version).unwrap();
+    let (grant, pat) = credentials(&t, x.org.id, made.id);
+    assert!(works(&t, &grant) && works(&t, &pat));
+
+    let mut b = Browser::new(&t);
+    let page = b
+        .get(&format!("/invite/{}", invite(&y, "invitee@example.org")))
+        .await;
+    let start = link(&page, "oidc-idp");
+    let callback = to_callback(&t, &mut b, &start, "invitee", |_| {}).await;
+    let p = b.get(&callback).await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    assert!(has_session(&b));
+    let person = kennis::identity::find_person(&app.store, "invitee@example.org").unwrap();
+    assert_eq!(person.id, made.id);
+    assert!(!person.claimable);
+    assert!(kennis::identity::verify_login(&app.store, "invitee@example.org", chosen).is_err());
+    assert!(!works(&t, &grant) && !works(&t, &pat));
+    let in_y = app
+        .store
+        .read(|tx| kennis::identity::member(tx, y.org.id, person.id))
+        .unwrap();
+    assert!(in_y.is_some());
+    let claims = admin_actions(&t, x.org.id, "account.claim");
+    assert_eq!(claims, vec!["invitee@example.org invitee@example.org"]);
+
+    // Signed in again: nothing left to claim.
+    let mut b = Browser::new(&t);
+    let p = sign_in(&t, &mut b, "invitee", "/portal").await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    assert_eq!(admin_actions(&t, x.org.id, "account.claim").len(), 1);
+}

@@ -14,7 +14,9 @@
 //!   against the provider's JWKS, `iss`, `aud`, `exp`, `nonce`); the email — from the ID
 //!   token, else from the userinfo endpoint for the same `sub` — must be verified by the
 //!   provider (`email_verified: true`; Entra ID, which never sends it for work accounts, may
-//!   say so with its `xms_edov` claim instead); then the person with that email
+//!   say so with its `xms_edov` claim instead); an account with that email whose password
+//!   came through a link is claimed ([`super::claim`]: whoever chose that password is shut
+//!   out); then the person with that email
 //!   (case-insensitively), who must exist and not be disabled — or, with an invitation, the
 //!   invitation is accepted for that address if it is the invited one. No account is ever
 //!   made for an unknown email. A new session starts, past the second factor only when the
@@ -50,7 +52,7 @@ use subtle::ConstantTimeEq;
 use self::provider::{Discovery, Expected, IdTokenError};
 use super::login::{ATTEMPTS_PER_WINDOW, FAILURES_PER_WINDOW, LoginGuard};
 use super::sessions::{self, Session};
-use super::{IdentityError, Person};
+use super::{EndCredentials, IdentityError, Person};
 use crate::clock::SharedClock;
 use crate::config::{Config, OidcProvider};
 use crate::ratelimit::{Limiter, WINDOW};
@@ -133,6 +135,16 @@ pub struct Callback {
     pub error: Option<String>,
     /// The issuer the answer names (RFC 9207); when present it must be the provider's.
     pub iss: Option<String>,
+}
+
+/// Where a sign-in may land: the store, the password hashers (for an account an invitation
+/// makes, whose password nobody knows), and what a claim ends above this module
+/// ([`super::claim`]: the connections and tokens, `oauth::revoke_person_credentials_in`).
+#[derive(Clone, Copy)]
+pub struct Accounts<'a> {
+    pub store: &'a Store,
+    pub login: &'a LoginGuard,
+    pub end: EndCredentials,
 }
 
 /// A finished sign-in: the new session's cookie token, the session, the person, and where to
@@ -303,12 +315,10 @@ impl Oidc {
     }
 
     /// Finishes a sign-in at the redirect URI (see the module's order of checks): the new
-    /// session, or why not. `flow` is the flow cookie's value; `login` runs the password hash
-    /// of an account an invitation makes.
+    /// session, or why not. `flow` is the flow cookie's value.
     pub async fn finish(
         &self,
-        store: &Store,
-        login: &LoginGuard,
+        accounts: Accounts<'_>,
         id: &str,
         flow: Option<&str>,
         callback: Callback,
@@ -317,7 +327,7 @@ impl Oidc {
         let p = self.provider(id)?;
         self.callbacks.check(&ip).map_err(too_many)?;
         self.failures.check(&ip).map_err(too_many)?;
-        let judged = self.judge(store, login, &p, flow, callback).await;
+        let judged = self.judge(accounts, &p, flow, callback).await;
         // The provider being unreachable or the hashers busy is not the caller's failure.
         let not_theirs = matches!(
             judged,
@@ -334,12 +344,12 @@ impl Oidc {
 
     async fn judge(
         &self,
-        store: &Store,
-        login: &LoginGuard,
+        accounts: Accounts<'_>,
         p: &ProviderState,
         flow: Option<&str>,
         callback: Callback,
     ) -> Result<SignedIn, OidcError> {
+        let Accounts { store, login, end } = accounts;
         let now = self.clock.now();
         let flow = flow
             .and_then(|f| self.unseal(f, now))
@@ -446,6 +456,15 @@ impl Oidc {
         };
         let (store, skip) = (store.clone(), cfg.skip_second_factor);
         let (token, session, person) = tokio::task::spawn_blocking(move || {
+            // The provider proved the address: an account whose password came through a link
+            // is the owner's now, and whoever set that password is shut out first.
+            let known = store
+                .read(|tx| super::person_by_email(tx, &email))
+                .map_err(IdentityError::from)?;
+            if let Some(p) = known.filter(|p| p.claimable && p.disabled_at.is_none()) {
+                let nobodys = super::hash_password(&super::new_secret(""));
+                super::claim(&store, p.id, nobodys, end, now)?;
+            }
             let person = match (&flow.i, password_hash) {
                 (Some(invite), Some(hash)) => super::accept_invitation_verified(
                     &store,
