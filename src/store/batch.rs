@@ -174,9 +174,10 @@ fn commit(
             Msg::Flush(w) => waiters.push(w),
         }
     }
-    txn.commit()?;
+    let committed = txn.commit();
     drop(db);
     store.committed(&touched);
+    committed?;
     Ok(())
 }
 

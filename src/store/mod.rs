@@ -391,8 +391,11 @@ impl Store {
         };
         let out = f(&mut tx)?;
         let WriteTx { txn, touched } = tx;
-        txn.commit().map_err(StoreError::from)?;
+        let committed = txn.commit();
+        // Also after a failed commit, whose outcome on disk may be unknown: a cache reads
+        // again rather than trust what it kept.
         self.committed(&touched);
+        committed.map_err(StoreError::from)?;
         Ok(out)
     }
 
