@@ -387,12 +387,7 @@ fn join_in(
             .get(PEOPLE, &key::id(id))?
             .ok_or(IdentityError::LinkUnknown)?,
         (None, Some((name, password_hash, claimable))) => {
-            let mut p = super::create_person_in(tx, inv.email.clone(), name, password_hash, now)?;
-            if claimable {
-                p.claimable = true;
-                tx.put(PEOPLE, &key::id(p.id), &p)?;
-            }
-            p
+            super::create_person_in(tx, inv.email.clone(), name, password_hash, claimable, now)?
         }
         // The account appeared or vanished since the page was shown: show it again.
         _ => return Err(IdentityError::DuplicateEmail(inv.email.clone())),

@@ -478,18 +478,21 @@ pub fn add_person(
             email.clone(),
             name,
             password_hash,
+            false,
             now,
         )?)
     })
 }
 
 /// Stores a new person (no second factor, no terms yet) under a normalised `email` that the
-/// caller checked is free, in the caller's write transaction.
+/// caller checked is free, in the caller's write transaction; `claimable`: the password came
+/// through a link ([`Person::claimable`]).
 pub(crate) fn create_person_in(
     tx: &mut WriteTx,
     email: String,
     name: String,
     password_hash: String,
+    claimable: bool,
     now: Timestamp,
 ) -> Result<Person, StoreError> {
     let person = Person {
@@ -503,7 +506,7 @@ pub(crate) fn create_person_in(
         last_login: None,
         created_at: now,
         disabled_at: None,
-        claimable: false,
+        claimable,
     };
     tx.put(PEOPLE, &key::id(person.id), &person)?;
     tx.put(PEOPLE_BY_EMAIL, person.email.as_bytes(), &person.id)?;

@@ -59,7 +59,7 @@ struct Kept {
 
 /// The store's count of changes, taken before a check reads the store.
 #[derive(Debug, Clone, Copy)]
-pub struct Before(u64);
+struct Before(u64);
 
 impl BearerCache {
     pub fn new(store: &Store) -> BearerCache {
@@ -69,26 +69,38 @@ impl BearerCache {
         }
     }
 
-    /// Call before reading the store for a check whose outcome may be kept.
-    pub fn before_check(&self) -> Before {
+    /// A bearer check of the token with this `hash` at `now`: the kept outcome while nothing
+    /// it read has changed and the token has not expired, else `read` (the check against the
+    /// store: the acting person and the token's expiry), kept when it passes. The count is
+    /// taken before `read` runs, so a write that `read` missed leaves what it kept behind.
+    pub fn check<E>(
+        &self,
+        hash: [u8; 32],
+        now: Timestamp,
+        read: impl FnOnce() -> Result<(AccessContext, Timestamp), E>,
+    ) -> Result<AccessContext, E> {
+        if let Some(kept) = self.get(&hash, now) {
+            return Ok(kept);
+        }
+        let before = self.before_check();
+        let (access, expires_at) = read()?;
+        self.keep(hash, before, expires_at, &access);
+        Ok(access)
+    }
+
+    fn before_check(&self) -> Before {
         Before(self.changes.get())
     }
 
     /// The kept outcome for a token's hash, if nothing it read has changed since and the
     /// token has not expired by `now`.
-    pub fn get(&self, hash: &[u8; 32], now: Timestamp) -> Option<AccessContext> {
+    fn get(&self, hash: &[u8; 32], now: Timestamp) -> Option<AccessContext> {
         let kept = self.kept.get(hash)?;
         (kept.changes == self.changes.get() && now < kept.expires_at).then(|| kept.access.clone())
     }
 
     /// Keeps a passed check of a token valid until `expires_at`, read after `before`.
-    pub fn keep(
-        &self,
-        hash: [u8; 32],
-        before: Before,
-        expires_at: Timestamp,
-        access: &AccessContext,
-    ) {
+    fn keep(&self, hash: [u8; 32], before: Before, expires_at: Timestamp, access: &AccessContext) {
         if before.0 != self.changes.get() {
             // Something changed while the check read: keep nothing from it.
             return;

@@ -151,64 +151,51 @@ pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError
     }
     let hash = hash_secret(token);
     let now = app.clock.now();
-    let cache = &app.bearer_cache;
-    if let Some(ctx) = cache.get(&hash, now) {
-        stamp_grant_use(app, &ctx, now);
-        return Ok(ctx);
-    }
-    let before = cache.before_check();
     let audience = app.connector_url();
-    let found = app.store.read(|tx| -> Result<_, StoreError> {
-        let Some(t) = tx.get::<TokenRecord>(OAUTH_TOKENS, &hash)? else {
-            return Ok(Err(BearerError::Invalid));
-        };
-        if t.kind != TokenKind::Access {
-            return Ok(Err(BearerError::Invalid));
-        }
-        let Some(g) = tx.get::<Grant>(OAUTH_GRANTS, &key::id(t.grant_id))? else {
-            return Ok(Err(BearerError::Invalid));
-        };
-        if g.revoked_at.is_some() {
-            return Ok(Err(BearerError::Revoked));
-        }
-        if now >= t.expires_at {
-            return Ok(Err(BearerError::Expired));
-        }
-        if !bool::from(t.audience.as_bytes().ct_eq(audience.as_bytes())) {
-            return Ok(Err(BearerError::Invalid));
-        }
-        if let Err(denied) =
-            identity::connector_access(tx, g.org_id, g.person_id, &app.config.terms_version)?
-        {
-            return Ok(Err(BearerError::Denied(denied)));
-        }
-        Ok(Ok((
-            AccessContext {
-                grant_id: g.id,
-                token_id: None,
-                org_id: g.org_id,
-                person_id: g.person_id,
-                client_id: g.client_id,
-                scopes: t.scopes,
-            },
-            t.expires_at,
-        )))
-    });
-    let (ctx, expires_at) = match found {
-        Ok(r) => r?,
-        Err(e) => {
+    let ctx = app.bearer_cache.check(hash, now, || {
+        let found = app.store.read(|tx| -> Result<_, StoreError> {
+            let Some(t) = tx.get::<TokenRecord>(OAUTH_TOKENS, &hash)? else {
+                return Ok(Err(BearerError::Invalid));
+            };
+            if t.kind != TokenKind::Access {
+                return Ok(Err(BearerError::Invalid));
+            }
+            let Some(g) = tx.get::<Grant>(OAUTH_GRANTS, &key::id(t.grant_id))? else {
+                return Ok(Err(BearerError::Invalid));
+            };
+            if g.revoked_at.is_some() {
+                return Ok(Err(BearerError::Revoked));
+            }
+            if now >= t.expires_at {
+                return Ok(Err(BearerError::Expired));
+            }
+            if !bool::from(t.audience.as_bytes().ct_eq(audience.as_bytes())) {
+                return Ok(Err(BearerError::Invalid));
+            }
+            if let Err(denied) =
+                identity::connector_access(tx, g.org_id, g.person_id, &app.config.terms_version)?
+            {
+                return Ok(Err(BearerError::Denied(denied)));
+            }
+            Ok(Ok((
+                AccessContext {
+                    grant_id: g.id,
+                    token_id: None,
+                    org_id: g.org_id,
+                    person_id: g.person_id,
+                    client_id: g.client_id,
+                    scopes: t.scopes,
+                },
+                t.expires_at,
+            )))
+        });
+        found.unwrap_or_else(|e| {
             // A store failure must not let a call through; the caller sees an invalid token
             // and the log says why.
             tracing::error!(error = %e, "bearer check could not read the store");
-            return Err(BearerError::Invalid);
-        }
-    };
-    cache.keep(hash, before, expires_at, &ctx);
-    stamp_grant_use(app, &ctx, now);
-    Ok(ctx)
-}
-
-fn stamp_grant_use(app: &App, ctx: &AccessContext, now: Timestamp) {
+            Err(BearerError::Invalid)
+        })
+    })?;
     super::stamp_last_use(
         app,
         &app.grant_use_stamped,
@@ -217,6 +204,7 @@ fn stamp_grant_use(app: &App, ctx: &AccessContext, now: Timestamp) {
         ctx.grant_id,
         now,
     );
+    Ok(ctx)
 }
 
 /// When a grant was last used by a connector call, if ever.
@@ -321,7 +309,6 @@ pub(super) fn revoke_person_grants_in(
     let theirs: Vec<u64> = by_org::records_in::<Grant>(tx, Kind::Grant, org_id)?
         .into_iter()
         .filter(|(_, g)| g.person_id == person_id && g.revoked_at.is_none())
-        .filter(|(_, g)| org_id.is_none_or(|o| o == g.org_id))
         .map(|(_, g)| g.id)
         .collect();
     for id in &theirs {

@@ -271,7 +271,6 @@ pub fn revoke_all_of_person(
             .into_iter()
             .map(|(_, t)| t)
             .filter(|t| t.person_id == person_id && t.revoked_at.is_none())
-            .filter(|t| org_id.is_none_or(|o| o == t.org_id))
             .collect();
     for mut t in theirs.iter().cloned() {
         t.revoked_at = Some(now);
@@ -319,59 +318,49 @@ pub fn check_bearer(app: &App, token: &str) -> Result<AccessContext, BearerError
     }
     let hash = hash_secret(token);
     let now = app.clock.now();
-    let cache = &app.bearer_cache;
-    if let Some(ctx) = cache.get(&hash, now) {
-        stamp_token_use(app, &ctx, now);
-        return Ok(ctx);
-    }
-    let before = cache.before_check();
-    let found = app.store.read(|tx| -> Result<_, StoreError> {
-        let Some(id) = tx.get::<u64>(PAT_HASHES, &hash)? else {
-            return Ok(Err(BearerError::Invalid));
-        };
-        let Some(t) = tx.get::<PersonalToken>(PATS, &key::id(id))? else {
-            return Ok(Err(BearerError::Invalid));
-        };
-        if t.revoked_at.is_some() {
-            return Ok(Err(BearerError::Revoked));
-        }
-        if now >= t.expires_at {
-            return Ok(Err(BearerError::Expired));
-        }
-        let (org, ..) =
-            match identity::connector_access(tx, t.org_id, t.person_id, &app.config.terms_version)?
-            {
+    let ctx = app.bearer_cache.check(hash, now, || {
+        let found = app.store.read(|tx| -> Result<_, StoreError> {
+            let Some(id) = tx.get::<u64>(PAT_HASHES, &hash)? else {
+                return Ok(Err(BearerError::Invalid));
+            };
+            let Some(t) = tx.get::<PersonalToken>(PATS, &key::id(id))? else {
+                return Ok(Err(BearerError::Invalid));
+            };
+            if t.revoked_at.is_some() {
+                return Ok(Err(BearerError::Revoked));
+            }
+            if now >= t.expires_at {
+                return Ok(Err(BearerError::Expired));
+            }
+            let (org, ..) = match identity::connector_access(
+                tx,
+                t.org_id,
+                t.person_id,
+                &app.config.terms_version,
+            )? {
                 Ok(found) => found,
                 Err(denied) => return Ok(Err(BearerError::Denied(denied))),
             };
-        if org.personal_tokens == PersonalTokens::Deny {
-            return Ok(Err(BearerError::Denied(AccessDenied::PersonalTokensOff)));
-        }
-        Ok(Ok((
-            AccessContext {
-                grant_id: 0,
-                token_id: Some(t.id),
-                org_id: t.org_id,
-                person_id: t.person_id,
-                client_id: CLIENT_NAME.to_owned(),
-                scopes: t.scopes,
-            },
-            t.expires_at,
-        )))
-    });
-    let (ctx, expires_at) = match found {
-        Ok(r) => r?,
-        Err(e) => {
+            if org.personal_tokens == PersonalTokens::Deny {
+                return Ok(Err(BearerError::Denied(AccessDenied::PersonalTokensOff)));
+            }
+            Ok(Ok((
+                AccessContext {
+                    grant_id: 0,
+                    token_id: Some(t.id),
+                    org_id: t.org_id,
+                    person_id: t.person_id,
+                    client_id: CLIENT_NAME.to_owned(),
+                    scopes: t.scopes,
+                },
+                t.expires_at,
+            )))
+        });
+        found.unwrap_or_else(|e| {
             tracing::error!(error = %e, "personal token check could not read the store");
-            return Err(BearerError::Invalid);
-        }
-    };
-    cache.keep(hash, before, expires_at, &ctx);
-    stamp_token_use(app, &ctx, now);
-    Ok(ctx)
-}
-
-fn stamp_token_use(app: &App, ctx: &AccessContext, now: Timestamp) {
+            Err(BearerError::Invalid)
+        })
+    })?;
     if let Some(id) = ctx.token_id {
         super::stamp_last_use(
             app,
@@ -382,6 +371,7 @@ fn stamp_token_use(app: &App, ctx: &AccessContext, now: Timestamp) {
             now,
         );
     }
+    Ok(ctx)
 }
 
 #[cfg(test)]

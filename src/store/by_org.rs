@@ -5,7 +5,7 @@
 //! is (kind, organisation id, the record's key) with an empty value, written in the transaction
 //! that creates the record and removed in the one that deletes it.
 //!
-//! The table is derived: every start compares its keys with those of the three tables and
+//! The table is derived: every start compares its keys with those of the five tables and
 //! rebuilds a kind that differs (a store written by a binary from before it, a restored backup,
 //! a record written by an older binary since).
 
@@ -160,7 +160,7 @@ pub(super) fn check(store: &Store) -> Result<Vec<Kind>, StoreError> {
         }
         Ok::<_, StoreError>(())
     })?;
-    tracing::info!(kinds = ?stale, "rebuilt the per-organisation list of agents, projects and triggers");
+    tracing::info!(kinds = ?stale, "rebuilt the per-organisation list of these kinds of record");
     Ok(stale)
 }
 

@@ -833,6 +833,19 @@ async fn a_password_set_through_a_link_is_shut_out_when_the_address_is_claimed()
     };
     assert_eq!(audited("account.claim"), 1);
 
+    // An unknown person: refused, nothing written.
+    let unknown = identity::claim(
+        &app.store,
+        999_999,
+        identity::hash_password("nog-een-ander-wachtwoord-456"),
+        end_all,
+        now,
+    );
+    assert!(matches!(
+        unknown,
+        Err(identity::IdentityError::UnknownPerson(_))
+    ));
+    assert_eq!(audited("account.claim"), 1);
     // Nothing is left to claim: a second claim changes nothing.
     let stored = identity::find_person(&app.store, "invitee@example.org").unwrap();
     let again = identity::claim(

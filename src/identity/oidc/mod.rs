@@ -445,25 +445,28 @@ impl Oidc {
             .get("name")
             .and_then(Value::as_str)
             .map(str::to_owned);
-        // An invitation may make an account, whose password nobody knows.
-        let password_hash = match &flow.i {
-            Some(_) => Some(
+        // The provider proved the address: an account whose password came through a link is
+        // claimed (whoever set that password is shut out before the owner is let in). A claim,
+        // like an account an invitation makes, needs a password nobody knows.
+        let known = store
+            .read(|tx| super::person_by_email(tx, &email))
+            .map_err(IdentityError::from)?;
+        let claiming = known
+            .as_ref()
+            .is_some_and(|p| p.claimable && p.disabled_at.is_none());
+        let password_hash = if flow.i.is_some() || claiming {
+            Some(
                 login
                     .hash(|| super::hash_password(&super::new_secret("")))
                     .await?,
-            ),
-            None => None,
+            )
+        } else {
+            None
         };
         let (store, skip) = (store.clone(), cfg.skip_second_factor);
         let (token, session, person) = tokio::task::spawn_blocking(move || {
-            // The provider proved the address: an account whose password came through a link
-            // is the owner's now, and whoever set that password is shut out first.
-            let known = store
-                .read(|tx| super::person_by_email(tx, &email))
-                .map_err(IdentityError::from)?;
-            if let Some(p) = known.filter(|p| p.claimable && p.disabled_at.is_none()) {
-                let nobodys = super::hash_password(&super::new_secret(""));
-                super::claim(&store, p.id, nobodys, end, now)?;
+            if let (true, Some(p), Some(hash)) = (claiming, &known, &password_hash) {
+                super::claim(&store, p.id, hash.clone(), end, now)?;
             }
             let person = match (&flow.i, password_hash) {
                 (Some(invite), Some(hash)) => super::accept_invitation_verified(
@@ -481,6 +484,12 @@ impl Oidc {
             };
             if person.disabled_at.is_some() {
                 return Err(OidcError::Identity(IdentityError::Disabled));
+            }
+            if person.claimable {
+                // A reset link was used since the check above: claim it at the next try.
+                return Err(OidcError::Identity(IdentityError::Busy {
+                    retry_after: std::time::Duration::from_secs(1),
+                }));
             }
             let (token, session) =
                 sessions::create_with(&store, person.id, now, skip).map_err(IdentityError::from)?;
