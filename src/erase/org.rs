@@ -450,10 +450,10 @@ fn remove_content(store: &Store, id: u64, progress: Report<'_>) -> Result<(u64, 
                 let Ok(h) = blake3::Hash::from_hex(hash) else {
                     continue;
                 };
-                if tx.delete(KB_CONTENT, h.as_bytes())? {
+                if tx.delete_blob(KB_CONTENT, h.as_bytes())? {
                     r += 1;
                 }
-                tx.delete(KB_TEXT, h.as_bytes())?;
+                tx.delete_blob(KB_TEXT, h.as_bytes())?;
                 tx.delete(KB_EXTRACTION, h.as_bytes())?;
             }
             Ok::<_, StoreError>((r, k, seen))

@@ -24,10 +24,10 @@ use serde::{Deserialize, Serialize};
 use super::extract::{self, ExtractError, Extracted, Extractor};
 use super::index::SearchIndex;
 use super::{Change, DocKind, Document, KbError, NewVersion};
+use crate::store::key;
 use crate::store::{
     KB_CHANGES, KB_CONTENT, KB_DOCS, KB_EXTRACTION, KB_TEXT, Read, Store, StoreError, WriteTx,
 };
-use crate::store::{blob, key};
 
 /// How the extraction of one content went.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,12 +63,10 @@ pub fn text(tx: &impl Read, hash_hex: &str) -> Result<Option<String>, StoreError
     let Some(k) = hash_key(hash_hex) else {
         return Ok(None);
     };
-    match tx.get_raw(KB_TEXT, &k)? {
-        Some(stored) => Ok(Some(
-            String::from_utf8_lossy(&blob::decode(&stored)?).into_owned(),
-        )),
-        None => Ok(None),
-    }
+    Ok(tx.get_blob(KB_TEXT, &k)?.map(|bytes| {
+        String::from_utf8(bytes)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    }))
 }
 
 /// Records the outcome (and the text) for content `hash_hex`.
@@ -83,7 +81,7 @@ pub fn record(
     };
     let record = match result {
         Ok(x) => {
-            tx.put_raw(KB_TEXT, &k, &blob::encode(x.text.as_bytes()))?;
+            tx.put_blob(KB_TEXT, &k, x.text.as_bytes())?;
             Extraction {
                 at: now,
                 chars: Some(x.text.chars().count() as u64),
@@ -93,7 +91,7 @@ pub fn record(
             }
         }
         Err(e) => {
-            tx.delete(KB_TEXT, &k)?;
+            tx.delete_blob(KB_TEXT, &k)?;
             Extraction {
                 at: now,
                 chars: None,

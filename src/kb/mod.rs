@@ -19,7 +19,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::store::{
-    KB_CHANGES, KB_CONTENT, KB_DOCS, KB_VERSIONS, Read, Store, StoreError, WriteTx, blob, key,
+    KB_CHANGES, KB_CONTENT, KB_DOCS, KB_VERSIONS, Read, Store, StoreError, WriteTx, key,
 };
 use index::SearchIndex;
 
@@ -227,7 +227,7 @@ fn put_document(
     }
     let (kind, content_type) = classify(path, bytes);
     if tx.get_raw(KB_CONTENT, hash_bytes.as_bytes())?.is_none() {
-        tx.put_raw(KB_CONTENT, hash_bytes.as_bytes(), &blob::encode(bytes))?;
+        tx.put_blob(KB_CONTENT, hash_bytes.as_bytes(), bytes)?;
     }
     let version = current.as_ref().map_or(1, |d| d.version + 1);
     let doc = Document {
@@ -341,10 +341,7 @@ pub fn content(tx: &impl Read, hash_hex: &str) -> Result<Option<Vec<u8>>, StoreE
     let Ok(hash) = blake3::Hash::from_hex(hash_hex) else {
         return Ok(None);
     };
-    match tx.get_raw(KB_CONTENT, hash.as_bytes())? {
-        Some(stored) => Ok(Some(blob::decode(&stored)?.into_owned())),
-        None => Ok(None),
-    }
+    tx.get_blob(KB_CONTENT, hash.as_bytes())
 }
 
 /// The text of a document as search and excerpts see it: a text document's own text, or the

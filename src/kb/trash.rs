@@ -306,6 +306,8 @@ pub fn purge_orphaned_content(store: &Store) -> Result<usize, StoreError> {
             Ok(tx
                 .scan_keys(table, b"", usize::MAX)?
                 .into_iter()
+                // A hash's own key only: the parts of a long value (its key and four bytes)
+                // go with it.
                 .filter(|k| {
                     <[u8; 32]>::try_from(k.as_slice()).is_ok_and(|h| !referenced.contains(&h))
                 })
@@ -315,10 +317,10 @@ pub fn purge_orphaned_content(store: &Store) -> Result<usize, StoreError> {
         let mut derived = unreferenced(tx, KB_TEXT)?;
         derived.extend(unreferenced(tx, KB_EXTRACTION)?);
         for k in &orphans {
-            tx.delete(KB_CONTENT, k)?;
+            tx.delete_blob(KB_CONTENT, k)?;
         }
         for k in orphans.iter().chain(&derived) {
-            tx.delete(KB_TEXT, k)?;
+            tx.delete_blob(KB_TEXT, k)?;
             tx.delete(KB_EXTRACTION, k)?;
         }
         Ok(orphans.len())

@@ -6,14 +6,32 @@
 //! zstd was chosen over lz4 by measurement on the Dutch corpus (`benches/store.rs`,
 //! `docs/performance.md`): about 3.4× against 2.1× smaller at level 3, still decompressing
 //! far faster than search reads.
+//!
+//! A stored form longer than [`PART`] bytes is kept in parts of equal length, each a row of
+//! its own: the first under the value's key (its head, which says how many parts there are
+//! and how long they are together), part `i` under the key followed by `i` as four bytes,
+//! big-endian, so the parts follow their head in key order and one range reads them all.
+//! redb keeps whole rows in 4 KiB pages: a document compressed to 1–3 KB left about 29 % of
+//! its pages unused, parts of at most 1 KB about 15 % (measured in `docs/performance.md`).
+//! A value of one part is the form kennis always wrote, so stores written before need no
+//! migration; `kennis compact` splits their long values as it rewrites the file.
 
 use std::borrow::Cow;
 use std::cell::RefCell;
 
-use super::StoreError;
+use redb::{ReadableTable, Table as RedbTable, TableHandle};
+
+use super::{StoreError, Table};
 
 const RAW: u8 = 0;
 const ZSTD: u8 = 1;
+/// A head of parts: the count (u32) and the stored form's whole length (u64), little-endian,
+/// then the first part.
+const PARTS: u8 = 2;
+const HEAD: usize = 1 + 4 + 8;
+/// The longest part. Rows of about a quarter of a page fill pages well without many rows per
+/// document (`docs/performance.md`, stop 35).
+pub const PART: usize = 1000;
 /// zstd's level: 3 is its default, the knee of size against time for text.
 const LEVEL: i32 = 3;
 /// Larger values are never written (documents are far smaller), so claiming one is damage.
@@ -69,12 +87,20 @@ pub fn encode(bytes: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The bytes a stored value holds.
+/// The bytes a stored value of one part holds.
 pub fn decode(stored: &[u8]) -> Result<Cow<'_, [u8]>, StoreError> {
-    let corrupt = |message: String| StoreError::Corrupt {
-        table: "kb_content".into(),
+    decode_in("kb_content", stored)
+}
+
+fn corrupt(table: &str, message: String) -> StoreError {
+    StoreError::Corrupt {
+        table: table.into(),
         message,
-    };
+    }
+}
+
+fn decode_in<'a>(table: &str, stored: &'a [u8]) -> Result<Cow<'a, [u8]>, StoreError> {
+    let corrupt = |message: String| corrupt(table, message);
     match stored.split_first() {
         Some((&RAW, rest)) => Ok(Cow::Borrowed(rest)),
         Some((&ZSTD, rest)) if rest.len() >= 8 => {
@@ -102,6 +128,183 @@ pub fn decode(stored: &[u8]) -> Result<Cow<'_, [u8]>, StoreError> {
         }
         _ => Err(corrupt("a stored value has an unknown encoding".into())),
     }
+}
+
+/// The key of part `i` (from 1) of the value under `key`.
+fn part_key(key: &[u8], i: u32) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + 4);
+    k.extend_from_slice(key);
+    k.extend_from_slice(&i.to_be_bytes());
+    k
+}
+
+fn is_part(key: &[u8], head: &[u8], i: u32) -> bool {
+    key.len() == head.len() + 4 && key.starts_with(head) && key[head.len()..] == i.to_be_bytes()
+}
+
+/// A stored form of one part (`encode`'s) as the rows it is kept in: itself when it is at most
+/// [`PART`] long, else a head and the parts after it.
+pub(super) fn split(stored: &[u8]) -> Result<Vec<Cow<'_, [u8]>>, StoreError> {
+    if stored.len() <= PART {
+        return Ok(vec![Cow::Borrowed(stored)]);
+    }
+    let size = stored.len().div_ceil(stored.len().div_ceil(PART));
+    let mut chunks = stored.chunks(size);
+    let count = u32::try_from(chunks.len())
+        .map_err(|_| corrupt("kb_content", "a value too long to store".into()))?;
+    let first = chunks.next().unwrap_or_default();
+    let mut head = Vec::with_capacity(HEAD + first.len());
+    head.push(PARTS);
+    head.extend_from_slice(&count.to_le_bytes());
+    head.extend_from_slice(&(stored.len() as u64).to_le_bytes());
+    head.extend_from_slice(first);
+    let mut rows = Vec::with_capacity(count as usize);
+    rows.push(Cow::Owned(head));
+    rows.extend(chunks.map(Cow::Borrowed));
+    Ok(rows)
+}
+
+/// Whether `stored` (a row under a value's own key) is the head of parts.
+pub(super) fn is_head(stored: &[u8]) -> bool {
+    stored.first() == Some(&PARTS)
+}
+
+/// The bytes kept under `key` in `t`: its parts joined, then decoded.
+pub(super) fn read_in(
+    t: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    table: &Table,
+    key: &[u8],
+) -> Result<Option<Vec<u8>>, StoreError> {
+    let name = table.name();
+    let corrupt = |message: &str| corrupt(name, message.into());
+    // One descent: the head, then its parts, which follow it in key order.
+    let mut rows = t.range::<&[u8]>(key..)?;
+    let head = match rows.next() {
+        Some(row) => {
+            let (k, v) = row?;
+            if k.value() != key {
+                return Ok(None);
+            }
+            v
+        }
+        None => return Ok(None),
+    };
+    let head = head.value();
+    if !is_head(head) {
+        return Ok(Some(decode_in(name, head)?.into_owned()));
+    }
+    let (Some(count), Some(total), Some(first)) = (
+        head.get(1..5)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_le_bytes),
+        head.get(5..13)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes),
+        head.get(HEAD..),
+    ) else {
+        return Err(corrupt("the head of a value in parts is cut short"));
+    };
+    let total = usize::try_from(total)
+        .ok()
+        .filter(|&t| t as u64 <= MAX_VALUE + 9)
+        .ok_or_else(|| corrupt("a value in parts claims an impossible length"))?;
+    // The head's figures are not trusted with an allocation: the parts that are there decide.
+    let mut joined = Vec::with_capacity(total.min(1 << 20));
+    joined.extend_from_slice(first);
+    for i in 1..count {
+        let Some(row) = rows.next() else {
+            return Err(corrupt("a part of a value is missing"));
+        };
+        let (k, v) = row?;
+        if !is_part(k.value(), key, i) {
+            return Err(corrupt("a part of a value is missing"));
+        }
+        if joined.len() + v.value().len() > total {
+            return Err(corrupt(
+                "the parts of a value are longer than their head says",
+            ));
+        }
+        joined.extend_from_slice(v.value());
+    }
+    if joined.len() != total {
+        return Err(corrupt(
+            "the parts of a value are shorter than their head says",
+        ));
+    }
+    if joined.first() == Some(&RAW) {
+        joined.remove(0);
+        return Ok(Some(joined));
+    }
+    if is_head(&joined) {
+        return Err(corrupt("a value in parts holds parts"));
+    }
+    Ok(Some(decode_in(name, &joined)?.into_owned()))
+}
+
+/// Keeps `bytes` under `key` in `t` in their stored form, in place of what was there.
+pub(super) fn write_in(
+    t: &mut RedbTable<'_, &'static [u8], &'static [u8]>,
+    key: &[u8],
+    bytes: &[u8],
+) -> Result<(), StoreError> {
+    remove_in(t, key)?;
+    let stored = encode(bytes);
+    for (i, row) in split(&stored)?.iter().enumerate() {
+        insert_row(t, key, i, row)?;
+    }
+    Ok(())
+}
+
+/// Copies a row of another file's table of blobs into `t` (a compaction): a long value written
+/// in one piece before parts existed is split on the way; every other row is copied as it is.
+pub(super) fn copy_in(
+    t: &mut RedbTable<'_, &'static [u8], &'static [u8]>,
+    key: &[u8],
+    stored: &[u8],
+) -> Result<(), StoreError> {
+    // Parts are at most PART long and heads say so: only a value of one piece is longer.
+    if stored.len() <= PART || is_head(stored) {
+        t.insert(key, stored)?;
+        return Ok(());
+    }
+    for (i, row) in split(stored)?.iter().enumerate() {
+        insert_row(t, key, i, row)?;
+    }
+    Ok(())
+}
+
+fn insert_row(
+    t: &mut RedbTable<'_, &'static [u8], &'static [u8]>,
+    key: &[u8],
+    i: usize,
+    row: &[u8],
+) -> Result<(), StoreError> {
+    if i == 0 {
+        t.insert(key, row)?;
+    } else {
+        // `split` counted its parts in a u32.
+        let i = u32::try_from(i).unwrap_or(u32::MAX);
+        t.insert(part_key(key, i).as_slice(), row)?;
+    }
+    Ok(())
+}
+
+/// Removes the value under `key` from `t`, with its parts; whether there was one.
+pub(super) fn remove_in(
+    t: &mut RedbTable<'_, &'static [u8], &'static [u8]>,
+    key: &[u8],
+) -> Result<bool, StoreError> {
+    let Some(head) = t.remove(key)? else {
+        // Parts are written and removed with their head, in one transaction.
+        return Ok(false);
+    };
+    if is_head(head.value()) {
+        drop(head);
+        let (from, to) = (part_key(key, 1), part_key(key, u32::MAX));
+        // Every part, also any a damaged head would not count.
+        t.retain_in(from.as_slice()..=to.as_slice(), |_, _| false)?;
+    }
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -144,5 +347,207 @@ mod tests {
         ] {
             assert!(decode(bad).is_err(), "{bad:?}");
         }
+    }
+
+    use crate::store::{KB_CONTENT, KB_TEXT, Store, key};
+
+    /// Text that compresses about as well as documents do, `n` bytes long.
+    fn words(n: usize, seed: u64) -> Vec<u8> {
+        let list = [
+            "kozijn", "meranti", "opmaak", "tabel", "noot", "verf", "glas", "deur",
+        ];
+        let mut x = seed;
+        let mut out = Vec::with_capacity(n + 10);
+        while out.len() < n {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            out.extend_from_slice(list[(x >> 61) as usize].as_bytes());
+            out.extend_from_slice(format!(" {} ", x >> 50).as_bytes());
+        }
+        out.truncate(n);
+        out
+    }
+
+    fn rows_of(store: &Store, k: &[u8]) -> Vec<(Vec<u8>, usize)> {
+        store
+            .read(|tx| {
+                Ok::<_, StoreError>(
+                    tx.scan_keys(KB_CONTENT, k, usize::MAX)?
+                        .into_iter()
+                        .map(|key| {
+                            let len = tx.get_raw(KB_CONTENT, &key).unwrap().unwrap().len();
+                            (key, len)
+                        })
+                        .collect(),
+                )
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn long_values_are_kept_in_parts_and_come_back_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let noise: Vec<u8> = (0..20_000).map(|_| rand::random::<u8>()).collect();
+        let cases = [
+            words(40_000, 1),
+            noise,
+            words(500, 2),
+            words(3_000, 3),
+            Vec::new(),
+        ];
+        store
+            .write(|tx| {
+                for (i, bytes) in cases.iter().enumerate() {
+                    tx.put_blob(KB_CONTENT, &key::id(i as u64), bytes)?;
+                }
+                Ok::<_, StoreError>(())
+            })
+            .unwrap();
+        for (i, bytes) in cases.iter().enumerate() {
+            let k = key::id(i as u64);
+            let back = store.read(|tx| tx.get_blob(KB_CONTENT, &k)).unwrap();
+            assert_eq!(back.as_deref(), Some(bytes.as_slice()), "case {i}");
+            let rows = rows_of(&store, &k);
+            // Every row fits a quarter of a page; only what is longer than a part is split.
+            assert!(rows.iter().all(|(_, len)| *len <= PART + HEAD), "{rows:?}");
+            let stored = encode(bytes).len();
+            assert_eq!(rows.len(), stored.div_ceil(PART), "case {i}");
+            for (n, (key, _)) in rows.iter().enumerate().skip(1) {
+                assert_eq!(key, &part_key(&k, n as u32));
+            }
+        }
+        assert_eq!(
+            store.read(|tx| tx.get_blob(KB_CONTENT, b"absent")).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn replacing_or_removing_a_value_leaves_none_of_its_parts() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let (a, b) = (key::id(1), key::id(2));
+        let long = words(30_000, 4);
+        store
+            .write(|tx| {
+                tx.put_blob(KB_CONTENT, &a, &long)?;
+                tx.put_blob(KB_CONTENT, &b, &long)
+            })
+            .unwrap();
+        let parts = rows_of(&store, &a).len();
+        assert!(parts > 3, "{parts}");
+        // Shorter now: one row, none of the old parts left over.
+        store
+            .write(|tx| tx.put_blob(KB_CONTENT, &a, b"kort"))
+            .unwrap();
+        assert_eq!(rows_of(&store, &a).len(), 1);
+        assert_eq!(
+            store
+                .read(|tx| tx.get_blob(KB_CONTENT, &a))
+                .unwrap()
+                .unwrap(),
+            b"kort"
+        );
+        store
+            .write(|tx| tx.put_blob(KB_CONTENT, &a, &long))
+            .unwrap();
+        assert!(store.write(|tx| tx.delete_blob(KB_CONTENT, &a)).unwrap());
+        assert!(!store.write(|tx| tx.delete_blob(KB_CONTENT, &a)).unwrap());
+        assert!(rows_of(&store, &a).is_empty());
+        // The neighbour is whole.
+        assert_eq!(rows_of(&store, &b).len(), parts);
+        assert_eq!(
+            store
+                .read(|tx| tx.get_blob(KB_CONTENT, &b))
+                .unwrap()
+                .unwrap(),
+            long
+        );
+        assert_eq!(store.read(|tx| tx.count(KB_TEXT)).unwrap(), 0);
+    }
+
+    #[test]
+    fn damaged_parts_are_errors_not_panics() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let k = key::id(7);
+        let long: Vec<u8> = (0..5_000).map(|_| rand::random::<u8>()).collect();
+        let put = |f: &dyn Fn(&mut crate::store::WriteTx) -> Result<(), StoreError>| {
+            store
+                .write(|tx| {
+                    tx.delete_blob(KB_CONTENT, &k)?;
+                    tx.put_blob(KB_CONTENT, &k, &long)?;
+                    f(tx)
+                })
+                .unwrap();
+            store.read(|tx| tx.get_blob(KB_CONTENT, &k))
+        };
+        assert_eq!(put(&|_| Ok(())).unwrap().unwrap(), long);
+        let head =
+            |tx: &crate::store::WriteTx| tx.get_raw(KB_CONTENT, &k).map(Option::unwrap_or_default);
+        type Damage<'a> = Box<dyn Fn(&mut crate::store::WriteTx) -> Result<(), StoreError> + 'a>;
+        let damaged: Vec<Damage<'_>> = vec![
+            // A part gone.
+            Box::new(|tx| tx.delete(KB_CONTENT, &part_key(&k, 2)).map(drop)),
+            // The last part gone.
+            Box::new(|tx| tx.delete(KB_CONTENT, &part_key(&k, 5)).map(drop)),
+            // A part longer than the head says.
+            Box::new(|tx| tx.put_raw(KB_CONTENT, &part_key(&k, 1), &[1; 1_200])),
+            // A part shorter.
+            Box::new(|tx| tx.put_raw(KB_CONTENT, &part_key(&k, 3), &[1; 10])),
+            // The head cut short, claiming more parts, claiming a huge length.
+            Box::new(|tx| tx.put_raw(KB_CONTENT, &k, &[PARTS, 9, 0])),
+            Box::new(move |tx| {
+                let mut h = head(tx)?;
+                h[1] = 200;
+                tx.put_raw(KB_CONTENT, &k, &h)
+            }),
+            Box::new(move |tx| {
+                let mut h = head(tx)?;
+                h[5..13].copy_from_slice(&u64::MAX.to_le_bytes());
+                tx.put_raw(KB_CONTENT, &k, &h)
+            }),
+        ];
+        for (i, damage) in damaged.iter().enumerate() {
+            assert!(put(damage.as_ref()).is_err(), "damage {i}");
+        }
+    }
+
+    #[test]
+    fn a_value_written_in_one_piece_reads_and_compaction_splits_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let (k, long, short) = (key::id(3), words(20_000, 5), words(100, 6));
+        // As kennis wrote content before parts existed.
+        store
+            .write(|tx| {
+                tx.put_raw(KB_CONTENT, &k, &encode(&long))?;
+                tx.put_raw(KB_CONTENT, &key::id(4), &encode(&short))
+            })
+            .unwrap();
+        assert_eq!(rows_of(&store, &k).len(), 1);
+        let read = |k: &[u8]| {
+            store
+                .read(|tx| tx.get_blob(KB_CONTENT, k))
+                .unwrap()
+                .unwrap()
+        };
+        assert_eq!(read(&k), long);
+        store.compact(std::time::Duration::from_secs(1)).unwrap();
+        assert_eq!(
+            rows_of(&store, &k).len(),
+            encode(&long).len().div_ceil(PART)
+        );
+        assert_eq!(read(&k), long);
+        assert_eq!(read(&key::id(4)), short);
+        // A second compaction copies the parts as they are.
+        store.compact(std::time::Duration::from_secs(1)).unwrap();
+        assert_eq!(read(&k), long);
+        assert_eq!(
+            rows_of(&store, &k).len(),
+            encode(&long).len().div_ceil(PART)
+        );
     }
 }

@@ -5,7 +5,7 @@ use redb::ReadableTable;
 use super::{ALL_TABLES, KB_CONTENT, META, Store, StoreError, Table, blob, decode, encode};
 
 /// The schema version this binary writes.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 const VERSION_KEY: &[u8] = b"schema_version";
 
@@ -13,7 +13,12 @@ const VERSION_KEY: &[u8] = b"schema_version";
 type Migration = fn(&redb::WriteTransaction) -> Result<(), StoreError>;
 
 /// `MIGRATIONS[n]` takes a store from version `n` to `n + 1`. Version 0 is an empty file.
-const MIGRATIONS: &[Migration] = &[create_tables, compress_content, compact_records];
+const MIGRATIONS: &[Migration] = &[
+    create_tables,
+    compress_content,
+    compact_records,
+    content_in_parts,
+];
 
 fn create_tables(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
     for table in ALL_TABLES {
@@ -46,6 +51,13 @@ fn compress_content(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
 /// start); records written before stay JSON, readable as ever, until the next compaction
 /// (`kennis compact`, or after an import) writes every one anew.
 fn compact_records(_txn: &redb::WriteTransaction) -> Result<(), StoreError> {
+    Ok(())
+}
+
+/// Version 4 keeps long content and extracted text in parts ([`blob`]), which a version-3
+/// binary would read as damaged: the version says so. Values written before stay as they are,
+/// readable as ever; the compaction that follows a migration (in [`Store::open`]) splits them.
+fn content_in_parts(_txn: &redb::WriteTransaction) -> Result<(), StoreError> {
     Ok(())
 }
 
@@ -187,5 +199,27 @@ mod tests {
         let store = Store::open(dir.path()).unwrap();
         let v: Option<u32> = store.read(|tx| tx.get(META, VERSION_KEY)).unwrap();
         assert_eq!(v, Some(SCHEMA_VERSION));
+    }
+
+    #[test]
+    fn version_3_content_is_split_into_parts_at_the_first_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let text: String = (0..3000).map(|i| format!("regel {i} ")).collect();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store
+                .write(|tx| tx.put_raw(KB_CONTENT, b"h1", &blob::encode(text.as_bytes())))
+                .unwrap();
+            set_schema_version_for_tests(&store, 3).unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        let rows = store
+            .read(|tx| tx.scan_keys(KB_CONTENT, b"h1", usize::MAX))
+            .unwrap();
+        assert!(rows.len() > 2, "{rows:?}");
+        let back = store.read(|tx| tx.get_blob(KB_CONTENT, b"h1")).unwrap();
+        assert_eq!(back.as_deref(), Some(text.as_bytes()));
+        let v: Option<u32> = store.read(|tx| tx.get(META, VERSION_KEY)).unwrap();
+        assert_eq!(v, Some(4));
     }
 }

@@ -146,6 +146,10 @@ pub const CONTENT_SWEEP_DUE: &[u8] = b"content_sweep_due";
 /// their own formats say, never as records.
 pub const BLOB_TABLES: &[Table] = &[KB_CONTENT, KB_TEXT, ATTACHMENT_CONTENT];
 
+/// The tables of [`blob`]s: written with [`WriteTx::put_blob`], read with [`Read::get_blob`]
+/// (compressed, long values in parts).
+pub const PARTED_TABLES: &[Table] = &[KB_CONTENT, KB_TEXT];
+
 /// Every table, in the order backups copy them.
 pub const ALL_TABLES: &[Table] = &[
     META,
@@ -698,6 +702,12 @@ pub trait Read: sealed::Open {
         with_table!(self.open(table)?, t => get_raw_in(t, key))
     }
 
+    /// The bytes kept under `key` in a table of [`blob`]s (content, extracted text), as
+    /// [`WriteTx::put_blob`] was given them.
+    fn get_blob(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        with_table!(self.open(table)?, t => blob::read_in(t, &table, key))
+    }
+
     /// Up to `limit` keys starting with `prefix`.
     fn scan_keys(
         &self,
@@ -764,6 +774,15 @@ macro_rules! inherent_reads {
             /// Raw bytes stored under `key` (content tables).
             pub fn get_raw(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
                 Read::get_raw(self, table, key)
+            }
+
+            /// The bytes kept under `key` in a table of blobs (content, extracted text).
+            pub fn get_blob(
+                &self,
+                table: Table,
+                key: &[u8],
+            ) -> Result<Option<Vec<u8>>, StoreError> {
+                Read::get_blob(self, table, key)
             }
 
             /// Up to `limit` keys starting with `prefix`.
@@ -843,6 +862,19 @@ impl WriteTx {
         if !self.touched.iter().any(|t| t.name() == table.name()) {
             self.touched.push(table);
         }
+    }
+
+    /// Keeps `bytes` under `key` in a table of [`blob`]s: compressed when that saves space, in
+    /// parts when long, in place of whatever was there.
+    pub fn put_blob(&mut self, table: Table, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
+        self.touch(table);
+        blob::write_in(&mut self.txn.open_table(table)?, key, bytes)
+    }
+
+    /// Removes a value [`put_blob`](Self::put_blob) kept, with its parts; whether there was one.
+    pub fn delete_blob(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
+        self.touch(table);
+        blob::remove_in(&mut self.txn.open_table(table)?, key)
     }
 
     pub fn put<R: Serialize>(

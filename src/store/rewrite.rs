@@ -1,6 +1,7 @@
 //! Writing the store anew (`kennis compact`): every table copied in key order into a fresh
 //! file beside the old one, which then takes the old one's name. Records still in plain JSON
-//! are written compressed on the way ([`super::record`]). A crash before the rename
+//! are written compressed on the way ([`super::record`]), and long content written before
+//! content was kept in parts is split into parts ([`super::blob`]). A crash before the rename
 //! leaves the old file as it was (and a half-written `.compact` file the next compaction
 //! replaces); after it, the new file is complete, because it was committed first.
 
@@ -8,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 
-use super::{BLOB_TABLES, StoreError, record};
+use super::{BLOB_TABLES, PARTED_TABLES, StoreError, blob, record};
 
 /// The fresh file while it is written.
 fn fresh_path(path: &Path) -> PathBuf {
@@ -39,12 +40,15 @@ pub(super) fn rewrite(db: &Database, path: &Path) -> Result<Database, StoreError
             let name = handle.name().to_owned();
             let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(&name);
             let records = !BLOB_TABLES.iter().any(|t| t.name() == name);
+            let parted = PARTED_TABLES.iter().any(|t| t.name() == name);
             let src = snapshot.open_table(def)?;
             let mut dst = txn.open_table(def)?;
             for row in src.iter()? {
                 let (k, v) = row?;
                 let value = v.value();
-                if records && value.first() != Some(&record::COMPACT_V1) {
+                if parted {
+                    blob::copy_in(&mut dst, k.value(), value)?;
+                } else if records && value.first() != Some(&record::COMPACT_V1) {
                     dst.insert(k.value(), record::compact(value.to_vec()).as_slice())?;
                 } else {
                     dst.insert(k.value(), value)?;

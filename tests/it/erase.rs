@@ -162,6 +162,18 @@ async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
         &binary,
         kb::Expect::Create,
     );
+    // Long and incompressible: kept as it is, in parts (rows of their own after its hash).
+    let mut x = 27u64;
+    let mut long: Vec<u8> = (0..6000)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 56) as u8
+        })
+        .collect();
+    long[3000..3011].copy_from_slice(b"ZQXLANGDEEL");
+    write_doc(&t, &gone, "zqxgeheim/scan.bin", &long, kb::Expect::Create);
     write_doc(
         &t,
         &stays,
@@ -361,6 +373,13 @@ async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
     };
     assert!(listed(&before) >= 5, "{}", listed(&before));
     assert!(!files_holding(t.data_dir(), b"ZQXMARKER kozijn").is_empty());
+    let long_key = blake3::hash(&long).as_bytes().to_vec();
+    let parts = |rows: &[(String, Vec<u8>, Vec<u8>)]| {
+        rows.iter()
+            .filter(|(t, k, _)| t == "kb_content" && k.starts_with(&long_key))
+            .count()
+    };
+    assert!(parts(&before) > 2, "{}", parts(&before));
     // The index's files hold its paths too (so looking for them there after compaction means
     // something).
     assert!(!files_holding(&t.data_dir().join("index"), b"zqxgeheim/notitie.md").is_empty());
@@ -470,6 +489,7 @@ async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
             assert_ne!(k, &hash(b"ZQXTRASHED prullenbak"), "{why}");
             assert_ne!(k, &hash(b"ZQXMARKER kozijn"), "{why}");
             assert_ne!(k, &hash(&binary), "{why}");
+            assert!(!k.starts_with(&long_key), "{why}");
         }
     }
     assert!(
@@ -499,6 +519,7 @@ async fn org_delete_leaves_nothing_of_it_and_touches_no_other_organisation() {
         b"zqxgeheim/notitie.md",
         gone.org.slug.as_bytes(),
         b"ZQXATTACHMENT",
+        b"ZQXLANGDEEL",
     ] {
         let holding = files_holding(t.data_dir(), marker);
         assert!(

@@ -805,8 +805,24 @@ async fn content_left_by_a_crash_after_the_trash_purge_goes_next_round() {
             .is_some()
     };
     let hash = |text: &str| blake3::hash(text.as_bytes());
+    // Long enough to be kept in parts: the sweep removes every one of them.
+    let mut x = 35u64;
+    let oud: String = (0..1500)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            format!("oud{} ", x >> 44)
+        })
+        .collect();
+    let rows = |h: blake3::Hash| {
+        app.store
+            .read(|tx| tx.scan_keys(KB_CONTENT, h.as_bytes(), usize::MAX))
+            .unwrap()
+            .len()
+    };
     for (path, text) in [
-        ("aangeleverd/oud.md", "alleen oud"),
+        ("aangeleverd/oud.md", oud.as_str()),
         ("aangeleverd/blijft.md", "blijft"),
     ] {
         mcp.ok("kennisbank_write", json!({"path": path, "content": text}))
@@ -849,11 +865,13 @@ async fn content_left_by_a_crash_after_the_trash_purge_goes_next_round() {
     app.store
         .write(|tx| tx.put_raw(KB_TEXT, stray.as_bytes(), b"tekst"))
         .unwrap();
-    assert!(has(KB_CONTENT, hash("alleen oud")));
+    assert!(has(KB_CONTENT, hash(&oud)));
+    assert!(rows(hash(&oud)) > 3, "{}", rows(hash(&oud)));
 
     let r = app.blocking(kennis::housekeeping::retain).await.unwrap();
     assert_eq!((r.documents, r.contents), (0, 1), "{r:?}");
-    assert!(!has(KB_CONTENT, hash("alleen oud")), "left content removed");
+    assert!(!has(KB_CONTENT, hash(&oud)), "left content removed");
+    assert_eq!(rows(hash(&oud)), 0, "and its parts");
     assert!(!has(KB_TEXT, stray), "stray extracted text removed");
     assert!(has(KB_CONTENT, hash("blijft")), "a live document's");
     assert!(has(KB_CONTENT, hash("alleen nieuw")), "still in the trash");
