@@ -122,7 +122,12 @@ pub fn import_dir(
         ));
         std::thread::scope(|scope| {
             let committing = scope.spawn(|| ctx.kb_index.commit_pending());
-            let compacted = ctx.store.compact(Duration::from_secs(30));
+            // Trimmed too: redb grows a file written in one go by doubling it, and a
+            // data directory measured by its files' lengths should not count that.
+            let compacted = ctx
+                .store
+                .compact(Duration::from_secs(30))
+                .and_then(|_| ctx.store.trim());
             let committed = committing
                 .join()
                 .unwrap_or_else(|_| Err(kb::KbError::Index("the index commit panicked".into())));

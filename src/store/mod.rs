@@ -487,7 +487,7 @@ impl Store {
     /// Gives back the file's unused tail (redb's own compaction): redb doubles the file as it
     /// grows, so a store written in one go — a [`compact`](Self::compact)ed one — may end in
     /// hundreds of megabytes the disk does not hold (a sparse hole) but the file's length
-    /// counts. A few seconds per gigabyte; `kennis compact` does it, an import does not.
+    /// counts. About a second per gigabyte; `kennis compact` and a large import do it.
     pub fn trim(&self) -> Result<Compaction, StoreError> {
         let bytes_before = self.file_size()?;
         let mut db = self.db.write().unwrap_or_else(PoisonError::into_inner);
