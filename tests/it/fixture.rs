@@ -101,13 +101,37 @@ impl TestServer {
     /// [`Self::restart`] with other settings layered over the test defaults.
     pub async fn restart_with(&mut self, settings: Settings) {
         self.stop().await;
-        let config = test_config(self.data_dir(), settings);
-        let server = kennis::server::start(config, self.clock.clone())
-            .await
-            .expect("server restarts");
+        // The stopped server's last tasks (a connection closing, a blocking job ending) may
+        // still hold the store or the index for a moment: the new one waits for them, up to
+        // five seconds. A process that restarts never meets this; a test in one process can.
+        let mut waited = 0;
+        let server = loop {
+            let config = test_config(self.data_dir(), settings.clone());
+            match kennis::server::start(config, self.clock.clone()).await {
+                Ok(server) => break server,
+                Err(e) if waited < 50 && still_held(&e) => {
+                    waited += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("server restarts: {e}"),
+            }
+        };
         self.base = server.public_url().to_owned();
         self.server = Some(server);
     }
+}
+
+/// Whether a start failed only because the previous server still holds the store or the index.
+fn still_held(e: &kennis::server::ServerError) -> bool {
+    use kennis::app::OpenError;
+    use kennis::server::ServerError;
+    use kennis::store::StoreError;
+    matches!(
+        e,
+        ServerError::Store(StoreError::Locked { .. })
+            | ServerError::Open(OpenError::Store(StoreError::Locked { .. }))
+            | ServerError::Open(OpenError::Index(_))
+    )
 }
 
 pub fn test_config(data_dir: &Path, over: Settings) -> Config {
