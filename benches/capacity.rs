@@ -610,8 +610,7 @@ fn print_sizes(rows: &[SizeRow]) {
         "data directory growth on disk per record (runs + audit)",
         &|r| {
             if r.growth_per_record == 0.0 {
-                // The store file had room left after the import's compaction (a large import
-                // leaves free pages in it): the records took those.
+                // The store file had free pages left: the records took those.
                 format!(
                     "none: the store file's free pages held them ({} runs, {} audit records)",
                     r.runs, r.audits

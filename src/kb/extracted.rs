@@ -24,9 +24,8 @@ use serde::{Deserialize, Serialize};
 use super::extract::{self, ExtractError, Extracted, Extractor};
 use super::index::SearchIndex;
 use super::{Change, DocKind, Document, KbError, NewVersion};
-use crate::store::key;
 use crate::store::{
-    KB_CHANGES, KB_CONTENT, KB_DOCS, KB_EXTRACTION, KB_TEXT, Read, Store, StoreError, WriteTx,
+    KB_CHANGES, KB_CONTENT, KB_DOCS, KB_EXTRACTION, KB_TEXT, Read, Store, StoreError, WriteTx, key,
 };
 
 /// How the extraction of one content went.

@@ -121,7 +121,9 @@ impl TestServer {
     }
 }
 
-/// Whether a start failed only because the previous server still holds the store or the index.
+/// Whether a start failed in a way the previous server's last handles explain: the store is
+/// locked, or the index could not be opened (its writer's lock is held). Any other failure
+/// panics at once; these do after the wait.
 fn still_held(e: &kennis::server::ServerError) -> bool {
     use kennis::app::OpenError;
     use kennis::server::ServerError;
