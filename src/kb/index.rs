@@ -2,9 +2,11 @@
 //! documents in a useful order. Each searchable document's latest version (its own text, or
 //! the text extracted from a binary file) is indexed three ways, all from its folded text:
 //!
-//! - `grams`: every distinct 2- and 3-character gram, once per document (no frequencies, no
-//!   positions). A query term found as a substring (kozijn in kozijnen) selects the document
-//!   through the grams it consists of; this only filters, it does not score.
+//! - `grams`: every distinct 3-character gram without a space at either end, and every
+//!   2-character one that ends a word, once per document (no frequencies, no positions). A
+//!   query term found as a substring (kozijn in kozijnen) selects the document through the
+//!   grams it consists of, a 2-character term through the grams that begin with it; this only
+//!   filters, it does not score.
 //! - `words`: the whole words with their frequencies, for BM25 over the body.
 //! - `title`: the words of the first line (a Markdown heading or a title) and of the file
 //!   name, for BM25 over the title, weighted [`TITLE_BOOST`] times.
@@ -63,7 +65,7 @@ const MAX_TITLE_KEY: usize = 512;
 /// stored-field bytes (about 100 KB per 100 MB of documents).
 const DOCSTORE_BLOCK: usize = 2048;
 /// Bumped when the schema or the gram scheme changes; a mismatch rebuilds the index.
-const INDEX_FORMAT: &str = "kennis-index-3";
+const INDEX_FORMAT: &str = "kennis-index-4";
 
 struct Fields {
     key: Field,
@@ -154,26 +156,49 @@ fn index_err(e: impl std::fmt::Display) -> KbError {
     KbError::Index(e.to_string())
 }
 
-/// The grams a query term must contain: its 3-grams, or the term itself when shorter than 3
-/// characters but 2 long. A 1-character term constrains nothing here (the verifier decides).
-pub fn term_grams(term: &str) -> Vec<String> {
+/// What a query term asks of the `grams` field ([`DistinctGrams`] says what it holds).
+#[derive(Debug, PartialEq)]
+pub enum TermGrams {
+    /// Every one of these grams: the term's 3-grams without a space at either end (none for
+    /// a 1-character term, which the verifier alone decides).
+    All(Vec<String>),
+    /// One of the grams that begin with this 2-character term: a document holds the term
+    /// exactly when it holds one of them.
+    Prefix(String),
+}
+
+/// The grams a document holding `term` holds too ([`TermGrams`]).
+pub fn term_grams(term: &str) -> TermGrams {
     let chars: Vec<char> = term.chars().collect();
     match chars.len() {
-        0 | 1 => Vec::new(),
-        2 => vec![term.to_owned()],
+        2 if !chars.contains(&' ') => TermGrams::Prefix(term.to_owned()),
+        0..=2 => TermGrams::All(Vec::new()),
         _ => {
-            let mut grams: Vec<String> = chars.windows(3).map(|w| w.iter().collect()).collect();
+            let mut grams: Vec<String> = chars
+                .windows(3)
+                .filter(|w| w[0] != ' ' && w[2] != ' ')
+                .map(|w| w.iter().collect())
+                .collect();
             grams.sort();
             grams.dedup();
-            grams
+            TermGrams::All(grams)
         }
     }
 }
 
-/// Tokenizer of the `grams` field: every distinct 2- and 3-character gram of a text, once,
-/// leaving out grams across a line break (no term holds one). Indexing each gram once instead
-/// of at every occurrence makes the index several times smaller and faster to build; the
-/// field only filters, so its frequencies were never used.
+/// Tokenizer of the `grams` field: the distinct grams of a text, each once, none across a line
+/// break (no term holds one). Which grams:
+///
+/// - every 3-character gram without a space at either end (`e k` in `de kat`, not `de `):
+///   a term's grams with a space at an end add little to what its other grams select, and
+///   they were a fifth of the import's postings;
+/// - a 2-character gram only where it ends a word (`at` in `kat`, not `ka`): with the 3-grams
+///   that begin with them, these hold every 2-character string of the text without a space,
+///   so a 2-character term is found through the grams that begin with it. All 2-grams were
+///   another fifth of the postings.
+///
+/// Indexing each gram once instead of at every occurrence makes the index several times
+/// smaller and faster to build; the field only filters, so its frequencies were never used.
 #[derive(Clone, Default)]
 struct DistinctGrams {
     seen: SeenGrams,
@@ -280,19 +305,24 @@ impl Tokenizer for DistinctGrams {
         // The last three characters and where they start.
         let mut chars = [0u64; 3];
         let mut starts = [0usize; 3];
-        let newline = u64::from('\n');
+        let (newline, space) = (u64::from('\n'), u64::from(' '));
         let boundaries = text
             .char_indices()
             .map(|(i, c)| (i, u64::from(c)))
             .chain([(text.len(), newline)]);
         for (have, (i, c)) in boundaries.enumerate() {
-            // `i` ends the grams made of the remembered characters.
-            if have >= 2 && chars[1] != newline && chars[2] != newline {
-                if seen.insert(1 << 63 | chars[1] << 21 | chars[2]) {
+            // `i` ends the grams made of the remembered characters, and `c` follows them.
+            // Neither kind of gram ends in a space or a line break.
+            if have >= 2 && chars[1] != newline && chars[2] != newline && chars[2] != space {
+                if (c == space || c == newline)
+                    && chars[1] != space
+                    && seen.insert(1 << 63 | chars[1] << 21 | chars[2])
+                {
                     rest.push((starts[1], i));
                 }
                 if have >= 3
                     && chars[0] != newline
+                    && chars[0] != space
                     && seen.insert(chars[0] << 42 | chars[1] << 21 | chars[2])
                 {
                     rest.push((starts[0], i));
@@ -702,8 +732,8 @@ impl SearchIndex {
         terms: &[String],
         max: usize,
     ) -> Result<(Vec<Candidate>, usize), KbError> {
-        let plan = self.plan(org_id, folder, terms);
         let searcher = self.reader.searcher();
+        let plan = self.plan(&searcher, org_id, folder, terms)?;
         let limit = max.min(searcher.num_docs() as usize).max(1);
         let (total, top) = searcher
             .search(
@@ -732,9 +762,9 @@ impl SearchIndex {
         terms: &[String],
         max: usize,
     ) -> Result<Ranked, KbError> {
-        let plan = self.plan(org_id, folder, terms);
         let through = self.visible.load(std::sync::atomic::Ordering::Acquire);
         let searcher = self.reader.searcher();
+        let plan = self.plan(&searcher, org_id, folder, terms)?;
         let k = max.min(searcher.num_docs() as usize).max(1);
         let asked = k.min(FIRST_RANKED);
         let docs = rank(&searcher, &plan, asked)?;
@@ -757,7 +787,13 @@ impl SearchIndex {
     }
 
     /// The queries a search is made of.
-    fn plan(&self, org_id: u64, folder: Option<&str>, terms: &[String]) -> Plan {
+    fn plan(
+        &self,
+        searcher: &tantivy::Searcher,
+        org_id: u64,
+        folder: Option<&str>,
+        terms: &[String],
+    ) -> Result<Plan, KbError> {
         let f = &self.fields;
         let mut filter: Vec<(Occur, Box<dyn Query>)> = vec![(
             Occur::Must,
@@ -786,17 +822,29 @@ impl SearchIndex {
             ]);
             filter.push((Occur::Must, Box::new(scope)));
         }
-        let mut grams: Vec<String> = terms.iter().flat_map(|t| term_grams(t)).collect();
+        let gram = |g: &str| -> Box<dyn Query> {
+            Box::new(TermQuery::new(
+                Term::from_field_text(f.grams, g),
+                IndexRecordOption::Basic,
+            ))
+        };
+        let mut grams: Vec<String> = Vec::new();
+        for term in terms {
+            match term_grams(term) {
+                TermGrams::All(all) => grams.extend(all),
+                TermGrams::Prefix(prefix) => {
+                    if let Some(any) = self.grams_beginning(searcher, &prefix)? {
+                        let any: Vec<(Occur, Box<dyn Query>)> =
+                            any.iter().map(|g| (Occur::Should, gram(g))).collect();
+                        filter.push((Occur::Must, Box::new(BooleanQuery::new(any))));
+                    }
+                }
+            }
+        }
         grams.sort();
         grams.dedup();
         for g in &grams {
-            filter.push((
-                Occur::Must,
-                Box::new(TermQuery::new(
-                    Term::from_field_text(f.grams, g),
-                    IndexRecordOption::Basic,
-                )),
-            ));
+            filter.push((Occur::Must, gram(g)));
         }
         let mut words: Vec<(Occur, Box<dyn Query>)> = Vec::new();
         for word in self.query_words(terms) {
@@ -825,13 +873,54 @@ impl SearchIndex {
                 IndexRecordOption::Basic,
             )
         });
-        Plan {
+        Ok(Plan {
             filter: BooleanQuery::new(filter),
             words,
             exact,
             org: Term::from_field_u64(f.org, org_id),
             rank_whole: self.rank_whole.load(std::sync::atomic::Ordering::Relaxed),
+        })
+    }
+
+    /// The grams beginning with `prefix` (a 2-character term) in any segment — or `None`
+    /// when those grams are in so many documents that they would filter out few: their
+    /// union would then cost more than the documents it leaves out (a union of about fifty
+    /// long lists for `de`), and the verifier finds such a term early in most documents.
+    fn grams_beginning(
+        &self,
+        searcher: &tantivy::Searcher,
+        prefix: &str,
+    ) -> Result<Option<Vec<String>>, KbError> {
+        let mut grams: Vec<String> = Vec::new();
+        let mut postings = 0u64;
+        for reader in searcher.segment_readers() {
+            let inverted = reader
+                .inverted_index(self.fields.grams)
+                .map_err(index_err)?;
+            let mut stream = inverted
+                .terms()
+                .range()
+                .ge(prefix.as_bytes())
+                .into_stream()
+                .map_err(index_err)?;
+            while stream.advance() && stream.key().starts_with(prefix.as_bytes()) {
+                postings += u64::from(stream.value().doc_freq);
+                // Each key is a whole gram of a text, so it is UTF-8.
+                if let Ok(g) = std::str::from_utf8(stream.key())
+                    && !grams.iter().any(|have| have == g)
+                {
+                    grams.push(g.to_owned());
+                }
+            }
         }
+        if postings > searcher.num_docs() / PREFIX_UNION_SHARE {
+            return Ok(None);
+        }
+        // None at all: the term's own gram, which no document holds, so nothing is found.
+        if grams.is_empty() {
+            grams.push(prefix.to_owned());
+        }
+        Ok(Some(grams))
     }
 
     /// The whole words of the query's terms, as the `words` field holds them.
@@ -1102,6 +1191,11 @@ fn pick_in_segment(
     Ok((picked, exact_docs))
 }
 
+/// A 2-character term filters through the union of the grams beginning with it only while
+/// their lists hold at most one posting for this many documents of the index
+/// ([`SearchIndex::grams_beginning`]).
+const PREFIX_UNION_SHARE: u64 = 2;
+
 /// A segment with at most this many documents of the organisation is scored whole rather than
 /// through block-max WAND ([`pick_in_segment`]).
 const RANK_WHOLE: usize = 2048;
@@ -1245,14 +1339,13 @@ mod tests {
 
     #[test]
     fn each_gram_once_none_across_lines() {
-        assert_eq!(distinct_grams("abab"), vec!["ab", "ba", "aba", "bab"]);
+        assert_eq!(distinct_grams("abab"), vec!["aba", "ab", "bab"]);
         assert_eq!(distinct_grams("é"), Vec::<String>::new());
         assert_eq!(distinct_grams("éa"), vec!["éa"]);
         assert_eq!(distinct_grams("a\nbc"), vec!["bc"]);
-        assert_eq!(
-            distinct_grams("de kat"),
-            vec!["de", "e ", "de ", " k", "e k", "ka", " ka", "at", "kat"]
-        );
+        // No gram with a space at an end; a 2-gram only where a word ends.
+        assert_eq!(distinct_grams("de kat"), vec!["de", "e k", "at", "kat"]);
+        assert_eq!(distinct_grams("ab ab\nab"), vec!["ab", "b a"]);
     }
 
     #[test]
@@ -1266,6 +1359,11 @@ mod tests {
             for i in 1..chars.len() {
                 for n in [2, 3] {
                     if i + 1 < n || chars[i + 1 - n..=i].iter().any(|c| c.1 == '\n') {
+                        continue;
+                    }
+                    let (first, last) = (chars[i + 1 - n].1, chars[i].1);
+                    let word_ends = matches!(chars.get(i + 1), None | Some((_, ' ' | '\n')));
+                    if first == ' ' || last == ' ' || (n == 2 && !word_ends) {
                         continue;
                     }
                     let gram = &text[chars[i + 1 - n].0..end(i + 1)];
@@ -1306,9 +1404,12 @@ mod tests {
 
     #[test]
     fn grams_of_terms() {
-        assert_eq!(term_grams("kozijn"), vec!["ijn", "koz", "ozi", "zij"]);
-        assert_eq!(term_grams("ab"), vec!["ab"]);
-        assert!(term_grams("a").is_empty());
+        let all = |grams: &[&str]| TermGrams::All(grams.iter().map(|g| g.to_string()).collect());
+        assert_eq!(term_grams("kozijn"), all(&["ijn", "koz", "ozi", "zij"]));
+        assert_eq!(term_grams("de cel"), all(&["cel", "e c"]));
+        assert_eq!(term_grams("ab"), TermGrams::Prefix("ab".into()));
+        assert_eq!(term_grams("a"), all(&[]));
+        assert_eq!(term_grams("a b"), all(&["a b"]));
         assert_eq!(ancestors("a/b/c.md"), vec!["a/", "a/b/"]);
     }
 }

@@ -227,6 +227,33 @@ fn two_character_terms_are_found_wherever_they_stand() {
     assert_eq!(compare(&f, "ab abx"), 1);
 }
 
+/// A 2-character term whose grams are in most documents does not filter (their union would
+/// cost more than it leaves out: the verifier decides), a rarer one filters through them, and
+/// either way the search finds exactly what the rules select.
+#[test]
+fn a_common_two_character_term_leaves_the_choice_to_the_verifier() {
+    let mut docs: Vec<(String, String)> = (0..9)
+        .map(|i| (format!("d{i}.md"), format!("made {i}\nkade")))
+        .collect();
+    docs.push(("zonder.md".into(), "niets hier".into()));
+    docs.push(("zeldzaam.md".into(), "qzx".into()));
+    let f = load(docs);
+    let count = |term: &str| {
+        f.index
+            .candidates(ORG, None, &[term.to_string()], 100)
+            .unwrap()
+            .1
+    };
+    // `de` is in 9 of 11 documents: every document is a candidate.
+    assert_eq!(count("de"), 11);
+    assert_eq!(compare(&f, "de"), 9);
+    // `qz` and `zx` in one: only it; `zq` in none: nothing.
+    assert_eq!(count("qz"), 1);
+    assert_eq!(count("zx"), 1);
+    assert_eq!(count("zq"), 0);
+    assert_eq!(compare(&f, "zx"), 1);
+}
+
 /// The ranking a search takes its candidates in (block-max WAND over the words, exact scores
 /// for the documents it stops at, stored fields and the count only when asked for) must be
 /// the one tantivy's collectors give when every match is scored: same documents, same order,
