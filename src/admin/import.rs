@@ -116,18 +116,30 @@ pub fn import_dir(
     let started = Instant::now();
     let indexed = indexed_meanwhile + ctx.kb_index.follow(&ctx.store, false)?;
     summary.index_updates = indexed;
+    let backlog_ms = started.elapsed().as_millis() as u64;
     if imported_bytes >= COMPACT_AFTER_BYTES {
         progress(Progress::note(
             "compacting the database and the search index",
         ));
         std::thread::scope(|scope| {
-            let committing = scope.spawn(|| ctx.kb_index.commit_pending());
+            let committing = scope.spawn(|| {
+                let committed = ctx.kb_index.commit_pending();
+                tracing::debug!(
+                    ms = started.elapsed().as_millis() as u64,
+                    "import: index committed"
+                );
+                committed
+            });
             // Trimmed too: redb grows a file written in one go by doubling it, and a
             // data directory measured by its files' lengths should not count that.
             let compacted = ctx
                 .store
                 .compact(Duration::from_secs(30))
                 .and_then(|_| ctx.store.trim());
+            tracing::debug!(
+                ms = started.elapsed().as_millis() as u64,
+                "import: store compacted"
+            );
             let committed = committing
                 .join()
                 .unwrap_or_else(|_| Err(kb::KbError::Index("the index commit panicked".into())));
@@ -139,13 +151,18 @@ pub fn import_dir(
             }
             Ok::<_, AdminError>(())
         })?;
+        tracing::debug!(
+            ms = started.elapsed().as_millis() as u64,
+            "import: index committed and store compacted"
+        );
         ctx.kb_index.compact(false)?;
     } else {
         ctx.kb_index.commit_pending()?;
     }
     tracing::debug!(
+        backlog_ms,
         finishing_ms = started.elapsed().as_millis() as u64,
-        "import: index committed and store compacted"
+        "import: finished (the index's backlog, commit, compaction)"
     );
     progress(Progress::note(format!(
         "done: {} created, {} revised, {} unchanged, {} skipped; {} extracted, {} without text; {indexed} index updates",
