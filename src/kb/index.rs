@@ -733,7 +733,7 @@ impl SearchIndex {
         max: usize,
     ) -> Result<(Vec<Candidate>, usize), KbError> {
         let searcher = self.reader.searcher();
-        let plan = self.plan(&searcher, org_id, folder, terms)?;
+        let plan = self.plan(&searcher, org_id, folder, terms, true)?;
         let limit = max.min(searcher.num_docs() as usize).max(1);
         let (total, top) = searcher
             .search(
@@ -755,6 +755,10 @@ impl SearchIndex {
     /// but without scoring every match: block-max WAND over the words finds the best ones,
     /// checking the grams only for the documents it stops at, and only those are scored
     /// exactly. Their stored fields are read, and the matches counted, when asked for.
+    ///
+    /// A 2-character term whose grams are in most of the index's documents does not filter
+    /// here ([`Ranked::loose`]); [`ranked_through_every_gram`](Self::ranked_through_every_gram)
+    /// filters it too.
     pub fn ranked(
         &self,
         org_id: u64,
@@ -762,9 +766,33 @@ impl SearchIndex {
         terms: &[String],
         max: usize,
     ) -> Result<Ranked, KbError> {
+        self.ranked_as(org_id, folder, terms, max, true)
+    }
+
+    /// [`ranked`](Self::ranked), every 2-character term filtering through the grams that begin
+    /// with it, however many documents hold them: for an organisation where such a term is
+    /// rare though the index's other documents mostly hold it.
+    pub fn ranked_through_every_gram(
+        &self,
+        org_id: u64,
+        folder: Option<&str>,
+        terms: &[String],
+        max: usize,
+    ) -> Result<Ranked, KbError> {
+        self.ranked_as(org_id, folder, terms, max, false)
+    }
+
+    fn ranked_as(
+        &self,
+        org_id: u64,
+        folder: Option<&str>,
+        terms: &[String],
+        max: usize,
+        loose: bool,
+    ) -> Result<Ranked, KbError> {
         let through = self.visible.load(std::sync::atomic::Ordering::Acquire);
         let searcher = self.reader.searcher();
-        let plan = self.plan(&searcher, org_id, folder, terms)?;
+        let plan = self.plan(&searcher, org_id, folder, terms, loose)?;
         let k = max.min(searcher.num_docs() as usize).max(1);
         let asked = k.min(FIRST_RANKED);
         let docs = rank(&searcher, &plan, asked)?;
@@ -786,13 +814,15 @@ impl SearchIndex {
             .store(n, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// The queries a search is made of.
+    /// The queries a search is made of. `loose`: a 2-character term whose grams are in most
+    /// documents does not filter.
     fn plan(
         &self,
         searcher: &tantivy::Searcher,
         org_id: u64,
         folder: Option<&str>,
         terms: &[String],
+        loose: bool,
     ) -> Result<Plan, KbError> {
         let f = &self.fields;
         let mut filter: Vec<(Occur, Box<dyn Query>)> = vec![(
@@ -829,14 +859,18 @@ impl SearchIndex {
             ))
         };
         let mut grams: Vec<String> = Vec::new();
+        let mut unfiltered = false;
         for term in terms {
             match term_grams(term) {
                 TermGrams::All(all) => grams.extend(all),
                 TermGrams::Prefix(prefix) => {
-                    if let Some(any) = self.grams_beginning(searcher, &prefix)? {
-                        let any: Vec<(Occur, Box<dyn Query>)> =
-                            any.iter().map(|g| (Occur::Should, gram(g))).collect();
-                        filter.push((Occur::Must, Box::new(BooleanQuery::new(any))));
+                    match self.grams_beginning(searcher, &prefix, loose)? {
+                        Some(any) => {
+                            let any: Vec<(Occur, Box<dyn Query>)> =
+                                any.iter().map(|g| (Occur::Should, gram(g))).collect();
+                            filter.push((Occur::Must, Box::new(BooleanQuery::new(any))));
+                        }
+                        None => unfiltered = true,
                     }
                 }
             }
@@ -875,6 +909,7 @@ impl SearchIndex {
         });
         Ok(Plan {
             filter: BooleanQuery::new(filter),
+            unfiltered,
             words,
             exact,
             org: Term::from_field_u64(f.org, org_id),
@@ -882,14 +917,16 @@ impl SearchIndex {
         })
     }
 
-    /// The grams beginning with `prefix` (a 2-character term) in any segment — or `None`
-    /// when those grams are in so many documents that they would filter out few: their
-    /// union would then cost more than the documents it leaves out (a union of about fifty
-    /// long lists for `de`), and the verifier finds such a term early in most documents.
+    /// The grams beginning with `prefix` (a 2-character term) in any segment — or, when
+    /// `loose`, `None` when those grams are in so many documents that they would filter out
+    /// few: their union would then cost more than the documents it leaves out (a union of
+    /// about fifty long lists for `de`), and the verifier finds such a term early in most
+    /// documents.
     fn grams_beginning(
         &self,
         searcher: &tantivy::Searcher,
         prefix: &str,
+        loose: bool,
     ) -> Result<Option<Vec<String>>, KbError> {
         let mut grams: Vec<String> = Vec::new();
         let mut postings = 0u64;
@@ -913,7 +950,7 @@ impl SearchIndex {
                 }
             }
         }
-        if postings > searcher.num_docs() / PREFIX_UNION_SHARE {
+        if loose && postings > searcher.num_docs() / PREFIX_UNION_SHARE {
             return Ok(None);
         }
         // None at all: the term's own gram, which no document holds, so nothing is found.
@@ -975,6 +1012,8 @@ impl SearchIndex {
 /// and a constant for an exact title).
 struct Plan {
     filter: BooleanQuery,
+    /// A 2-character term was left out of `filter` (its grams are in most documents).
+    unfiltered: bool,
     words: Vec<(Occur, Box<dyn Query>)>,
     exact: Option<TermQuery>,
     /// The organisation's term: a segment with at most `rank_whole` of its documents is
@@ -1310,6 +1349,12 @@ impl Ranked {
     /// last change is `last_change`: the searcher has applied every change up to it.
     pub fn all_live(&self, last_change: u64) -> bool {
         last_change <= self.through
+    }
+
+    /// Whether a 2-character term was left to the verifier, its grams being in most of the
+    /// index's documents ([`SearchIndex::ranked`]).
+    pub fn loose(&self) -> bool {
+        self.plan.unfiltered
     }
 
     /// How many documents match in all.

@@ -290,12 +290,27 @@ pub fn search(
     index: &SearchIndex,
     req: &SearchRequest<'_>,
 ) -> Result<SearchOutput, KbError> {
-    let mut ranked = index.ranked(
-        req.org_id,
-        req.folder,
-        &req.query.terms,
-        req.budget.max_documents,
-    )?;
+    let (terms, max) = (&req.query.terms, req.budget.max_documents);
+    let ranked = index.ranked(req.org_id, req.folder, terms, max)?;
+    let loose = ranked.loose();
+    let out = verify_ranked(store, index, req, ranked)?;
+    // A 2-character term that most of the index's documents hold was left to the verifier,
+    // and the budget ran out: in this organisation it may be rare (another language than
+    // the others'). Searched again, filtering through every gram that begins with it.
+    if loose && out.not_searched.is_some() {
+        let ranked = index.ranked_through_every_gram(req.org_id, req.folder, terms, max)?;
+        return verify_ranked(store, index, req, ranked);
+    }
+    Ok(out)
+}
+
+/// [`search`] over the candidates `ranked` proposes.
+fn verify_ranked(
+    store: &Store,
+    index: &SearchIndex,
+    req: &SearchRequest<'_>,
+    mut ranked: Ranked,
+) -> Result<SearchOutput, KbError> {
     // Candidates' stored fields, read as far as the search gets.
     let mut candidates: Vec<Candidate> = Vec::new();
     let finders: Vec<Finder<'_>> = req
