@@ -264,40 +264,17 @@ fn a_term_common_elsewhere_but_rare_here_is_still_found_in_full() {
     let index = SearchIndex::open(&dir.path().join("index"), true).unwrap();
     let now = jiff::Timestamp::now();
     let (dutch, english) = (1, 2);
+    let put = |org: u64, path: &str, text: &str| {
+        kennis::kb::store_document(&store, org, path, text.as_bytes(), None, now).unwrap();
+    };
     for i in 0..2000 {
-        let text = format!("ijs en bijl {i}");
-        kennis::kb::store_document(
-            &store,
-            dutch,
-            &format!("nl/{i}.md"),
-            text.as_bytes(),
-            None,
-            now,
-        )
-        .unwrap();
+        put(dutch, &format!("nl/{i}.md"), &format!("ijs en bijl {i}"));
     }
     for i in 0..500 {
-        let text = format!("plain text {i}");
-        kennis::kb::store_document(
-            &store,
-            english,
-            &format!("en/{i}.md"),
-            text.as_bytes(),
-            None,
-            now,
-        )
-        .unwrap();
+        put(english, &format!("en/{i}.md"), &format!("plain text {i}"));
     }
     for name in ["fijn", "rijn", "bijna"] {
-        kennis::kb::store_document(
-            &store,
-            english,
-            &format!("{name}.md"),
-            name.as_bytes(),
-            None,
-            now,
-        )
-        .unwrap();
+        put(english, &format!("{name}.md"), name);
     }
     index.catch_up(&store).unwrap();
     let ij = ["ij".to_owned()];
