@@ -928,7 +928,8 @@ impl SearchIndex {
         prefix: &str,
         loose: bool,
     ) -> Result<Option<Vec<String>>, KbError> {
-        let mut grams: Vec<String> = Vec::new();
+        // Sorted and each once, however many segments hold it.
+        let mut grams: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
         let mut postings = 0u64;
         for reader in searcher.segment_readers() {
             let inverted = reader
@@ -944,9 +945,9 @@ impl SearchIndex {
                 postings += u64::from(stream.value().doc_freq);
                 // Each key is a whole gram of a text, so it is UTF-8.
                 if let Ok(g) = std::str::from_utf8(stream.key())
-                    && !grams.iter().any(|have| have == g)
+                    && !grams.contains(g)
                 {
-                    grams.push(g.to_owned());
+                    grams.insert(g.to_owned());
                 }
             }
         }
@@ -955,9 +956,9 @@ impl SearchIndex {
         }
         // None at all: the term's own gram, which no document holds, so nothing is found.
         if grams.is_empty() {
-            grams.push(prefix.to_owned());
+            grams.insert(prefix.to_owned());
         }
-        Ok(Some(grams))
+        Ok(Some(grams.into_iter().collect()))
     }
 
     /// The whole words of the query's terms, as the `words` field holds them.
