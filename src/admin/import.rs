@@ -151,10 +151,6 @@ pub fn import_dir(
             }
             Ok::<_, AdminError>(())
         })?;
-        tracing::debug!(
-            ms = started.elapsed().as_millis() as u64,
-            "import: index committed and store compacted"
-        );
         ctx.kb_index.compact(false)?;
     } else {
         ctx.kb_index.commit_pending()?;

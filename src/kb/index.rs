@@ -167,6 +167,19 @@ pub enum TermGrams {
     Prefix(String),
 }
 
+/// How a 2-character term filters the candidates ([`SearchIndex::ranked`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairTerms {
+    /// Through the grams beginning with it, unless those are in most of the index's
+    /// documents: their union would then cost more than the documents it leaves out (about
+    /// fifty long lists for `de`), and the verifier finds such a term early in most
+    /// documents, so it alone decides ([`Ranked::loose`]).
+    Adaptive,
+    /// Through the grams beginning with it, however many documents hold them: for an
+    /// organisation where the term is rare though the index's other documents mostly hold it.
+    Filtered,
+}
+
 /// The grams a document holding `term` holds too ([`TermGrams`]).
 pub fn term_grams(term: &str) -> TermGrams {
     let chars: Vec<char> = term.chars().collect();
@@ -713,7 +726,7 @@ impl SearchIndex {
         terms: &[String],
         max: usize,
     ) -> Result<(Vec<Candidate>, usize), KbError> {
-        let mut ranked = self.ranked(org_id, folder, terms, max)?;
+        let mut ranked = self.ranked(org_id, folder, terms, max, PairTerms::Adaptive)?;
         let mut all = Vec::new();
         while let Some(c) = ranked.candidate(self, all.len())? {
             all.push(c);
@@ -733,7 +746,7 @@ impl SearchIndex {
         max: usize,
     ) -> Result<(Vec<Candidate>, usize), KbError> {
         let searcher = self.reader.searcher();
-        let plan = self.plan(&searcher, org_id, folder, terms, true)?;
+        let plan = self.plan(&searcher, org_id, folder, terms, PairTerms::Adaptive)?;
         let limit = max.min(searcher.num_docs() as usize).max(1);
         let (total, top) = searcher
             .search(
@@ -755,44 +768,18 @@ impl SearchIndex {
     /// but without scoring every match: block-max WAND over the words finds the best ones,
     /// checking the grams only for the documents it stops at, and only those are scored
     /// exactly. Their stored fields are read, and the matches counted, when asked for.
-    ///
-    /// A 2-character term whose grams are in most of the index's documents does not filter
-    /// here ([`Ranked::loose`]); [`ranked_through_every_gram`](Self::ranked_through_every_gram)
-    /// filters it too.
+    /// `pairs`: how a 2-character term filters.
     pub fn ranked(
         &self,
         org_id: u64,
         folder: Option<&str>,
         terms: &[String],
         max: usize,
-    ) -> Result<Ranked, KbError> {
-        self.ranked_as(org_id, folder, terms, max, true)
-    }
-
-    /// [`ranked`](Self::ranked), every 2-character term filtering through the grams that begin
-    /// with it, however many documents hold them: for an organisation where such a term is
-    /// rare though the index's other documents mostly hold it.
-    pub fn ranked_through_every_gram(
-        &self,
-        org_id: u64,
-        folder: Option<&str>,
-        terms: &[String],
-        max: usize,
-    ) -> Result<Ranked, KbError> {
-        self.ranked_as(org_id, folder, terms, max, false)
-    }
-
-    fn ranked_as(
-        &self,
-        org_id: u64,
-        folder: Option<&str>,
-        terms: &[String],
-        max: usize,
-        loose: bool,
+        pairs: PairTerms,
     ) -> Result<Ranked, KbError> {
         let through = self.visible.load(std::sync::atomic::Ordering::Acquire);
         let searcher = self.reader.searcher();
-        let plan = self.plan(&searcher, org_id, folder, terms, loose)?;
+        let plan = self.plan(&searcher, org_id, folder, terms, pairs)?;
         let k = max.min(searcher.num_docs() as usize).max(1);
         let asked = k.min(FIRST_RANKED);
         let docs = rank(&searcher, &plan, asked)?;
@@ -814,15 +801,14 @@ impl SearchIndex {
             .store(n, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// The queries a search is made of. `loose`: a 2-character term whose grams are in most
-    /// documents does not filter.
+    /// The queries a search is made of.
     fn plan(
         &self,
         searcher: &tantivy::Searcher,
         org_id: u64,
         folder: Option<&str>,
         terms: &[String],
-        loose: bool,
+        pairs: PairTerms,
     ) -> Result<Plan, KbError> {
         let f = &self.fields;
         let mut filter: Vec<(Occur, Box<dyn Query>)> = vec![(
@@ -864,7 +850,7 @@ impl SearchIndex {
             match term_grams(term) {
                 TermGrams::All(all) => grams.extend(all),
                 TermGrams::Prefix(prefix) => {
-                    match self.grams_beginning(searcher, &prefix, loose)? {
+                    match self.grams_beginning(searcher, &prefix, pairs)? {
                         Some(any) => {
                             let any: Vec<(Occur, Box<dyn Query>)> =
                                 any.iter().map(|g| (Occur::Should, gram(g))).collect();
@@ -917,16 +903,13 @@ impl SearchIndex {
         })
     }
 
-    /// The grams beginning with `prefix` (a 2-character term) in any segment — or, when
-    /// `loose`, `None` when those grams are in so many documents that they would filter out
-    /// few: their union would then cost more than the documents it leaves out (a union of
-    /// about fifty long lists for `de`), and the verifier finds such a term early in most
-    /// documents.
+    /// The grams beginning with `prefix` (a 2-character term) in any segment — or `None`
+    /// ([`PairTerms::Adaptive`]) when they are in most documents.
     fn grams_beginning(
         &self,
         searcher: &tantivy::Searcher,
         prefix: &str,
-        loose: bool,
+        pairs: PairTerms,
     ) -> Result<Option<Vec<String>>, KbError> {
         // Sorted and each once, however many segments hold it.
         let mut grams: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
@@ -951,7 +934,7 @@ impl SearchIndex {
                 }
             }
         }
-        if loose && postings > searcher.num_docs() / PREFIX_UNION_SHARE {
+        if pairs == PairTerms::Adaptive && postings > searcher.num_docs() / PREFIX_UNION_SHARE {
             return Ok(None);
         }
         // None at all: the term's own gram, which no document holds, so nothing is found.
@@ -1353,7 +1336,7 @@ impl Ranked {
     }
 
     /// Whether a 2-character term was left to the verifier, its grams being in most of the
-    /// index's documents ([`SearchIndex::ranked`]).
+    /// index's documents ([`PairTerms::Adaptive`]).
     pub fn loose(&self) -> bool {
         self.plan.unfiltered
     }

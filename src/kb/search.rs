@@ -11,7 +11,7 @@ use memchr::memmem::Finder;
 use serde::Serialize;
 
 use super::fold::{fold_line, fold_text};
-use super::index::{Candidate, Ranked, SearchIndex};
+use super::index::{Candidate, PairTerms, Ranked, SearchIndex};
 use super::{KbError, MAX_SEARCHED_BYTES, prefix_on_char_boundary};
 use crate::store::{ReadTx, Store};
 
@@ -291,14 +291,14 @@ pub fn search(
     req: &SearchRequest<'_>,
 ) -> Result<SearchOutput, KbError> {
     let (terms, max) = (&req.query.terms, req.budget.max_documents);
-    let ranked = index.ranked(req.org_id, req.folder, terms, max)?;
+    let ranked = index.ranked(req.org_id, req.folder, terms, max, PairTerms::Adaptive)?;
     let loose = ranked.loose();
     let out = verify_ranked(store, index, req, ranked)?;
     // A 2-character term that most of the index's documents hold was left to the verifier,
     // and the budget ran out: in this organisation it may be rare (another language than
     // the others'). Searched again, filtering through every gram that begins with it.
     if loose && out.not_searched.is_some() {
-        let ranked = index.ranked_through_every_gram(req.org_id, req.folder, terms, max)?;
+        let ranked = index.ranked(req.org_id, req.folder, terms, max, PairTerms::Filtered)?;
         return verify_ranked(store, index, req, ranked);
     }
     Ok(out)

@@ -9,7 +9,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use kennis::kb::fold::fold_text;
-use kennis::kb::index::SearchIndex;
+use kennis::kb::index::{PairTerms, SearchIndex};
 use kennis::kb::search::{self, Budget, SearchRequest, parse_query};
 use kennis::store::Store;
 
@@ -278,10 +278,9 @@ fn a_term_common_elsewhere_but_rare_here_is_still_found_in_full() {
     }
     index.catch_up(&store).unwrap();
     let ij = ["ij".to_owned()];
-    assert!(index.ranked(english, None, &ij, 200).unwrap().loose());
-    let through = index
-        .ranked_through_every_gram(english, None, &ij, 200)
-        .unwrap();
+    let ranked = |pairs| index.ranked(english, None, &ij, 200, pairs).unwrap();
+    assert!(ranked(PairTerms::Adaptive).loose());
+    let through = ranked(PairTerms::Filtered);
     assert!(!through.loose());
     assert_eq!(through.total().unwrap(), 3);
     let out = search::search_text(&store, &index, english, "ij", None, 20).unwrap();
@@ -431,7 +430,13 @@ fn a_search_before_the_index_follows_shows_only_live_versions() {
     let all_live = || {
         let last = f.store.read(kennis::kb::last_change).unwrap();
         f.index
-            .ranked(ORG, None, &["zqxlevend".to_owned()], 10)
+            .ranked(
+                ORG,
+                None,
+                &["zqxlevend".to_owned()],
+                10,
+                PairTerms::Adaptive,
+            )
             .unwrap()
             .all_live(last)
     };
