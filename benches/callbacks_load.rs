@@ -42,13 +42,7 @@ async fn slow_receiver(got: Arc<AtomicU64>) -> String {
 }
 
 /// Keyed deliveries (each creates a run) from [`SENDERS`] senders for `time`.
-async fn deliveries(
-    client: &reqwest::Client,
-    url: &str,
-    secret: &str,
-    tag: &str,
-    time: Duration,
-) -> Measured {
+async fn deliveries(url: &str, secret: &str, tag: &str, time: Duration) -> Measured {
     Deliveries {
         url,
         secret,
@@ -58,7 +52,7 @@ async fn deliveries(
         time,
         senders: SENDERS,
     }
-    .run(client)
+    .run()
     .await
 }
 
@@ -97,7 +91,7 @@ fn main() {
             .pool_max_idle_per_host(SENDERS)
             .build()
             .unwrap();
-        let baseline = deliveries(&client, &url_of(&plain), &secret(&plain), "base", PHASE).await;
+        let baseline = deliveries(&url_of(&plain), &secret(&plain), "base", PHASE).await;
         let fired = Instant::now();
         let mut sends = Vec::new();
         for n in 0..RUNS {
@@ -154,7 +148,7 @@ fn main() {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let loaded = deliveries(&client, &url_of(&plain), &secret(&plain), "load", PHASE).await;
+        let loaded = deliveries(&url_of(&plain), &secret(&plain), "load", PHASE).await;
         report("baseline", &baseline);
         report("callbacks", &loaded);
         let m = client

@@ -189,12 +189,13 @@ fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> Si
             .build()
             .unwrap();
         // Search: one client, each query in turn, round after round.
+        let (mut conn, path) = (common::Conn::open(&url).await, common::path_of(&url));
         let mut per_query: Vec<Vec<Duration>> = vec![Vec::new(); queries.len()];
         for round in 0..=s.rounds {
             for (i, q) in queries.iter().enumerate() {
                 let call: Call = ("kennisbank_search".into(), json!({"query": q}));
                 let t = Instant::now();
-                let ok = common::send_call(&client, &url, &token, i, &call).await;
+                let ok = conn.call(&path, &token, i, &call).await;
                 let took = t.elapsed();
                 assert!(ok, "search {q:?} failed");
                 // Round 0 warms the caches up.
@@ -255,7 +256,7 @@ fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> Si
             time,
             senders: CLIENTS,
         }
-        .run(&client)
+        .run()
         .await;
         println!("hook deliveries skipped (cooldown): {}", skipped.line());
         let creating = Deliveries {
@@ -267,7 +268,7 @@ fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> Si
             time,
             senders: CLIENTS,
         }
-        .run(&client)
+        .run()
         .await;
         println!("hook deliveries creating runs: {}", creating.line());
         // The runs end (the echo agent answers at once) before their records are measured.

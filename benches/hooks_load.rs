@@ -59,8 +59,8 @@ fn main() {
                 senders: SENDERS,
             };
             // Warm-up: connections and caches.
-            load(500, 5, keyed.map(|_| "warm")).run(&client).await;
-            let m = load(total, 20, keyed).run(&client).await;
+            load(500, 5, keyed.map(|_| "warm")).run().await;
+            let m = load(total, 20, keyed).run().await;
             println!("{name:>9}: deliveries {}", m.line());
         }
         let m = client

@@ -544,17 +544,12 @@ pub struct Deliveries<'a> {
 }
 
 impl Deliveries<'_> {
-    pub async fn run(&self, client: &reqwest::Client) -> Measured {
+    pub async fn run(&self) -> Measured {
         let next = Arc::new(AtomicU64::new(0));
         let start = Instant::now();
         let mut tasks = Vec::new();
         for _ in 0..self.senders {
-            let (client, url, secret, next) = (
-                client.clone(),
-                self.url.to_owned(),
-                self.secret.to_owned(),
-                next.clone(),
-            );
+            let (url, secret, next) = (self.url.to_owned(), self.secret.to_owned(), next.clone());
             let (expect, keyed, total, time) = (
                 self.expect,
                 self.keyed.map(str::to_owned),
@@ -562,23 +557,24 @@ impl Deliveries<'_> {
                 self.time,
             );
             tasks.push(tokio::spawn(async move {
+                let mut conn = Conn::open(&url).await;
+                let path = path_of(&url);
                 let mut lat = Vec::new();
                 loop {
                     let n = next.fetch_add(1, Ordering::Relaxed);
                     if n >= total || start.elapsed() > time {
                         break;
                     }
-                    let mut req = client
-                        .post(&url)
-                        .bearer_auth(&secret)
-                        .body(r#"{"bench":true}"#);
-                    if let Some(tag) = &keyed {
-                        req = req.header("X-Service-Event-Key", format!("{tag}-{n}"));
-                    }
+                    let key = keyed.as_ref().map(|tag| format!("{tag}-{n}"));
+                    let headers: Vec<(&str, &str)> = key
+                        .iter()
+                        .map(|k| ("x-service-event-key", k.as_str()))
+                        .collect();
                     let t = Instant::now();
-                    let r = req.send().await.expect("request");
-                    let status = r.status().as_u16();
-                    let _ = r.bytes().await;
+                    let (status, _) = conn
+                        .post(&path, &secret, &headers, br#"{"bench":true}"#.to_vec())
+                        .await
+                        .expect("delivery");
                     lat.push(t.elapsed());
                     assert_eq!(status, expect, "delivery {n}");
                 }
@@ -677,30 +673,80 @@ pub fn tool_call(n: usize, (tool, arguments): &Call) -> Value {
     })
 }
 
-/// Sends one tool call; whether it succeeded (HTTP 200, a result, not an error result).
-pub async fn send_call(
-    client: &reqwest::Client,
-    url: &str,
-    token: &str,
-    n: usize,
-    call: &Call,
-) -> bool {
-    let r = client
-        .post(url)
-        .bearer_auth(token)
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-06-18")
-        .json(&tool_call(n, call))
-        .send()
-        .await;
-    match r {
-        Ok(r) => {
-            let status = r.status();
-            let text = r.text().await.unwrap_or_default();
-            status == 200 && text.contains("\"result\"") && !text.contains("\"isError\":true")
-        }
-        Err(_) => false,
+/// One keep-alive HTTP/1.1 connection, driven through hyper's own client connection: a load
+/// generator shares the two cores with the server, and reqwest's per-call work (its pool, URL
+/// parsing, header maps) took a third of them in the read benchmark; this takes about half as much.
+pub struct Conn {
+    authority: String,
+    send: hyper::client::conn::http1::SendRequest<http_body_util::Full<axum::body::Bytes>>,
+}
+
+impl Conn {
+    /// Connects to the server `url` names (`http://host:port/…`).
+    pub async fn open(url: &str) -> Conn {
+        let uri: axum::http::Uri = url.parse().expect("url");
+        let authority = uri.authority().expect("host:port").to_string();
+        let stream = tokio::net::TcpStream::connect(&authority)
+            .await
+            .expect("connect");
+        stream.set_nodelay(true).expect("nodelay");
+        let (send, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .expect("handshake");
+        tokio::spawn(connection);
+        Conn { authority, send }
     }
+
+    /// POSTs `body` to `path` with a bearer token and `headers`: the status and the body, or
+    /// `None` when the connection failed.
+    pub async fn post(
+        &mut self,
+        path: &str,
+        token: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> Option<(u16, axum::body::Bytes)> {
+        use http_body_util::BodyExt;
+        let mut req = axum::http::Request::post(path)
+            .header("host", &self.authority)
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json");
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        let req = req
+            .body(http_body_util::Full::new(axum::body::Bytes::from(body)))
+            .ok()?;
+        self.send.ready().await.ok()?;
+        let resp = self.send.send_request(req).await.ok()?;
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.ok()?.to_bytes();
+        Some((status, body))
+    }
+
+    /// Sends one tool call; whether it succeeded (HTTP 200, a result, not an error result).
+    pub async fn call(&mut self, path: &str, token: &str, n: usize, call: &Call) -> bool {
+        let body = serde_json::to_vec(&tool_call(n, call)).expect("json");
+        let headers = [
+            ("accept", "application/json, text/event-stream"),
+            ("mcp-protocol-version", "2025-06-18"),
+        ];
+        match self.post(path, token, &headers, body).await {
+            Some((200, body)) => {
+                let has = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
+                has(b"\"result\"") && !has(b"\"isError\":true")
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The path of a URL (`http://host:port/path` → `/path`).
+pub fn path_of(url: &str) -> String {
+    let uri: axum::http::Uri = url.parse().expect("url");
+    uri.path_and_query()
+        .map_or("/".to_owned(), |p| p.as_str().to_owned())
 }
 
 /// Connector tool calls from `clients` concurrent keep-alive clients until `max_requests`
@@ -730,12 +776,10 @@ where
         let mut tasks = Vec::new();
         for c in 0..load.clients {
             let (load, next) = (load.clone(), next.clone());
-            // Each client its own connection, as separate assistants have.
-            let client = reqwest::Client::builder()
-                .pool_max_idle_per_host(1)
-                .build()
-                .unwrap();
             tasks.push(tokio::spawn(async move {
+                // Each client its own connection, as separate assistants have.
+                let mut conn = Conn::open(&load.url).await;
+                let path = path_of(&load.url);
                 let token = load.tokens[c % load.tokens.len()].clone();
                 let mut lat: Vec<(String, Duration, bool)> = Vec::new();
                 // Paced clients start spread over one interval.
@@ -753,7 +797,10 @@ where
                     }
                     let call = (load.calls)(c, n);
                     let t = Instant::now();
-                    let ok = send_call(&client, &load.url, &token, n, &call).await;
+                    let ok = conn.call(&path, &token, n, &call).await;
+                    if !ok && conn.send.is_closed() {
+                        conn = Conn::open(&load.url).await;
+                    }
                     lat.push((call.0, t.elapsed(), ok));
                 }
                 lat
