@@ -734,7 +734,7 @@ impl Conn {
         ];
         match self.post(path, token, &headers, body).await {
             Some((200, body)) => {
-                let has = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
+                let has = |needle: &[u8]| memchr::memmem::find(&body, needle).is_some();
                 has(b"\"result\"") && !has(b"\"isError\":true")
             }
             _ => false,
