@@ -189,13 +189,13 @@ fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> Si
             .build()
             .unwrap();
         // Search: one client, each query in turn, round after round.
-        let (mut conn, path) = (common::Conn::open(&url).await, common::path_of(&url));
+        let mut conn = common::Conn::open(&url).await;
         let mut per_query: Vec<Vec<Duration>> = vec![Vec::new(); queries.len()];
         for round in 0..=s.rounds {
             for (i, q) in queries.iter().enumerate() {
                 let call: Call = ("kennisbank_search".into(), json!({"query": q}));
                 let t = Instant::now();
-                let ok = conn.call(&path, &token, i, &call).await;
+                let ok = conn.call(&token, i, &call).await;
                 let took = t.elapsed();
                 assert!(ok, "search {q:?} failed");
                 // Round 0 warms the caches up.

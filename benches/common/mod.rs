@@ -558,7 +558,6 @@ impl Deliveries<'_> {
             );
             tasks.push(tokio::spawn(async move {
                 let mut conn = Conn::open(&url).await;
-                let path = path_of(&url);
                 let mut lat = Vec::new();
                 loop {
                     let n = next.fetch_add(1, Ordering::Relaxed);
@@ -572,7 +571,7 @@ impl Deliveries<'_> {
                         .collect();
                     let t = Instant::now();
                     let (status, _) = conn
-                        .post(&path, &secret, &headers, br#"{"bench":true}"#.to_vec())
+                        .post(&secret, &headers, br#"{"bench":true}"#.to_vec())
                         .await
                         .expect("delivery");
                     lat.push(t.elapsed());
@@ -673,19 +672,23 @@ pub fn tool_call(n: usize, (tool, arguments): &Call) -> Value {
     })
 }
 
-/// One keep-alive HTTP/1.1 connection, driven through hyper's own client connection: a load
-/// generator shares the two cores with the server, and reqwest's per-call work (its pool, URL
-/// parsing, header maps) took a third of them in the read benchmark; this takes about half as much.
+/// One keep-alive HTTP/1.1 connection to one URL, driven through hyper's own client
+/// connection: a load generator shares the two cores with the server, and reqwest's per-call
+/// work (its pool, URL parsing, header maps) took about 65 % of a core in the read benchmark;
+/// this takes about 44 % (`docs/performance.md`).
 pub struct Conn {
+    url: String,
     authority: String,
+    path: String,
     send: hyper::client::conn::http1::SendRequest<http_body_util::Full<axum::body::Bytes>>,
 }
 
 impl Conn {
-    /// Connects to the server `url` names (`http://host:port/…`).
+    /// Connects to the server `url` names (`http://host:port/path`); requests go to its path.
     pub async fn open(url: &str) -> Conn {
         let uri: axum::http::Uri = url.parse().expect("url");
         let authority = uri.authority().expect("host:port").to_string();
+        let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
         let stream = tokio::net::TcpStream::connect(&authority)
             .await
             .expect("connect");
@@ -695,20 +698,31 @@ impl Conn {
                 .await
                 .expect("handshake");
         tokio::spawn(connection);
-        Conn { authority, send }
+        Conn {
+            url: url.to_owned(),
+            authority,
+            path,
+            send,
+        }
     }
 
-    /// POSTs `body` to `path` with a bearer token and `headers`: the status and the body, or
-    /// `None` when the connection failed.
+    /// A new connection in place of this one once the server closed it.
+    pub async fn reopen_if_closed(&mut self) {
+        if self.send.is_closed() {
+            *self = Conn::open(&self.url).await;
+        }
+    }
+
+    /// POSTs `body` with a bearer token and `headers`: the status and the body, or `None`
+    /// when the connection failed.
     pub async fn post(
         &mut self,
-        path: &str,
         token: &str,
         headers: &[(&str, &str)],
         body: Vec<u8>,
     ) -> Option<(u16, axum::body::Bytes)> {
         use http_body_util::BodyExt;
-        let mut req = axum::http::Request::post(path)
+        let mut req = axum::http::Request::post(self.path.as_str())
             .header("host", &self.authority)
             .header("authorization", format!("Bearer {token}"))
             .header("content-type", "application/json");
@@ -726,13 +740,13 @@ impl Conn {
     }
 
     /// Sends one tool call; whether it succeeded (HTTP 200, a result, not an error result).
-    pub async fn call(&mut self, path: &str, token: &str, n: usize, call: &Call) -> bool {
+    pub async fn call(&mut self, token: &str, n: usize, call: &Call) -> bool {
         let body = serde_json::to_vec(&tool_call(n, call)).expect("json");
         let headers = [
             ("accept", "application/json, text/event-stream"),
             ("mcp-protocol-version", "2025-06-18"),
         ];
-        match self.post(path, token, &headers, body).await {
+        match self.post(token, &headers, body).await {
             Some((200, body)) => {
                 let has = |needle: &[u8]| memchr::memmem::find(&body, needle).is_some();
                 has(b"\"result\"") && !has(b"\"isError\":true")
@@ -740,13 +754,6 @@ impl Conn {
             _ => false,
         }
     }
-}
-
-/// The path of a URL (`http://host:port/path` → `/path`).
-pub fn path_of(url: &str) -> String {
-    let uri: axum::http::Uri = url.parse().expect("url");
-    uri.path_and_query()
-        .map_or("/".to_owned(), |p| p.as_str().to_owned())
 }
 
 /// Connector tool calls from `clients` concurrent keep-alive clients until `max_requests`
@@ -779,7 +786,6 @@ where
             tasks.push(tokio::spawn(async move {
                 // Each client its own connection, as separate assistants have.
                 let mut conn = Conn::open(&load.url).await;
-                let path = path_of(&load.url);
                 let token = load.tokens[c % load.tokens.len()].clone();
                 let mut lat: Vec<(String, Duration, bool)> = Vec::new();
                 // Paced clients start spread over one interval.
@@ -797,11 +803,12 @@ where
                     }
                     let call = (load.calls)(c, n);
                     let t = Instant::now();
-                    let ok = conn.call(&path, &token, n, &call).await;
-                    if !ok && conn.send.is_closed() {
-                        conn = Conn::open(&load.url).await;
-                    }
+                    let ok = conn.call(&token, n, &call).await;
                     lat.push((call.0, t.elapsed(), ok));
+                    // Outside the timed call: a failed one may have cost the connection.
+                    if !ok {
+                        conn.reopen_if_closed().await;
+                    }
                 }
                 lat
             }));
