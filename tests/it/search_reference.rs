@@ -200,6 +200,39 @@ fn index_search_equals_the_reference_on_generated_documents() {
     );
 }
 
+/// Documents of several KB: past the first candidates, a search verifies them in batches of
+/// more than 64 KB, half on a thread of rayon's pool (`kb::search::verify_ahead`) — and finds
+/// exactly what the reference finds, every line where it stands.
+#[test]
+fn candidates_verified_on_two_threads_give_the_reference_results() {
+    let mut rng = StdRng::seed_from_u64(0x766572696679);
+    let docs: Vec<(String, String)> = (0..160)
+        .map(|i| {
+            let lines: Vec<String> = (0..rng.gen_range(80..160))
+                .map(|_| {
+                    (0..rng.gen_range(4..10))
+                        .map(|_| WORDS[rng.gen_range(0..WORDS.len())])
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .collect();
+            (format!("groot/doc{i:03}.md"), lines.join("\n"))
+        })
+        .collect();
+    assert!(docs.iter().all(|(_, t)| t.len() > 2_000));
+    let f = load(docs);
+    let mut matched = 0;
+    for _ in 0..60 {
+        let n = rng.gen_range(1..=3);
+        let parts: Vec<String> = (0..n).map(|_| random_term(&mut rng)).collect();
+        matched += compare(&f, &parts.join(" "));
+    }
+    assert!(
+        matched > 1_000,
+        "the queries should match many documents ({matched})"
+    );
+}
+
 /// 2-character terms are found through the grams that begin with them: wherever they stand
 /// in a line (alone, at its start or end, in the last line without a line break, before a
 /// CRLF), and nothing is found for one no gram begins with.
