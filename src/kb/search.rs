@@ -418,7 +418,7 @@ const ONE_BY_ONE: usize = 24;
 /// How many candidates are verified ahead at once, on two threads.
 const AHEAD: usize = 32;
 /// Below this much text, verifying ahead stays on one thread.
-const PARALLEL_BYTES: u64 = 64 * 1024;
+const PARALLEL_BYTES: u64 = 256 * 1024;
 
 /// Verifies the candidate at `pos` — and, once past [`ONE_BY_ONE`], some after it that the
 /// budget still allows, split over two threads when they hold enough text. A search that needs many candidates
@@ -460,28 +460,20 @@ fn verify_ahead(
         return run(tx, live, batch);
     }
     let (first, second) = batch.split_at(batch.len() / 2);
-    // The second half goes to rayon's pool, whose threads stay: a thread started per batch
-    // cost more than verifying a few small documents, its allocator and zstd context cold.
-    let mut rest = None;
-    let out = rayon::in_place_scope(|scope| {
-        scope.spawn(|_| {
-            // A panic there is this search's error, as it would be on the calling thread.
-            let verified = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                store.read(|tx| {
-                    let live = ranked.all_live(super::last_change(tx)?);
-                    run(tx, live, second)
-                })
-            }));
-            rest = Some(
-                verified
-                    .unwrap_or_else(|_| Err(KbError::Index("a verifying thread panicked".into()))),
-            );
+    std::thread::scope(|scope| {
+        let other = scope.spawn(|| {
+            store.read(|tx| {
+                let live = ranked.all_live(super::last_change(tx)?);
+                run(tx, live, second)
+            })
         });
-        run(tx, live, first)
-    });
-    let mut out = out?;
-    out.extend(rest.unwrap_or_else(|| Err(KbError::Index("a verifying thread stopped".into())))?);
-    Ok(out)
+        let mut out = run(tx, live, first)?;
+        let rest = other
+            .join()
+            .unwrap_or_else(|_| Err(KbError::Index("a verifying thread panicked".into())))?;
+        out.extend(rest);
+        Ok(out)
+    })
 }
 
 /// Verifies one candidate in `tx`; `live`: the index had applied every change this snapshot

@@ -200,15 +200,15 @@ fn index_search_equals_the_reference_on_generated_documents() {
     );
 }
 
-/// Documents of several KB: past the first candidates, a search verifies them in batches of
-/// more than 64 KB, half on a thread of rayon's pool (`kb::search::verify_ahead`) — and finds
+/// Documents of 8 KB and more: past the first candidates, a search verifies them in batches
+/// of 256 KB and more, half on a second thread (`kb::search::verify_ahead`) — and finds
 /// exactly what the reference finds, every line where it stands.
 #[test]
 fn candidates_verified_on_two_threads_give_the_reference_results() {
     let mut rng = StdRng::seed_from_u64(0x766572696679);
     let docs: Vec<(String, String)> = (0..160)
         .map(|i| {
-            let lines: Vec<String> = (0..rng.gen_range(80..160))
+            let lines: Vec<String> = (0..rng.gen_range(240..400))
                 .map(|_| {
                     (0..rng.gen_range(4..10))
                         .map(|_| WORDS[rng.gen_range(0..WORDS.len())])
@@ -219,7 +219,7 @@ fn candidates_verified_on_two_threads_give_the_reference_results() {
             (format!("groot/doc{i:03}.md"), lines.join("\n"))
         })
         .collect();
-    assert!(docs.iter().all(|(_, t)| t.len() > 2_000));
+    assert!(docs.iter().all(|(_, t)| t.len() > 8_192));
     let f = load(docs);
     let mut matched = 0;
     for _ in 0..60 {
