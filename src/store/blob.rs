@@ -150,8 +150,12 @@ pub(super) fn split(stored: &[u8]) -> Result<Vec<Cow<'_, [u8]>>, StoreError> {
     }
     let size = stored.len().div_ceil(stored.len().div_ceil(PART));
     let mut chunks = stored.chunks(size);
-    let count = u32::try_from(chunks.len())
-        .map_err(|_| corrupt("kb_content", "a value too long to store".into()))?;
+    let count = u32::try_from(chunks.len()).map_err(|_| {
+        StoreError::Db(format!(
+            "a value of {} bytes is too long to store",
+            stored.len()
+        ))
+    })?;
     let first = chunks.next().unwrap_or_default();
     let mut head = Vec::with_capacity(HEAD + first.len());
     head.push(PARTS);
