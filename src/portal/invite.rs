@@ -11,15 +11,15 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use maud::{Markup, html};
 
 use super::i18n::{date_time, t, ta};
 use super::{
-    SESSION_COOKIE, SESSION_LIFETIME_SECS, UncheckedForm, csrf_field, csrf_token_for, layout,
-    limited_page, page, problem_text, see_other, set_cookie,
+    SESSION_COOKIE, SESSION_LIFETIME_SECS, UncheckedForm, append_cookie, csrf_field,
+    csrf_token_for, layout, limited_page, page, problem_text, see_other, set_cookie,
 };
 use crate::app::App;
 use crate::http::client_ip::CallerIp;
@@ -32,21 +32,35 @@ pub fn router() -> Router<Arc<App>> {
         .route("/reset/{token}", get(reset_page).post(reset_submit))
 }
 
-async fn invite_page(State(app): State<Arc<App>>, Path(token): Path<String>) -> Response {
-    show(&app, Link::Invite, &token).await
+/// An invitation's page. Its sign-in buttons carry a token bound to this browser's pre-login
+/// cookie, set here when it has none: a page elsewhere cannot send someone through a
+/// provider to accept an invitation they never opened.
+async fn invite_page(
+    State(app): State<Arc<App>>,
+    Path(token): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let (pre, new) = super::pre_login(&headers);
+    let mut resp = show(&app, Link::Invite, &token, &pre).await;
+    if new {
+        append_cookie(&mut resp, super::pre_login_cookie(&app, &pre));
+    }
+    resp
 }
 
 async fn invite_submit(
     State(app): State<Arc<App>>,
     Path(token): Path<String>,
     CallerIp(ip): CallerIp,
+    headers: HeaderMap,
     form: UncheckedForm,
 ) -> Response {
-    submit(&app, Link::Invite, &token, ip, form).await
+    let pre = super::cookie(&headers, super::PRE_COOKIE).unwrap_or_default();
+    submit(&app, Link::Invite, &token, pre, ip, form).await
 }
 
 async fn reset_page(State(app): State<Arc<App>>, Path(token): Path<String>) -> Response {
-    show(&app, Link::Reset, &token).await
+    show(&app, Link::Reset, &token, "").await
 }
 
 async fn reset_submit(
@@ -55,7 +69,7 @@ async fn reset_submit(
     CallerIp(ip): CallerIp,
     form: UncheckedForm,
 ) -> Response {
-    submit(&app, Link::Reset, &token, ip, form).await
+    submit(&app, Link::Reset, &token, "", ip, form).await
 }
 
 /// The kind of a one-time link.
@@ -174,11 +188,11 @@ fn password_fields() -> Markup {
     }
 }
 
-/// The link's page: the form (with what was typed and why it was refused, when it was).
+/// The link's page: the form (with what was typed and why it was refused, when it was), and
+/// for an invitation the providers' buttons, bound to the pre-login cookie `pre`.
 fn form_page(
     app: &App,
-    link: Link,
-    token: &str,
+    (link, token, pre): (Link, &str, &str),
     opened: &Opened,
     name: &str,
     error: Option<&str>,
@@ -209,15 +223,17 @@ fn form_page(
                 button type="submit" { (link.button()) }
             }
         }
-        @if link == Link::Invite { (super::oidc::buttons(app, "/portal", Some(token))) }
+        @if link == Link::Invite {
+            (super::oidc::buttons(app, "/portal", Some((token, &csrf_token_for(app, pre.as_bytes())))))
+        }
         p.muted { (opened.until) }
     };
     page(status, layout(&link.title(), None, None, body))
 }
 
-async fn show(app: &Arc<App>, link: Link, token: &str) -> Response {
+async fn show(app: &Arc<App>, link: Link, token: &str, pre: &str) -> Response {
     match open(app, link, token).await {
-        Ok(opened) => form_page(app, link, token, &opened, "", None),
+        Ok(opened) => form_page(app, (link, token, pre), &opened, "", None),
         Err(e) => refused(link, &e),
     }
 }
@@ -230,6 +246,7 @@ async fn submit(
     app: &Arc<App>,
     link: Link,
     token: &str,
+    pre: &str,
     ip: IpAddr,
     form: UncheckedForm,
 ) -> Response {
@@ -243,7 +260,8 @@ async fn submit(
         Ok(o) => o,
         Err(e) => return refused(link, &e),
     };
-    let again = |message: String| form_page(app, link, token, &opened, &name, Some(&message));
+    let again =
+        |message: String| form_page(app, (link, token, pre), &opened, &name, Some(&message));
     if !opened.existing && form.field("password_again") != Some(password.as_str()) {
         return again(t("passwords-differ"));
     }

@@ -59,12 +59,7 @@ pub(super) async fn login_page(
     headers: HeaderMap,
 ) -> Response {
     let next = next_of(&q);
-    let existing = super::cookie(&headers, PRE_COOKIE)
-        .filter(|v| v.len() == 43)
-        .map(str::to_owned);
-    let pre = existing
-        .clone()
-        .unwrap_or_else(|| crate::oauth::new_secret(""));
+    let (pre, new) = super::pre_login(&headers);
     let csrf = csrf_token_for(&app, pre.as_bytes());
     let mut resp = page(
         StatusCode::OK,
@@ -75,8 +70,8 @@ pub(super) async fn login_page(
             login_body(&app, &csrf, &next, "", None),
         ),
     );
-    if existing.is_none() {
-        append_cookie(&mut resp, set_cookie(&app, PRE_COOKIE, &pre, 3600));
+    if new {
+        append_cookie(&mut resp, super::pre_login_cookie(&app, &pre));
     }
     resp
 }

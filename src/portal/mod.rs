@@ -287,6 +287,20 @@ pub fn csrf_token_for(app: &App, binding: &[u8]) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
 }
 
+/// This browser's pre-login cookie (`kb_pre`, which binds the CSRF tokens of pages shown
+/// before there is a session), and whether it is new — then the response must set it.
+pub fn pre_login(headers: &HeaderMap) -> (String, bool) {
+    match cookie(headers, PRE_COOKIE).filter(|v| v.len() == 43) {
+        Some(existing) => (existing.to_owned(), false),
+        None => (crate::oauth::new_secret(""), true),
+    }
+}
+
+/// The `Set-Cookie` value of a new pre-login cookie (an hour).
+pub fn pre_login_cookie(app: &App, pre: &str) -> String {
+    set_cookie(app, PRE_COOKIE, pre, 3600)
+}
+
 /// Checks a submitted CSRF token in constant time.
 pub fn verify_csrf(expected: &str, submitted: Option<&str>) -> bool {
     submitted.is_some_and(|s| bool::from(s.as_bytes().ct_eq(expected.as_bytes())))

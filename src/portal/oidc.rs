@@ -22,8 +22,9 @@ use maud::{Markup, html};
 
 use super::i18n::t;
 use super::{
-    AnySession, SESSION_COOKIE, SESSION_LIFETIME_SECS, append_cookie, csrf_token_for, layout,
-    limited_page, login_step, page, problem_text, safe_next, see_other, set_cookie,
+    AnySession, PRE_COOKIE, SESSION_COOKIE, SESSION_LIFETIME_SECS, append_cookie, csrf_rejected,
+    csrf_token_for, layout, limited_page, login_step, page, problem_text, safe_next, see_other,
+    set_cookie, verify_csrf,
 };
 use crate::app::App;
 use crate::http::client_ip::CallerIp;
@@ -42,11 +43,12 @@ pub fn router() -> Router<Arc<App>> {
 }
 
 /// One button (a link: no form, no script) per provider, `#oidc-<id>`, continuing to `next`
-/// or accepting the invitation `invite`.
-pub(super) fn buttons(app: &App, next: &str, invite: Option<&str>) -> Markup {
+/// or accepting the invitation `invite` (its token, and the CSRF token bound to the
+/// browser's pre-login cookie, which [`start`] checks).
+pub(super) fn buttons(app: &App, next: &str, invite: Option<(&str, &str)>) -> Markup {
     let mut q = form_urlencoded::Serializer::new(String::new());
     match invite {
-        Some(token) => q.append_pair("invite", token),
+        Some((token, csrf)) => q.append_pair("invite", token).append_pair("csrf", csrf),
         None => q.append_pair("next", next),
     };
     let q = q.finish();
@@ -68,10 +70,22 @@ async fn start(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
     CallerIp(ip): CallerIp,
+    headers: HeaderMap,
     Query(q): Params,
 ) -> Response {
     let next = safe_next(q.get("next").map(String::as_str));
     let invite = q.get("invite").map(String::as_str);
+    // Accepting an invitation needs its page's button in this browser: the CSRF token bound
+    // to the pre-login cookie that page set. A sign-in alone needs none (it only signs the
+    // browser's owner in, to their own account).
+    if invite.is_some() {
+        let bound = super::cookie(&headers, PRE_COOKIE)
+            .filter(|pre| pre.len() == 43)
+            .map(|pre| csrf_token_for(&app, pre.as_bytes()));
+        if !bound.is_some_and(|b| verify_csrf(&b, q.get("csrf").map(String::as_str))) {
+            return csrf_rejected();
+        }
+    }
     match app.oidc.start(&app.store, &id, &next, invite, ip).await {
         Ok(started) => {
             let mut resp = see_other(&started.location);

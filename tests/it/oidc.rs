@@ -776,9 +776,10 @@ async fn the_login_and_invitation_pages_offer_each_provider() {
     )
     .unwrap();
     let p = b.get(&format!("/invite/{token}")).await;
-    assert_eq!(
-        link(&p, "oidc-idp"),
-        format!("/login/oidc/idp?invite={token}")
+    let start = link(&p, "oidc-idp");
+    assert!(
+        start.starts_with(&format!("/login/oidc/idp?invite={token}&csrf=")),
+        "{start}"
     );
     // Without providers there is no button.
     let plain = TestServer::start().await;
@@ -820,9 +821,8 @@ async fn callbacks_without_a_started_sign_in_are_refused_and_limited_per_address
     assert_eq!(p.status, 400);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreachable_provider_gets_a_page_without_its_addresses() {
-    // Nothing listens on this port.
+/// A server whose provider `idp` is on a loopback port nothing listens on (returned).
+async fn unreachable_provider() -> (TestServer, u16) {
     let port = free_port();
     let t = TestServer::start_with(settings(vec![provider(
         "idp",
@@ -830,6 +830,63 @@ async fn an_unreachable_provider_gets_a_page_without_its_addresses() {
         None,
     )]))
     .await;
+    (t, port)
+}
+
+/// A page elsewhere cannot make a visitor accept an invitation by sending their browser
+/// through the provider (where they may be signed in already): the invitation's start needs
+/// the token its page bound to this browser's pre-login cookie. Refused before the provider
+/// is asked, and the invitation stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invitation_is_started_with_a_provider_only_from_its_page_in_that_browser() {
+    // A start that gets past the check is a 502.
+    let (t, _) = unreachable_provider().await;
+    let s = t.seed("Acme", "admin@example.org");
+    let app = t.app();
+    let by = kennis::audit::Actor::person(s.person.id, &s.person.email);
+    let (_, token) = kennis::identity::invite(
+        &app.store,
+        &by,
+        s.org.id,
+        "new@example.org",
+        kennis::identity::Role::Member,
+        app.clock.now(),
+    )
+    .unwrap();
+    // The address an attacker who made the invitation knows: no token, or a made-up one.
+    for forged in [
+        format!("/login/oidc/idp?invite={token}"),
+        format!("/login/oidc/idp?invite={token}&csrf=AAAA"),
+    ] {
+        let mut victim = Browser::new(&t);
+        let p = victim.get(&forged).await;
+        assert_eq!(p.status, 403, "{forged}: {}", p.body);
+        assert!(!victim.cookies.contains_key("kb_oidc"));
+    }
+    // The token from the page, but in another browser (no pre-login cookie, or another one).
+    let mut invitee = Browser::new(&t);
+    let page = invitee.get(&format!("/invite/{token}")).await;
+    assert!(invitee.cookies.contains_key("kb_pre"), "the page sets it");
+    let start = link(&page, "oidc-idp");
+    let p = Browser::new(&t).get(&start).await;
+    assert_eq!(p.status, 403, "{}", p.body);
+    let mut other = Browser::new(&t);
+    other.get("/login").await;
+    assert!(other.cookies.contains_key("kb_pre"));
+    let p = other.get(&start).await;
+    assert_eq!(p.status, 403, "{}", p.body);
+    // The page's own browser gets past it (to the unreachable provider).
+    let p = invitee.get(&start).await;
+    assert_eq!(p.status, 502, "{}", p.body);
+    // A plain sign-in needs no token: it only signs the browser's owner in.
+    let p = Browser::new(&t).get("/login/oidc/idp?next=%2Fportal").await;
+    assert_eq!(p.status, 502, "{}", p.body);
+    kennis::identity::open_invitation(&app.store, &token, app.clock.now()).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_provider_gets_a_page_without_its_addresses() {
+    let (t, port) = unreachable_provider().await;
     let mut b = Browser::new(&t);
     let p = b.get("/login/oidc/idp?next=%2Fportal").await;
     assert_eq!(p.status, 502, "{}", p.body);
