@@ -41,7 +41,8 @@ async fn invite_page(
     headers: HeaderMap,
 ) -> Response {
     let (pre, new) = super::pre_login(&headers);
-    let mut resp = show(&app, Link::Invite, &token, &pre).await;
+    let oidc = csrf_token_for(&app, pre.as_bytes());
+    let mut resp = show(&app, Link::Invite, &token, Some(&oidc)).await;
     if new {
         append_cookie(&mut resp, super::pre_login_cookie(&app, &pre));
     }
@@ -55,12 +56,14 @@ async fn invite_submit(
     headers: HeaderMap,
     form: UncheckedForm,
 ) -> Response {
-    let pre = super::cookie(&headers, super::PRE_COOKIE).unwrap_or_default();
-    submit(&app, Link::Invite, &token, pre, ip, form).await
+    // Without the cookie the page is shown again without the providers' buttons, which
+    // could not start.
+    let oidc = super::pre_login_csrf(&app, &headers);
+    submit(&app, Link::Invite, &token, oidc.as_deref(), ip, form).await
 }
 
 async fn reset_page(State(app): State<Arc<App>>, Path(token): Path<String>) -> Response {
-    show(&app, Link::Reset, &token, "").await
+    show(&app, Link::Reset, &token, None).await
 }
 
 async fn reset_submit(
@@ -69,7 +72,7 @@ async fn reset_submit(
     CallerIp(ip): CallerIp,
     form: UncheckedForm,
 ) -> Response {
-    submit(&app, Link::Reset, &token, "", ip, form).await
+    submit(&app, Link::Reset, &token, None, ip, form).await
 }
 
 /// The kind of a one-time link.
@@ -189,10 +192,11 @@ fn password_fields() -> Markup {
 }
 
 /// The link's page: the form (with what was typed and why it was refused, when it was), and
-/// for an invitation the providers' buttons, bound to the pre-login cookie `pre`.
+/// with `oidc` (an invitation's: the CSRF token bound to the pre-login cookie) the providers'
+/// buttons.
 fn form_page(
     app: &App,
-    (link, token, pre): (Link, &str, &str),
+    (link, token, oidc): (Link, &str, Option<&str>),
     opened: &Opened,
     name: &str,
     error: Option<&str>,
@@ -223,17 +227,15 @@ fn form_page(
                 button type="submit" { (link.button()) }
             }
         }
-        @if link == Link::Invite {
-            (super::oidc::buttons(app, "/portal", Some((token, &csrf_token_for(app, pre.as_bytes())))))
-        }
+        @if let Some(csrf) = oidc { (super::oidc::buttons(app, "/portal", Some((token, csrf)))) }
         p.muted { (opened.until) }
     };
     page(status, layout(&link.title(), None, None, body))
 }
 
-async fn show(app: &Arc<App>, link: Link, token: &str, pre: &str) -> Response {
+async fn show(app: &Arc<App>, link: Link, token: &str, oidc: Option<&str>) -> Response {
     match open(app, link, token).await {
-        Ok(opened) => form_page(app, (link, token, pre), &opened, "", None),
+        Ok(opened) => form_page(app, (link, token, oidc), &opened, "", None),
         Err(e) => refused(link, &e),
     }
 }
@@ -246,7 +248,7 @@ async fn submit(
     app: &Arc<App>,
     link: Link,
     token: &str,
-    pre: &str,
+    oidc: Option<&str>,
     ip: IpAddr,
     form: UncheckedForm,
 ) -> Response {
@@ -261,7 +263,7 @@ async fn submit(
         Err(e) => return refused(link, &e),
     };
     let again =
-        |message: String| form_page(app, (link, token, pre), &opened, &name, Some(&message));
+        |message: String| form_page(app, (link, token, oidc), &opened, &name, Some(&message));
     if !opened.existing && form.field("password_again") != Some(password.as_str()) {
         return again(t("passwords-differ"));
     }

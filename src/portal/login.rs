@@ -18,9 +18,9 @@ use maud::{Markup, PreEscaped, html};
 use super::form::SessionCsrf;
 use super::i18n::{t, ta};
 use super::{
-    AnySession, CsrfForm, PRE_COOKIE, SESSION_COOKIE, UncheckedForm, append_cookie, csrf_field,
-    csrf_rejected, csrf_token_for, layout, limited_page, load_session, login_step, page,
-    problem_page, safe_next, see_other, set_cookie, with_next,
+    AnySession, CsrfForm, SESSION_COOKIE, UncheckedForm, append_cookie, csrf_field, csrf_rejected,
+    csrf_token_for, layout, limited_page, load_session, login_step, page, problem_page, safe_next,
+    see_other, set_cookie, with_next,
 };
 use crate::app::App;
 use crate::http::client_ip::CallerIp;
@@ -85,10 +85,9 @@ pub(super) async fn login_submit(
 ) -> Response {
     let next = next_of(&q);
     // The login form's token is bound to the pre-login cookie: there is no session yet.
-    let Some(pre) = super::cookie(&headers, PRE_COOKIE) else {
+    let Some(csrf) = super::pre_login_csrf(&app, &headers) else {
         return csrf_rejected();
     };
-    let csrf = csrf_token_for(&app, pre.as_bytes());
     let form = match form.verify(&csrf) {
         Ok(f) => f,
         Err(rejected) => return rejected.into_response(),

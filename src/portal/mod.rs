@@ -287,13 +287,24 @@ pub fn csrf_token_for(app: &App, binding: &[u8]) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
 }
 
-/// This browser's pre-login cookie (`kb_pre`, which binds the CSRF tokens of pages shown
-/// before there is a session), and whether it is new — then the response must set it.
+/// The request's pre-login cookie (`kb_pre`, which binds the CSRF tokens of pages shown
+/// before there is a session), when it is one kennis could have set.
+fn pre_login_of(headers: &HeaderMap) -> Option<&str> {
+    cookie(headers, PRE_COOKIE).filter(|v| v.len() == 43)
+}
+
+/// This browser's pre-login cookie, and whether it is new — then the response must set it
+/// ([`pre_login_cookie`]).
 pub fn pre_login(headers: &HeaderMap) -> (String, bool) {
-    match cookie(headers, PRE_COOKIE).filter(|v| v.len() == 43) {
+    match pre_login_of(headers) {
         Some(existing) => (existing.to_owned(), false),
         None => (crate::oauth::new_secret(""), true),
     }
+}
+
+/// The CSRF token bound to the request's pre-login cookie; `None` without one.
+pub fn pre_login_csrf(app: &App, headers: &HeaderMap) -> Option<String> {
+    pre_login_of(headers).map(|pre| csrf_token_for(app, pre.as_bytes()))
 }
 
 /// The `Set-Cookie` value of a new pre-login cookie (an hour).

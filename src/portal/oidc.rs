@@ -22,7 +22,7 @@ use maud::{Markup, html};
 
 use super::i18n::t;
 use super::{
-    AnySession, PRE_COOKIE, SESSION_COOKIE, SESSION_LIFETIME_SECS, append_cookie, csrf_rejected,
+    AnySession, SESSION_COOKIE, SESSION_LIFETIME_SECS, append_cookie, csrf_rejected,
     csrf_token_for, layout, limited_page, login_step, page, problem_text, safe_next, see_other,
     set_cookie, verify_csrf,
 };
@@ -79,9 +79,7 @@ async fn start(
     // to the pre-login cookie that page set. A sign-in alone needs none (it only signs the
     // browser's owner in, to their own account).
     if invite.is_some() {
-        let bound = super::cookie(&headers, PRE_COOKIE)
-            .filter(|pre| pre.len() == 43)
-            .map(|pre| csrf_token_for(&app, pre.as_bytes()));
+        let bound = super::pre_login_csrf(&app, &headers);
         if !bound.is_some_and(|b| verify_csrf(&b, q.get("csrf").map(String::as_str))) {
             return csrf_rejected();
         }

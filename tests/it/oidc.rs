@@ -881,6 +881,25 @@ async fn an_invitation_is_started_with_a_provider_only_from_its_page_in_that_bro
     // A plain sign-in needs no token: it only signs the browser's owner in.
     let p = Browser::new(&t).get("/login/oidc/idp?next=%2Fportal").await;
     assert_eq!(p.status, 502, "{}", p.body);
+    // The form sent back (passwords that differ) shows the page again: with the cookie, with
+    // buttons that still start; without it, with none (they could not start).
+    let at = format!("/invite/{token}");
+    let differ = [
+        ("name", "Nieuw"),
+        ("password", "een-lang-wachtwoord-1"),
+        ("password_again", "een-ander-wachtwoord-2"),
+    ];
+    let again = invitee.submit(&at, &differ).await;
+    assert_eq!(again.status, 400, "{}", again.body);
+    assert_eq!(link(&again, "oidc-idp"), start);
+    let mut cookieless = Browser::new(&t);
+    let csrf = cookieless.get(&at).await.csrf();
+    cookieless.cookies.remove("kb_pre");
+    let mut form = vec![("csrf_token", csrf.as_str())];
+    form.extend_from_slice(&differ);
+    let again = cookieless.post(&at, &form).await;
+    assert_eq!(again.status, 400, "{}", again.body);
+    assert!(!again.body.contains("oidc-idp"), "{}", again.body);
     kennis::identity::open_invitation(&app.store, &token, app.clock.now()).unwrap();
 }
 

@@ -147,10 +147,11 @@ const WORDS: &[&str] = &[
     "haard",
 ];
 
-fn generated_docs(rng: &mut StdRng) -> Vec<(String, String)> {
+/// 150 documents of `lines` lines of the words above (some with two spaces or CRLF).
+fn generated_docs(rng: &mut StdRng, lines: std::ops::Range<usize>) -> Vec<(String, String)> {
     (0..150)
         .map(|i| {
-            let lines: Vec<String> = (0..rng.gen_range(1..12))
+            let lines: Vec<String> = (0..rng.gen_range(lines.clone()))
                 .map(|_| {
                     let n = rng.gen_range(0..8);
                     let sep = if rng.gen_bool(0.1) { "  " } else { " " };
@@ -178,7 +179,7 @@ fn random_term(rng: &mut StdRng) -> String {
 #[test]
 fn index_search_equals_the_reference_on_generated_documents() {
     let mut rng = StdRng::seed_from_u64(0x6b656e6e6973);
-    let f = load(generated_docs(&mut rng));
+    let f = load(generated_docs(&mut rng, 1..12));
     let mut matched = 0;
     for _ in 0..600 {
         let n = rng.gen_range(1..=3);
@@ -206,19 +207,7 @@ fn index_search_equals_the_reference_on_generated_documents() {
 #[test]
 fn candidates_verified_on_two_threads_give_the_reference_results() {
     let mut rng = StdRng::seed_from_u64(0x766572696679);
-    let docs: Vec<(String, String)> = (0..160)
-        .map(|i| {
-            let lines: Vec<String> = (0..rng.gen_range(240..400))
-                .map(|_| {
-                    (0..rng.gen_range(4..10))
-                        .map(|_| WORDS[rng.gen_range(0..WORDS.len())])
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
-                .collect();
-            (format!("groot/doc{i:03}.md"), lines.join("\n"))
-        })
-        .collect();
+    let docs = generated_docs(&mut rng, 400..600);
     assert!(docs.iter().all(|(_, t)| t.len() > 8_192));
     let f = load(docs);
     let mut matched = 0;
