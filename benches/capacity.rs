@@ -9,6 +9,9 @@
 //!   (single words, accented words, phrases, two words, substrings, two that find nothing),
 //!   `KENNIS_CAPACITY_ROUNDS` rounds (default 20): p50, p99, max — beside `rg -i -l -F` over
 //!   the same files (the query's words as fixed strings, any of them) as the anchor;
+//! - when the import left the index in several segments, the same searches again after `kennis
+//!   compact` (through the server's admin socket) merged them, as the server does itself after
+//!   ten idle minutes;
 //! - `kennisbank_read` from 32 keep-alive clients; hook deliveries skipped by a cooldown and
 //!   deliveries that create runs, 32 senders; each for `KENNIS_CAPACITY_SECS` (default 15);
 //! - what a run and an audit record take in the store (the pages of their tables, and the
@@ -84,6 +87,10 @@ struct SizeRow {
     data_apparent: u64,
     data_disk: u64,
     search: Measured,
+    /// The index's segments after the import.
+    segments: usize,
+    /// Seconds `kennis compact` took and the search after it (none when one segment).
+    merged: Option<(f64, Measured)>,
     rg: Vec<Duration>,
     read: Measured,
     skipped: Measured,
@@ -132,6 +139,71 @@ fn rg_time(dir: &Path, query: &str) -> Duration {
     took
 }
 
+/// Searches over one client, each query in turn, `rounds` rounds after one that warms the
+/// caches up: each query's latencies.
+async fn search_rounds(
+    url: &str,
+    token: &str,
+    queries: &[&str],
+    rounds: usize,
+) -> Vec<(String, Measured)> {
+    let mut conn = common::Conn::open(url).await;
+    let mut per_query: Vec<Vec<Duration>> = vec![Vec::new(); queries.len()];
+    for round in 0..=rounds {
+        for (i, q) in queries.iter().enumerate() {
+            let call: Call = ("kennisbank_search".into(), json!({"query": q}));
+            let t = Instant::now();
+            let ok = conn.call(token, i, &call).await;
+            let took = t.elapsed();
+            assert!(ok, "search {q:?} failed");
+            if round > 0 {
+                per_query[i].push(took);
+            }
+        }
+    }
+    queries
+        .iter()
+        .zip(per_query)
+        .map(|(q, lat)| {
+            let total = lat.iter().sum();
+            (q.to_string(), Measured::new(lat, total, 0))
+        })
+        .collect()
+}
+
+/// All queries' latencies as one measurement.
+fn all_queries(by_query: &[(String, Measured)]) -> Measured {
+    let all: Vec<Duration> = by_query
+        .iter()
+        .flat_map(|(_, m)| m.lat.iter().copied())
+        .collect();
+    let total = all.iter().sum();
+    Measured::new(all, total, 0)
+}
+
+/// Merges the index's segments into one, as a server does after ten idle minutes
+/// (`housekeeping`): here at once, by `kennis compact` through the running server's admin
+/// socket. Its time in seconds.
+fn compact(data: &Path) -> f64 {
+    let t = Instant::now();
+    common::kennis(data, &["compact", "--json"], &[]);
+    t.elapsed().as_secs_f64()
+}
+
+/// Prints each query's latencies after `kennis compact` and returns them as one measurement.
+fn print_merged(compact_secs: f64, by_query: &[(String, Measured)]) -> Measured {
+    println!("after `kennis compact` ({compact_secs:.1} s): query | p50 ms | p99 ms | max ms");
+    for (q, m) in by_query {
+        println!("{q} | {:.2} | {:.2} | {:.2}", m.p(0.5), m.p(0.99), m.p(1.0));
+    }
+    let search = all_queries(by_query);
+    println!(
+        "search over HTTP after the merge, all queries: {}",
+        search.line()
+    );
+    search
+}
+
 fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> SizeRow {
     let queries = common::capacity_queries();
     let work = tempfile::tempdir().unwrap();
@@ -169,6 +241,8 @@ fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> Si
     let app = common::open_app(&data, &public_url);
     let org = kennis::identity::find_org(&app.store, "bench").unwrap();
     let token = common::connector_tokens(&app, "bench@example.org", &[org.id]).remove(0);
+    let segments = app.kb_index.segments().unwrap().len();
+    println!("search index: {segments} segments after the import");
     common::close_app(app);
     // On disk: redb lengthens its file ahead of need (a sparse tail), which the file's length
     // would count as growth.
@@ -183,35 +257,20 @@ fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> Si
         .build()
         .unwrap();
     let sampler = server.sample();
-    let (search_by_query, read, skipped, creating) = rt.block_on(async {
+    let (search_by_query, merged, read, skipped, creating) = rt.block_on(async {
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(CLIENTS)
             .build()
             .unwrap();
-        // Search: one client, each query in turn, round after round.
-        let mut conn = common::Conn::open(&url).await;
-        let mut per_query: Vec<Vec<Duration>> = vec![Vec::new(); queries.len()];
-        for round in 0..=s.rounds {
-            for (i, q) in queries.iter().enumerate() {
-                let call: Call = ("kennisbank_search".into(), json!({"query": q}));
-                let t = Instant::now();
-                let ok = conn.call(&token, i, &call).await;
-                let took = t.elapsed();
-                assert!(ok, "search {q:?} failed");
-                // Round 0 warms the caches up.
-                if round > 0 {
-                    per_query[i].push(took);
-                }
-            }
-        }
-        let search_by_query: Vec<(String, Measured)> = queries
-            .iter()
-            .zip(per_query)
-            .map(|(q, lat)| {
-                let total = lat.iter().sum();
-                (q.to_string(), Measured::new(lat, total, 0))
-            })
-            .collect();
+        let search_by_query = search_rounds(&url, &token, &queries, s.rounds).await;
+        // The same searches once the index is one segment, before the other loads.
+        let merged = if segments > 1 {
+            let secs = compact(&data);
+            let by_query = search_rounds(&url, &token, &queries, s.rounds).await;
+            Some((secs, print_merged(secs, &by_query)))
+        } else {
+            None
+        };
         // Reads: 32 clients, documents picked across the corpus.
         let n_docs = documents;
         let read = Load {
@@ -297,7 +356,7 @@ fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> Si
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        (search_by_query, read, skipped, creating)
+        (search_by_query, merged, read, skipped, creating)
     });
     let (rss_mb, open_files) = sampler.finish();
     let hwm_mb = server.memory_mb("VmHWM:");
@@ -318,7 +377,6 @@ fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> Si
 
     // The anchor: ripgrep over the same files.
     let rg: Vec<Duration> = queries.iter().map(|q| rg_time(&files, q)).collect();
-    let mut all = Vec::new();
     println!("query | p50 ms | p99 ms | max ms | rg -i -l -F ms");
     for ((q, m), rg) in search_by_query.iter().zip(&rg) {
         println!(
@@ -328,10 +386,8 @@ fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> Si
             m.p(1.0),
             rg.as_secs_f64() * 1e3
         );
-        all.extend(m.lat.iter().copied());
     }
-    let total = all.iter().sum();
-    let search = Measured::new(all, total, 0);
+    let search = all_queries(&search_by_query);
     println!("search over HTTP, all queries: {}", search.line());
     SizeRow {
         mb: mb(bytes),
@@ -340,6 +396,8 @@ fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> Si
         data_apparent,
         data_disk,
         search,
+        segments,
+        merged,
         rg,
         read,
         skipped,
@@ -572,6 +630,19 @@ fn print_sizes(rows: &[SizeRow]) {
             r.search.p(1.0)
         )
     });
+    row(
+        "the same once the index is one segment (idle merge; `kennis compact` here)",
+        &|r| match &r.merged {
+            Some((secs, m)) => format!(
+                "{:.2} / {:.2} / {:.2} ms ({} segments merged in {secs:.0} s)",
+                m.p(0.5),
+                m.p(0.99),
+                m.p(1.0),
+                r.segments
+            ),
+            None => "one segment already".into(),
+        },
+    );
     row(
         "`rg -i -l -F`, median over the queries; speed-up of kennis's median",
         &|r| {

@@ -11,6 +11,11 @@
 //! an expired invitation or reset link still gets "this link has expired" (410) rather than
 //! "unknown link" (404) for that day. The client and delivery rules are in
 //! [`crate::oauth::purge_clients`] and [`crate::triggers::purge_deliveries`].
+//!
+//! Beside it, every [`INDEX_IDLE`] the server looks at the search index: when nothing changed
+//! it since the last look, its segments are merged into one if that is worth it
+//! ([`kb::index::merge_worth`]) — what a large import leaves searches slower until then. Writes
+//! go on during the merge; `kennis compact` does the same at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +26,7 @@ use tokio::sync::watch;
 
 use crate::app::App;
 use crate::config::Retention;
+use crate::kb::index::SearchIndex;
 use crate::kb::{self, KbError};
 use crate::requests::{Kind, Request};
 use crate::store::{
@@ -32,6 +38,8 @@ use crate::store::{
 pub const KEEP_AFTER_EXPIRY: SignedDuration = SignedDuration::from_hours(24);
 /// How often the purge runs.
 pub const INTERVAL: Duration = Duration::from_secs(3600);
+/// How long the search index must go without a change before its segments are merged.
+pub const INDEX_IDLE: Duration = Duration::from_secs(600);
 /// Deletions per write transaction, so a large purge never holds the writer for long.
 const CHUNK: usize = 1000;
 
@@ -261,6 +269,62 @@ pub fn retain(app: &App) -> Result<Retained, KbError> {
     app.metrics.purged("document", r.documents);
     app.metrics.purged("content", r.contents);
     Ok(r)
+}
+
+/// Looks at the search index now and then (module doc): merges its segments once no change
+/// reached it between two looks.
+#[derive(Debug, Default)]
+pub struct IndexWatch {
+    seen: Option<u64>,
+}
+
+impl IndexWatch {
+    /// One look: how many segments were merged, or `None` (the index changed since the last
+    /// look, this is the first, or a merge is not worth it).
+    pub fn look(&mut self, index: &SearchIndex) -> Result<Option<usize>, KbError> {
+        let now = index.visible();
+        if self.seen.replace(now) != Some(now) {
+            return Ok(None);
+        }
+        index.merge_segments()
+    }
+}
+
+/// Looks at the search index every [`INDEX_IDLE`] until `stop` turns true ([`IndexWatch`]).
+pub fn watch_index(app: &Arc<App>, mut stop: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+    let app = app.clone();
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(INDEX_IDLE);
+        let mut watch = IndexWatch::default();
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                _ = stop.wait_for(|s| *s) => break,
+            }
+            let started = std::time::Instant::now();
+            let looked = app.blocking(move |app| {
+                let merged = watch.look(&app.kb_index);
+                (watch, merged)
+            });
+            // A stop is not held up here; a merge under way finishes on its own thread (seconds
+            // at 1 GB) before the process ends. Stopped harder, the index keeps its segments
+            // (the merged one counts only once complete) and the next start looks again.
+            let merged;
+            tokio::select! {
+                (w, m) = looked => (watch, merged) = (w, m),
+                _ = stop.wait_for(|s| *s) => break,
+            }
+            match merged {
+                Ok(Some(segments)) => tracing::info!(
+                    segments,
+                    secs = started.elapsed().as_secs_f64(),
+                    "merged the search index's segments into one"
+                ),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "could not merge the search index's segments"),
+            }
+        }
+    })
 }
 
 /// Purges now and then every [`INTERVAL`] until `stop` turns true.

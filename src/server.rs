@@ -237,6 +237,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
         }));
     }
     workers.push(crate::housekeeping::start(&app, stop_rx.clone()));
+    workers.push(crate::housekeeping::watch_index(&app, stop_rx.clone()));
     workers.push(crate::triggers::callback::start(&app, stop_rx.clone()));
     // Removals an interruption left unfinished (`org delete`, `user delete`) finish now.
     workers.push({

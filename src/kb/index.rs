@@ -156,6 +156,21 @@ fn index_err(e: impl std::fmt::Display) -> KbError {
     KbError::Index(e.to_string())
 }
 
+/// Whether merging these segments (documents alive, deleted) into one is worth rewriting the
+/// index for: several segments of which none holds three quarters of the documents (what a
+/// large import leaves: a few of similar size, which a search walks one by one — at 1 GB five
+/// segments searched 10–20 % slower than one, `docs/performance.md`), or a tenth of the
+/// documents deleted. A server that writes now and then has one large segment and a few small
+/// ones, which tantivy's own merges keep few: rewriting the large one for those is not worth
+/// it until they are a quarter of the documents.
+pub fn merge_worth(segments: &[(u32, u32)]) -> bool {
+    let alive: u64 = segments.iter().map(|s| u64::from(s.0)).sum();
+    let deleted: u64 = segments.iter().map(|s| u64::from(s.1)).sum();
+    let largest = segments.iter().map(|s| u64::from(s.0)).max().unwrap_or(0);
+    let scattered = segments.len() > 1 && largest * 4 < alive * 3;
+    scattered || deleted * 10 > alive + deleted
+}
+
 /// What a query term asks of the `grams` field ([`DistinctGrams`] says what it holds).
 #[derive(Debug, PartialEq)]
 pub enum TermGrams {
@@ -684,6 +699,45 @@ impl SearchIndex {
         }
         writer.garbage_collect_files().wait().map_err(index_err)?;
         self.reader.reload().map_err(index_err)
+    }
+
+    /// How far in the change log the searches see (it moves with every commit).
+    pub fn visible(&self) -> u64 {
+        self.visible.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The committed segments, each as (documents alive, documents deleted).
+    pub fn segments(&self) -> Result<Vec<(u32, u32)>, KbError> {
+        let metas = self.index.searchable_segment_metas().map_err(index_err)?;
+        Ok(metas
+            .iter()
+            .map(|m| (m.num_docs(), m.num_deleted_docs()))
+            .collect())
+    }
+
+    /// Merges every segment into one when [`merge_worth`] says so (a server that has gone
+    /// idle calls it; `housekeeping`). Unlike [`compact`](Self::compact), the writer lock is
+    /// held only to start the merge, as tantivy's own background merges: writes and commits go
+    /// on meanwhile, tantivy applies deletions made meanwhile to the merged segment before it
+    /// takes the others' place, and the commit's payload (the change log's position) is
+    /// kept. Returns how many segments were merged, or `None` when it was not worth it.
+    pub fn merge_segments(&self) -> Result<Option<usize>, KbError> {
+        let (merging, count) = {
+            let mut guard = self.writer();
+            let metas = self.index.searchable_segment_metas().map_err(index_err)?;
+            let segments: Vec<(u32, u32)> = metas
+                .iter()
+                .map(|m| (m.num_docs(), m.num_deleted_docs()))
+                .collect();
+            if !merge_worth(&segments) {
+                return Ok(None);
+            }
+            let ids: Vec<_> = metas.iter().map(|m| m.id()).collect();
+            (guard.tantivy.merge(&ids), ids.len())
+        };
+        merging.wait().map_err(index_err)?;
+        self.reader.reload().map_err(index_err)?;
+        Ok(Some(count))
     }
 
     /// Removes every entry of an organisation (its removal) and commits at once; the text
@@ -1364,6 +1418,24 @@ mod tests {
             out.push(stream.token().text.clone());
         }
         out
+    }
+
+    #[test]
+    fn a_merge_is_worth_it_for_segments_of_similar_size_or_many_deletions() {
+        // What an import leaves: a few segments, none with three quarters of the documents.
+        assert!(merge_worth(&[(70_000, 0), (60_000, 0), (50_000, 0), (20_000, 0)]));
+        assert!(merge_worth(&[(74, 0), (26, 0)]));
+        // One large segment and a few small ones: tantivy's own merges see to those.
+        assert!(!merge_worth(&[(75, 0), (25, 0)]));
+        assert!(!merge_worth(&[(100_000, 0), (300, 0), (20, 0), (1, 0)]));
+        // Nothing to merge.
+        assert!(!merge_worth(&[]));
+        assert!(!merge_worth(&[(100, 0)]));
+        assert!(!merge_worth(&[(0, 0), (0, 0)]));
+        // More than a tenth deleted, even in one segment: only a merge takes their text out.
+        assert!(merge_worth(&[(89, 11)]));
+        assert!(!merge_worth(&[(90, 10)]));
+        assert!(merge_worth(&[(1000, 50), (10, 80)]));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! grant. Time runs on the fixture's manual clock; `/metrics` counts what went.
 
 use jiff::SignedDuration;
-use kennis::housekeeping::{Purged, run_once};
+use kennis::housekeeping::{IndexWatch, Purged, run_once};
 use kennis::identity::{self, Role};
 use kennis::oauth::{self, NewGrant};
 
@@ -400,5 +400,191 @@ async fn delivery_records_go_after_the_replay_window() {
             .await
             .contains("kennis_records_purged_total{kind=\"delivery\"} 3")
     );
+    t.stop().await;
+}
+
+/// The paths `query` finds over the connector (up to 50), in path order: documents that score
+/// the same may come in another order once the index's segments are merged.
+async fn found(mcp: &crate::fixture::McpClient, query: &str) -> Vec<String> {
+    let out = mcp
+        .ok(
+            "kennisbank_search",
+            serde_json::json!({"query": query, "limit": 50}),
+        )
+        .await;
+    let mut paths: Vec<String> = out["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["path"].as_str().unwrap().to_owned())
+        .collect();
+    paths.sort();
+    paths
+}
+
+/// Writes `n` documents `<batch>/<i>.md` as an import does, and indexes them in one commit:
+/// each batch becomes a segment of the search index.
+fn batch(t: &TestServer, org: u64, name: &str, n: usize) {
+    let app = t.app();
+    for i in 0..n {
+        let text = format!(
+            "# {name} {i}\n\nkozijn nummer {i} van {name}, geschilderd in oker; kenmerk {name}{i}z\n"
+        );
+        kennis::kb::store_document(
+            &app.store,
+            org,
+            &format!("{name}/{i}.md"),
+            text.as_bytes(),
+            None,
+            app.clock.now(),
+        )
+        .unwrap();
+    }
+    app.kb_index.catch_up(&app.store).unwrap();
+}
+
+/// An import leaves the index in several segments of similar size; once no change reached the
+/// index between two looks, they are merged into one, and every search finds what it found
+/// before. A change in between defers it; one small segment beside a large one is not worth
+/// rewriting the large one for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_index_is_merged_into_one_segment_that_finds_the_same() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Acme", "annie@example.org");
+    let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
+    for name in ["noord", "oost", "zuid"] {
+        batch(&t, s.org.id, name, 40);
+    }
+    let index = t.app().kb_index.clone();
+    // A commit writes a segment for each of the writer's threads that indexed something.
+    let segments = index.segments().unwrap().len();
+    assert!(segments >= 3, "{segments}");
+    let queries = ["oost", "nummer 17", "oker zuid", "schilderd noord", "zuid1"];
+    let mut before = Vec::new();
+    for q in queries {
+        before.push(found(&mcp, q).await);
+    }
+    assert_eq!(
+        before.iter().map(Vec::len).collect::<Vec<_>>(),
+        [40, 3, 40, 40, 11]
+    );
+    let applied = index.applied();
+    let visible = index.visible();
+
+    let mut watch = IndexWatch::default();
+    assert_eq!(
+        watch.look(&index).unwrap(),
+        None,
+        "the first look only sees"
+    );
+    // A change between two looks: not idle.
+    t.put_doc(&s, "west/0.md", "een huis in het westen");
+    assert_eq!(watch.look(&index).unwrap(), None);
+    assert_eq!(index.segments().unwrap().len(), segments + 1);
+    assert!(!kennis::kb::index::merge_worth(&[(1000, 0), (10, 0)]));
+    // Nothing changed since: merged.
+    assert_eq!(watch.look(&index).unwrap(), Some(segments + 1));
+    assert_eq!(index.segments().unwrap(), vec![(121, 0)]);
+    assert!(index.applied() > applied, "the write was committed");
+    assert!(index.visible() > visible);
+    let applied = index.applied();
+    for (q, was) in queries.iter().zip(&before) {
+        assert_eq!(&found(&mcp, q).await, was, "{q}");
+    }
+    assert_eq!(found(&mcp, "westen").await, vec!["west/0.md"]);
+
+    // One more small segment beside the merged one is left to tantivy's own merges.
+    t.put_doc(&s, "west/1.md", "nog een huis");
+    assert_eq!(watch.look(&index).unwrap(), None);
+    assert_eq!(watch.look(&index).unwrap(), None);
+    assert_eq!(index.segments().unwrap().len(), 2);
+
+    // The merged index is what the next start opens, at the same place in the change log.
+    drop(index);
+    t.restart().await;
+    let index = t.app().kb_index.clone();
+    assert!(index.applied() > applied);
+    assert_eq!(index.segments().unwrap().len(), 2);
+    let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
+    for (q, was) in queries.iter().zip(&before) {
+        assert_eq!(&found(&mcp, q).await, was, "{q}");
+    }
+    t.stop().await;
+}
+
+/// A merge holds the writer only to start: documents written, replaced and deleted while it
+/// runs are all there afterwards (tantivy applies the deletions to the merged segment), and the
+/// index stands where the change log does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_during_a_merge_are_kept() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Acme", "annie@example.org");
+    let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
+    for name in ["noord", "oost", "zuid"] {
+        batch(&t, s.org.id, name, 400);
+    }
+    let app = t.app().clone();
+    let merging = {
+        let index = app.kb_index.clone();
+        std::thread::spawn(move || index.merge_segments().unwrap())
+    };
+    let writing = {
+        let app = app.clone();
+        std::thread::spawn(move || {
+            for i in 0..30 {
+                let text = format!("tijdens het samenvoegen geschreven: nieuw{i}q");
+                kennis::kb::write(
+                    &app.store,
+                    &app.kb_index,
+                    kennis::kb::NewVersion {
+                        org_id: s.org.id,
+                        path: &format!("nieuw/{i}.md"),
+                        bytes: text.as_bytes(),
+                        expect: kennis::kb::Expect::Create,
+                        by: Some(s.person.id),
+                        now: app.clock.now(),
+                    },
+                )
+                .unwrap();
+                // Replaces a document of a segment being merged.
+                kennis::kb::write(
+                    &app.store,
+                    &app.kb_index,
+                    kennis::kb::NewVersion {
+                        org_id: s.org.id,
+                        path: &format!("oost/{i}.md"),
+                        bytes: format!("vervangen: vervangen{i}q").as_bytes(),
+                        expect: kennis::kb::Expect::Any,
+                        by: Some(s.person.id),
+                        now: app.clock.now(),
+                    },
+                )
+                .unwrap();
+            }
+        })
+    };
+    writing.join().unwrap();
+    let merged = merging.join().unwrap();
+    assert!(matches!(merged, Some(n) if n >= 3), "{merged:?}");
+    let index = &app.kb_index;
+    let last = app.store.read(kennis::kb::last_change).unwrap();
+    assert_eq!(index.applied(), last);
+    assert_eq!(index.visible(), last);
+    let segments = index.segments().unwrap();
+    let alive: u32 = segments.iter().map(|s| s.0).sum();
+    assert_eq!(alive, 1230, "{segments:?}");
+    for i in [0, 17, 29] {
+        assert_eq!(
+            found(&mcp, &format!("nieuw{i}q")).await,
+            vec![format!("nieuw/{i}.md")]
+        );
+        assert_eq!(
+            found(&mcp, &format!("vervangen{i}q")).await,
+            vec![format!("oost/{i}.md")]
+        );
+    }
+    // The old texts of the replaced documents are gone from the merged segment.
+    assert_eq!(found(&mcp, "oost17z").await, Vec::<String>::new());
+    assert_eq!(found(&mcp, "oost31z").await, vec!["oost/31.md"]);
     t.stop().await;
 }
