@@ -9,9 +9,8 @@
 //!   (single words, accented words, phrases, two words, substrings, two that find nothing),
 //!   `KENNIS_CAPACITY_ROUNDS` rounds (default 20): p50, p99, max — beside `rg -i -l -F` over
 //!   the same files (the query's words as fixed strings, any of them) as the anchor;
-//! - when the import left the index in several segments, the same searches again after `kennis
-//!   compact` (through the server's admin socket) merged them, as the server does itself after
-//!   ten idle minutes;
+//! - when the import left the index in several segments, last, the same searches again after
+//!   `kennis compact` merged them (as the server does itself after ten idle minutes);
 //! - `kennisbank_read` from 32 keep-alive clients; hook deliveries skipped by a cooldown and
 //!   deliveries that create runs, 32 senders; each for `KENNIS_CAPACITY_SECS` (default 15);
 //! - what a run and an audit record take in the store (the pages of their tables, and the
@@ -181,27 +180,31 @@ fn all_queries(by_query: &[(String, Measured)]) -> Measured {
     Measured::new(all, total, 0)
 }
 
-/// Merges the index's segments into one, as a server does after ten idle minutes
-/// (`housekeeping`): here at once, by `kennis compact` through the running server's admin
-/// socket. Its time in seconds.
-fn compact(data: &Path) -> f64 {
+/// The searches once more after the index's segments are merged into one, as a server does
+/// after ten idle minutes (`housekeeping`): here at once, by `kennis compact` through the
+/// admin socket of a server started anew. Last, after every other measurement: the compaction
+/// reads the whole store, which would warm redb's cache for the reads and count in the
+/// memory and the data directory. Its time in seconds and the searches.
+fn search_merged(data: &Path, listen: &str, token: &str, rounds: usize) -> (f64, Measured) {
+    let server = Server::start(data, listen, &[]);
     let t = Instant::now();
     common::kennis(data, &["compact", "--json"], &[]);
-    t.elapsed().as_secs_f64()
-}
-
-/// Prints each query's latencies after `kennis compact` and returns them as one measurement.
-fn print_merged(compact_secs: f64, by_query: &[(String, Measured)]) -> Measured {
+    let compact_secs = t.elapsed().as_secs_f64();
+    let url = format!("{}/mcp/kennisbank", server.base);
+    let rt = common::runtime();
+    let queries = common::capacity_queries();
+    let by_query = rt.block_on(search_rounds(&url, token, &queries, rounds));
+    server.stop();
     println!("after `kennis compact` ({compact_secs:.1} s): query | p50 ms | p99 ms | max ms");
-    for (q, m) in by_query {
+    for (q, m) in &by_query {
         println!("{q} | {:.2} | {:.2} | {:.2}", m.p(0.5), m.p(0.99), m.p(1.0));
     }
-    let search = all_queries(by_query);
+    let search = all_queries(&by_query);
     println!(
         "search over HTTP after the merge, all queries: {}",
         search.line()
     );
-    search
+    (compact_secs, search)
 }
 
 fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> SizeRow {
@@ -248,29 +251,18 @@ fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> Si
     // would count as growth.
     let (_, before) = common::dir_size(&data);
 
-    let server = Server::start(&data, &format!("127.0.0.1:{port}"), &[]);
+    let listen = format!("127.0.0.1:{port}");
+    let server = Server::start(&data, &listen, &[]);
     let cold_start = server.started_in;
     let url = format!("{}/mcp/kennisbank", server.base);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     let sampler = server.sample();
-    let (search_by_query, merged, read, skipped, creating) = rt.block_on(async {
+    let (search_by_query, read, skipped, creating) = rt.block_on(async {
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(CLIENTS)
             .build()
             .unwrap();
         let search_by_query = search_rounds(&url, &token, &queries, s.rounds).await;
-        // The same searches once the index is one segment, before the other loads.
-        let merged = if segments > 1 {
-            let secs = compact(&data);
-            let by_query = search_rounds(&url, &token, &queries, s.rounds).await;
-            Some((secs, print_merged(secs, &by_query)))
-        } else {
-            None
-        };
         // Reads: 32 clients, documents picked across the corpus.
         let n_docs = documents;
         let read = Load {
@@ -356,7 +348,7 @@ fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> Si
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        (search_by_query, merged, read, skipped, creating)
+        (search_by_query, read, skipped, creating)
     });
     let (rss_mb, open_files) = sampler.finish();
     let hwm_mb = server.memory_mb("VmHWM:");
@@ -389,6 +381,7 @@ fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> Si
     }
     let search = all_queries(&search_by_query);
     println!("search over HTTP, all queries: {}", search.line());
+    let merged = (segments > 1).then(|| search_merged(&data, &listen, &token, s.rounds));
     SizeRow {
         mb: mb(bytes),
         documents,
@@ -516,14 +509,11 @@ fn measure_orgs(source: &[(String, String)], s: &Settings) -> OrgsRow {
         s.assistants,
         mb(data_apparent)
     );
-    let server = Server::start(&data, &format!("127.0.0.1:{port}"), &[]);
+    let listen = format!("127.0.0.1:{port}");
+    let server = Server::start(&data, &listen, &[]);
     let cold_start = server.started_in;
     let url = format!("{}/mcp/kennisbank", server.base);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     let mut phases = Vec::new();
     for (name, tokens) in [
         ("one organisation", one),
@@ -634,7 +624,7 @@ fn print_sizes(rows: &[SizeRow]) {
         "the same once the index is one segment (idle merge; `kennis compact` here)",
         &|r| match &r.merged {
             Some((secs, m)) => format!(
-                "{:.2} / {:.2} / {:.2} ms ({} segments merged in {secs:.0} s)",
+                "{:.2} / {:.2} / {:.2} ms ({} segments; `kennis compact` {secs:.0} s)",
                 m.p(0.5),
                 m.p(0.99),
                 m.p(1.0),

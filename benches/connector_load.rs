@@ -92,11 +92,7 @@ fn main() {
         server.memory_mb("VmRSS:")
     );
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     let paths: Arc<Vec<String>> = Arc::new(docs.iter().map(|(p, _)| p.clone()).collect());
     let queries: Arc<Vec<String>> =
         Arc::new(docs.iter().filter_map(|(_, t)| query_of(t)).collect());

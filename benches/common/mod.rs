@@ -252,6 +252,15 @@ pub fn bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_kennis")))
 }
 
+/// The load generator's runtime: two worker threads, as many as this machine has cores.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// Runs a command of the release binary on `data` and returns its JSON output.
 pub fn kennis(data: &Path, args: &[&str], env: &[(&str, &str)]) -> Value {
     let out = Command::new(bin())

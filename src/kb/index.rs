@@ -1423,7 +1423,12 @@ mod tests {
     #[test]
     fn a_merge_is_worth_it_for_segments_of_similar_size_or_many_deletions() {
         // What an import leaves: a few segments, none with three quarters of the documents.
-        assert!(merge_worth(&[(70_000, 0), (60_000, 0), (50_000, 0), (20_000, 0)]));
+        assert!(merge_worth(&[
+            (70_000, 0),
+            (60_000, 0),
+            (50_000, 0),
+            (20_000, 0)
+        ]));
         assert!(merge_worth(&[(74, 0), (26, 0)]));
         // One large segment and a few small ones: tantivy's own merges see to those.
         assert!(!merge_worth(&[(75, 0), (25, 0)]));
