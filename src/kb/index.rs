@@ -104,6 +104,10 @@ pub struct SearchIndex {
     index: Index,
     reader: IndexReader,
     writer: Mutex<Writer>,
+    /// Held through a whole merge of every segment ([`compact`](SearchIndex::compact),
+    /// [`merge_segments`](SearchIndex::merge_segments)) and a rebuild, before the writer lock:
+    /// a second merge of the same segments, or their removal, would fail the first merge.
+    merging: Mutex<()>,
     fields: Fields,
     words: TextAnalyzer,
     with_extracted: bool,
@@ -159,7 +163,7 @@ fn index_err(e: impl std::fmt::Display) -> KbError {
 /// Whether merging these segments (documents alive, deleted) into one is worth rewriting the
 /// index for: several segments of which none holds three quarters of the documents (what a
 /// large import leaves: a few of similar size, which a search walks one by one — at 1 GB five
-/// segments searched 10–20 % slower than one, `docs/performance.md`), or a tenth of the
+/// segments searched a sixth slower than one at stop 38, `docs/performance.md`), or a tenth of the
 /// documents deleted. A server that writes now and then has one large segment and a few small
 /// ones, which tantivy's own merges keep few: rewriting the large one for those is not worth
 /// it until they are a quarter of the documents.
@@ -458,6 +462,7 @@ impl SearchIndex {
                 tantivy: writer,
                 pending: None,
             }),
+            merging: Mutex::new(()),
             fields,
             words: words_analyzer(),
             with_extracted,
@@ -473,6 +478,12 @@ impl SearchIndex {
     /// Whether text extracted from binary files is searched.
     pub fn with_extracted(&self) -> bool {
         self.with_extracted
+    }
+
+    fn merging(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.merging
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn writer(&self) -> std::sync::MutexGuard<'_, Writer> {
@@ -643,6 +654,8 @@ impl SearchIndex {
         org: Option<u64>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<usize, KbError> {
+        // Removing every segment under a merge would fail the merge.
+        let _merging = self.merging();
         let mut guard = self.writer();
         let writer = &mut guard.tantivy;
         match org {
@@ -681,6 +694,7 @@ impl SearchIndex {
     /// segments, or more than a tenth of the documents deleted (a fresh import leaves a few
     /// full segments, which search as fast).
     pub fn compact(&self, always: bool) -> Result<(), KbError> {
+        let _merging = self.merging();
         let mut guard = self.writer();
         let writer = &mut guard.tantivy;
         let searcher = self.reader.searcher();
@@ -722,6 +736,7 @@ impl SearchIndex {
     /// takes the others' place, and the commit's payload (the change log's position) is
     /// kept. Returns how many segments were merged, or `None` when it was not worth it.
     pub fn merge_segments(&self) -> Result<Option<usize>, KbError> {
+        let _merging = self.merging();
         let (merging, count) = {
             let mut guard = self.writer();
             let metas = self.index.searchable_segment_metas().map_err(index_err)?;

@@ -588,3 +588,29 @@ async fn writes_during_a_merge_are_kept() {
     assert_eq!(found(&mcp, "oost31z").await, vec!["oost/31.md"]);
     t.stop().await;
 }
+
+/// `kennis compact` while an idle merge runs waits for it instead of merging the same
+/// segments a second time (which would fail the second merge).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compact_during_an_idle_merge_waits_for_it() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Acme", "annie@example.org");
+    for name in ["noord", "oost", "zuid"] {
+        batch(&t, s.org.id, name, 400);
+    }
+    let index = t.app().kb_index.clone();
+    let merging = {
+        let index = index.clone();
+        std::thread::spawn(move || index.merge_segments())
+    };
+    // A head start, so the merge is under way when `compact` comes (without the merge lock
+    // this failed every time; with it the test holds whichever comes first).
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let compacted = index.compact(true);
+    let merged = merging.join().unwrap();
+    assert!(compacted.is_ok(), "{compacted:?}");
+    assert!(merged.is_ok(), "{merged:?}");
+    assert_eq!(index.segments().unwrap(), vec![(1200, 0)]);
+    drop(index);
+    t.stop().await;
+}
