@@ -309,11 +309,13 @@ pub fn watch_index(app: &Arc<App>, mut stop: watch::Receiver<bool>) -> tokio::ta
             // A stop is not held up here; a merge under way finishes on its own thread (seconds
             // at 1 GB) before the process ends. Stopped harder, the index keeps its segments
             // (the merged one counts only once complete) and the next start looks again.
-            let merged;
-            tokio::select! {
-                (w, m) = looked => (watch, merged) = (w, m),
+            let merged = tokio::select! {
+                (w, merged) = looked => {
+                    watch = w;
+                    merged
+                }
                 _ = stop.wait_for(|s| *s) => break,
-            }
+            };
             match merged {
                 Ok(Some(segments)) => tracing::info!(
                     segments,

@@ -175,6 +175,14 @@ pub fn merge_worth(segments: &[(u32, u32)]) -> bool {
     scattered || deleted * 10 > alive + deleted
 }
 
+/// Each segment's (documents alive, documents deleted).
+fn doc_counts(metas: &[tantivy::index::SegmentMeta]) -> Vec<(u32, u32)> {
+    metas
+        .iter()
+        .map(|m| (m.num_docs(), m.num_deleted_docs()))
+        .collect()
+}
+
 /// What a query term asks of the `grams` field ([`DistinctGrams`] says what it holds).
 #[derive(Debug, PartialEq)]
 pub enum TermGrams {
@@ -723,10 +731,7 @@ impl SearchIndex {
     /// The committed segments, each as (documents alive, documents deleted).
     pub fn segments(&self) -> Result<Vec<(u32, u32)>, KbError> {
         let metas = self.index.searchable_segment_metas().map_err(index_err)?;
-        Ok(metas
-            .iter()
-            .map(|m| (m.num_docs(), m.num_deleted_docs()))
-            .collect())
+        Ok(doc_counts(&metas))
     }
 
     /// Merges every segment into one when [`merge_worth`] says so (a server that has gone
@@ -740,11 +745,7 @@ impl SearchIndex {
         let (merging, count) = {
             let mut guard = self.writer();
             let metas = self.index.searchable_segment_metas().map_err(index_err)?;
-            let segments: Vec<(u32, u32)> = metas
-                .iter()
-                .map(|m| (m.num_docs(), m.num_deleted_docs()))
-                .collect();
-            if !merge_worth(&segments) {
+            if !merge_worth(&doc_counts(&metas)) {
                 return Ok(None);
             }
             let ids: Vec<_> = metas.iter().map(|m| m.id()).collect();

@@ -872,21 +872,52 @@ impl TestServer {
 
     /// Writes a new document `path` with `text` into `seeded`'s organisation, as that person.
     pub fn put_doc(&self, seeded: &Seeded, path: &str, text: &str) {
-        let app = self.app();
-        kennis::kb::write(
-            &app.store,
-            &app.kb_index,
-            kennis::kb::NewVersion {
-                org_id: seeded.org.id,
-                path,
-                bytes: text.as_bytes(),
-                expect: kennis::kb::Expect::Create,
-                by: Some(seeded.person.id),
-                now: app.clock.now(),
-            },
-        )
-        .unwrap();
+        write_as(self.app(), seeded, path, text, kennis::kb::Expect::Create);
     }
+
+    /// Stores documents into `org` outside the write rules (as an import does) and indexes
+    /// them in one commit.
+    pub fn import_docs(&self, org: u64, docs: &[(&str, &[u8])]) {
+        let app = self.app();
+        for (path, bytes) in docs {
+            kennis::kb::store_document(&app.store, org, path, bytes, None, app.clock.now())
+                .unwrap();
+        }
+        app.kb_index.catch_up(&app.store).unwrap();
+    }
+}
+
+/// Writes `text` to `path` in `seeded`'s organisation through the write rules, as that person.
+pub fn write_as(
+    app: &kennis::app::App,
+    seeded: &Seeded,
+    path: &str,
+    text: &str,
+    expect: kennis::kb::Expect,
+) {
+    kennis::kb::write(
+        &app.store,
+        &app.kb_index,
+        kennis::kb::NewVersion {
+            org_id: seeded.org.id,
+            path,
+            bytes: text.as_bytes(),
+            expect,
+            by: Some(seeded.person.id),
+            now: app.clock.now(),
+        },
+    )
+    .unwrap();
+}
+
+/// The paths of a `kennisbank_search` result, in the order given.
+pub fn result_paths(search: &serde_json::Value) -> Vec<String> {
+    search["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["path"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 /// POSTs only the head of a request that declares a `length`-byte body, sends none of the

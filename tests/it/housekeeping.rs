@@ -7,9 +7,10 @@
 use jiff::SignedDuration;
 use kennis::housekeeping::{IndexWatch, Purged, run_once};
 use kennis::identity::{self, Role};
+use kennis::kb::Expect;
 use kennis::oauth::{self, NewGrant};
 
-use crate::fixture::{TestServer, register_public};
+use crate::fixture::{Seeded, TestServer, register_public, write_as};
 
 const DAY: SignedDuration = SignedDuration::from_hours(24);
 const SECOND: SignedDuration = SignedDuration::from_secs(1);
@@ -412,12 +413,7 @@ async fn found(mcp: &crate::fixture::McpClient, query: &str) -> Vec<String> {
             serde_json::json!({"query": query, "limit": 50}),
         )
         .await;
-    let mut paths: Vec<String> = out["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["path"].as_str().unwrap().to_owned())
-        .collect();
+    let mut paths = crate::fixture::result_paths(&out);
     paths.sort();
     paths
 }
@@ -425,22 +421,30 @@ async fn found(mcp: &crate::fixture::McpClient, query: &str) -> Vec<String> {
 /// Writes `n` documents `<batch>/<i>.md` as an import does, and indexes them in one commit:
 /// each batch becomes a segment of the search index.
 fn batch(t: &TestServer, org: u64, name: &str, n: usize) {
-    let app = t.app();
-    for i in 0..n {
-        let text = format!(
-            "# {name} {i}\n\nkozijn nummer {i} van {name}, geschilderd in oker; kenmerk {name}{i}z\n"
-        );
-        kennis::kb::store_document(
-            &app.store,
-            org,
-            &format!("{name}/{i}.md"),
-            text.as_bytes(),
-            None,
-            app.clock.now(),
-        )
-        .unwrap();
+    let docs: Vec<(String, String)> = (0..n)
+        .map(|i| {
+            let text = format!(
+                "# {name} {i}\n\nkozijn nummer {i} van {name}, geschilderd in oker; kenmerk {name}{i}z\n"
+            );
+            (format!("{name}/{i}.md"), text)
+        })
+        .collect();
+    let refs: Vec<(&str, &[u8])> = docs
+        .iter()
+        .map(|(p, b)| (p.as_str(), b.as_bytes()))
+        .collect();
+    t.import_docs(org, &refs);
+}
+
+/// A server with one organisation whose index holds three imported batches of `n` documents
+/// (noord, oost, zuid), each in its own segments.
+async fn imported(n: usize) -> (TestServer, Seeded) {
+    let t = TestServer::start().await;
+    let s = t.seed("Acme", "annie@example.org");
+    for name in ["noord", "oost", "zuid"] {
+        batch(&t, s.org.id, name, n);
     }
-    app.kb_index.catch_up(&app.store).unwrap();
+    (t, s)
 }
 
 /// An import leaves the index in several segments of similar size; once no change reached the
@@ -449,12 +453,8 @@ fn batch(t: &TestServer, org: u64, name: &str, n: usize) {
 /// rewriting the large one for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_index_is_merged_into_one_segment_that_finds_the_same() {
-    let mut t = TestServer::start().await;
-    let s = t.seed("Acme", "annie@example.org");
+    let (mut t, s) = imported(40).await;
     let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
-    for name in ["noord", "oost", "zuid"] {
-        batch(&t, s.org.id, name, 40);
-    }
     let index = t.app().kb_index.clone();
     // A commit writes a segment for each of the writer's threads that indexed something.
     let segments = index.segments().unwrap().len();
@@ -517,12 +517,8 @@ async fn an_idle_index_is_merged_into_one_segment_that_finds_the_same() {
 /// index stands where the change log does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_during_a_merge_are_kept() {
-    let mut t = TestServer::start().await;
-    let s = t.seed("Acme", "annie@example.org");
+    let (mut t, s) = imported(400).await;
     let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
-    for name in ["noord", "oost", "zuid"] {
-        batch(&t, s.org.id, name, 400);
-    }
     let app = t.app().clone();
     let merging = {
         let index = app.kb_index.clone();
@@ -533,33 +529,10 @@ async fn writes_during_a_merge_are_kept() {
         std::thread::spawn(move || {
             for i in 0..30 {
                 let text = format!("tijdens het samenvoegen geschreven: nieuw{i}q");
-                kennis::kb::write(
-                    &app.store,
-                    &app.kb_index,
-                    kennis::kb::NewVersion {
-                        org_id: s.org.id,
-                        path: &format!("nieuw/{i}.md"),
-                        bytes: text.as_bytes(),
-                        expect: kennis::kb::Expect::Create,
-                        by: Some(s.person.id),
-                        now: app.clock.now(),
-                    },
-                )
-                .unwrap();
+                write_as(&app, &s, &format!("nieuw/{i}.md"), &text, Expect::Create);
                 // Replaces a document of a segment being merged.
-                kennis::kb::write(
-                    &app.store,
-                    &app.kb_index,
-                    kennis::kb::NewVersion {
-                        org_id: s.org.id,
-                        path: &format!("oost/{i}.md"),
-                        bytes: format!("vervangen: vervangen{i}q").as_bytes(),
-                        expect: kennis::kb::Expect::Any,
-                        by: Some(s.person.id),
-                        now: app.clock.now(),
-                    },
-                )
-                .unwrap();
+                let text = format!("vervangen: vervangen{i}q");
+                write_as(&app, &s, &format!("oost/{i}.md"), &text, Expect::Any);
             }
         })
     };
@@ -593,11 +566,7 @@ async fn writes_during_a_merge_are_kept() {
 /// segments a second time (which would fail the second merge).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compact_during_an_idle_merge_waits_for_it() {
-    let mut t = TestServer::start().await;
-    let s = t.seed("Acme", "annie@example.org");
-    for name in ["noord", "oost", "zuid"] {
-        batch(&t, s.org.id, name, 400);
-    }
+    let (mut t, _) = imported(400).await;
     let index = t.app().kb_index.clone();
     let merging = {
         let index = index.clone();

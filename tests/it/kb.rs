@@ -2,22 +2,13 @@
 
 use serde_json::json;
 
-use crate::fixture::{McpClient, TestServer};
+use crate::fixture::{McpClient, TestServer, result_paths};
 
 async fn setup() -> (TestServer, McpClient, crate::fixture::Seeded) {
     let t = TestServer::start().await;
     let s = t.seed("Bouw BV", "annie@example.org");
     let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
     (t, mcp, s)
-}
-
-/// Stores documents outside the write rules (like an import) and indexes them.
-fn put(t: &TestServer, org: u64, docs: &[(&str, &[u8])]) {
-    let app = t.app();
-    for (path, bytes) in docs {
-        kennis::kb::store_document(&app.store, org, path, bytes, None, app.clock.now()).unwrap();
-    }
-    app.kb_index.catch_up(&app.store).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -209,8 +200,7 @@ async fn read_excerpts_binary_documents_and_signed_links() {
     // Past the size read with the async worker's other tasks handed off (400 KB).
     let large: String = "é".repeat(200_000);
     let pdf = b"%PDF-1.7\n\x00\x01binary".to_vec();
-    put(
-        &t,
+    t.import_docs(
         s.org.id,
         &[
             ("handleidingen/lang.md", long.as_bytes()),
@@ -293,8 +283,7 @@ async fn read_excerpts_binary_documents_and_signed_links() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_shows_folders_then_documents() {
     let (mut t, mcp, s) = setup().await;
-    put(
-        &t,
+    t.import_docs(
         s.org.id,
         &[
             ("b.md", b"x"),
@@ -343,8 +332,7 @@ async fn list_shows_folders_then_documents() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn search_rules() {
     let (mut t, mcp, s) = setup().await;
-    put(
-        &t,
+    t.import_docs(
         s.org.id,
         &[
             (
@@ -362,12 +350,7 @@ async fn search_rules() {
         ],
     );
     let paths = |out: &serde_json::Value| -> Vec<String> {
-        let mut p: Vec<String> = out["results"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["path"].as_str().unwrap().to_owned())
-            .collect();
+        let mut p = result_paths(out);
         p.sort();
         p
     };
@@ -461,8 +444,7 @@ async fn search_rules() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn search_ranks_an_exact_title_first() {
     let (mut t, mcp, s) = setup().await;
-    put(
-        &t,
+    t.import_docs(
         s.org.id,
         &[
             (
@@ -489,14 +471,7 @@ async fn search_ranks_an_exact_title_first() {
             ),
         ],
     );
-    let order = |out: serde_json::Value| -> Vec<String> {
-        out["results"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["path"].as_str().unwrap().to_owned())
-            .collect()
-    };
+    let order = |out: serde_json::Value| result_paths(&out);
     let search = |q: &str| mcp.ok("kennisbank_search", json!({"query": q}));
     assert_eq!(
         order(search("tabellen").await),
@@ -529,7 +504,7 @@ async fn search_caps_limit_output_and_documents() {
         .iter()
         .map(|(p, b)| (p.as_str(), b.as_slice()))
         .collect();
-    put(&t, s.org.id, &refs);
+    t.import_docs(s.org.id, &refs);
     let out = mcp
         .ok("kennisbank_search", json!({"query": "dakgoot"}))
         .await;
@@ -620,8 +595,8 @@ async fn write_limit_is_hourly_per_organisation() {
 async fn organisations_never_see_each_other() {
     let (mut t, mcp, s) = setup().await;
     let other = t.seed("Ander BV", "bert@example.org");
-    put(&t, other.org.id, &[("geheim/plan.md", b"kozijn geheim")]);
-    put(&t, s.org.id, &[("open/plan.md", b"kozijn open")]);
+    t.import_docs(other.org.id, &[("geheim/plan.md", b"kozijn geheim")]);
+    t.import_docs(s.org.id, &[("open/plan.md", b"kozijn open")]);
     let out = mcp
         .ok("kennisbank_search", json!({"query": "kozijn"}))
         .await;

@@ -26,6 +26,17 @@ use kennis::config::{OAuthSettings, OidcProvider, Settings};
 
 use crate::fixture::{Browser, KillOnDrop, Page, Seeded, TestServer, free_port};
 
+/// Invites `email` into `admin`'s organisation as a member, by that admin, at the clock's now;
+/// the invitation link's token.
+fn invite(t: &TestServer, admin: &Seeded, email: &str) -> String {
+    let app = t.app();
+    let by = kennis::audit::Actor::person(admin.person.id, &admin.person.email);
+    let role = kennis::identity::Role::Member;
+    kennis::identity::invite(&app.store, &by, admin.org.id, email, role, app.clock.now())
+        .unwrap()
+        .1
+}
+
 const CLIENT_ID: &str = "kennis-test";
 const CLIENT_SECRET: &str = "test-client-secret-7f3a";
 
@@ -517,17 +528,7 @@ async fn an_invitation_is_accepted_with_the_provider_for_the_invited_address_onl
     let _idp = start_idp(&t, port, &[]).await;
     let admin = t.seed("Acme", "admin@example.org");
     let app = t.app();
-    let by = kennis::audit::Actor::person(admin.person.id, &admin.person.email);
-    let now = app.clock.now();
-    let (_, other_token) = kennis::identity::invite(
-        &app.store,
-        &by,
-        admin.org.id,
-        "someone-else@example.org",
-        kennis::identity::Role::Member,
-        now,
-    )
-    .unwrap();
+    let other_token = invite(&t, &admin, "someone-else@example.org");
     // Signed in as someone the invitation is not for: refused, the invitation stays open.
     let mut b = Browser::new(&t);
     let page = b.get(&format!("/invite/{other_token}")).await;
@@ -544,15 +545,7 @@ async fn an_invitation_is_accepted_with_the_provider_for_the_invited_address_onl
     kennis::identity::open_invitation(&app.store, &other_token, app.clock.now()).unwrap();
 
     // The invited address: a new account (the provider's name), a member, on to enrolment.
-    let (_, token) = kennis::identity::invite(
-        &app.store,
-        &by,
-        admin.org.id,
-        "invitee@example.org",
-        kennis::identity::Role::Member,
-        now,
-    )
-    .unwrap();
+    let token = invite(&t, &admin, "invitee@example.org");
     let mut b = Browser::new(&t);
     let page = b.get(&format!("/invite/{token}")).await;
     let start = link(&page, "oidc-idp");
@@ -765,16 +758,7 @@ async fn the_login_and_invitation_pages_offer_each_provider() {
     );
     // An invitation's page offers them for accepting it.
     let s = t.seed("Acme", "admin@example.org");
-    let by = kennis::audit::Actor::person(s.person.id, &s.person.email);
-    let (_, token) = kennis::identity::invite(
-        &t.app().store,
-        &by,
-        s.org.id,
-        "new@example.org",
-        kennis::identity::Role::Member,
-        t.app().clock.now(),
-    )
-    .unwrap();
+    let token = invite(&t, &s, "new@example.org");
     let p = b.get(&format!("/invite/{token}")).await;
     let start = link(&p, "oidc-idp");
     assert!(
@@ -843,16 +827,7 @@ async fn an_invitation_is_started_with_a_provider_only_from_its_page_in_that_bro
     let (t, _) = unreachable_provider().await;
     let s = t.seed("Acme", "admin@example.org");
     let app = t.app();
-    let by = kennis::audit::Actor::person(s.person.id, &s.person.email);
-    let (_, token) = kennis::identity::invite(
-        &app.store,
-        &by,
-        s.org.id,
-        "new@example.org",
-        kennis::identity::Role::Member,
-        app.clock.now(),
-    )
-    .unwrap();
+    let token = invite(&t, &s, "new@example.org");
     // The address an attacker who made the invitation knows: no token, or a made-up one.
     for forged in [
         format!("/login/oidc/idp?invite={token}"),
@@ -1114,17 +1089,10 @@ async fn the_owner_of_an_address_claims_an_account_made_through_a_link() {
     let y = t.seed("Beta", "boss@example.org");
     let app = t.app();
     let now = app.clock.now();
-    let invite = |org: &Seeded, email: &str| {
-        let by = kennis::audit::Actor::person(org.person.id, &org.person.email);
-        let role = kennis::identity::Role::Member;
-        kennis::identity::invite(&app.store, &by, org.org.id, email, role, now)
-            .unwrap()
-            .1
-    };
     let chosen = "een-wachtwoord-van-de-beheerder";
     let made = kennis::identity::accept_invitation(
         &app.store,
-        &invite(&x, "invitee@example.org"),
+        &invite(&t, &x, "invitee@example.org"),
         "Ivy",
         chosen,
         now,
@@ -1140,7 +1108,10 @@ async fn the_owner_of_an_address_claims_an_account_made_through_a_link() {
 
     let mut b = Browser::new(&t);
     let page = b
-        .get(&format!("/invite/{}", invite(&y, "invitee@example.org")))
+        .get(&format!(
+            "/invite/{}",
+            invite(&t, &y, "invitee@example.org")
+        ))
         .await;
     let start = link(&page, "oidc-idp");
     let callback = to_callback(&t, &mut b, &start, "invitee", |_| {}).await;

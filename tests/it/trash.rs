@@ -7,22 +7,15 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::fixture::{Browser, McpClient, Seeded, TestServer, run, run_json, sorted_keys, stderr};
+use crate::fixture::{
+    Browser, McpClient, Seeded, TestServer, result_paths, run, run_json, sorted_keys, stderr,
+};
 
 async fn setup() -> (TestServer, McpClient, Seeded) {
     let t = TestServer::start().await;
     let s = t.seed("Bouw BV", "annie@example.org");
     let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
     (t, mcp, s)
-}
-
-fn paths(search: &Value) -> Vec<String> {
-    search["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["path"].as_str().unwrap().to_owned())
-        .collect()
 }
 
 fn listed(list: &Value) -> Vec<String> {
@@ -101,7 +94,7 @@ async fn deleted_documents_vanish_everywhere_and_come_back_whole() {
     let found = mcp
         .ok("kennisbank_search", json!({"query": "meranti"}))
         .await;
-    assert!(paths(&found).is_empty(), "{found}");
+    assert!(result_paths(&found).is_empty(), "{found}");
     // ChatGPT's `search` and `fetch` too.
     let found = mcp.ok("search", json!({"query": "meranti"})).await;
     assert_eq!(found, json!({"results": []}));
@@ -203,7 +196,7 @@ async fn deleted_documents_vanish_everywhere_and_come_back_whole() {
     let found = mcp
         .ok("kennisbank_search", json!({"query": "meranti"}))
         .await;
-    assert_eq!(paths(&found), vec![path]);
+    assert_eq!(result_paths(&found), vec![path]);
     let found = mcp.ok("search", json!({"query": "meranti"})).await;
     assert_eq!(found["results"][0]["id"], path, "{found}");
     let fetched = mcp.ok("fetch", json!({"id": path})).await;
@@ -387,7 +380,7 @@ async fn moved_documents_keep_their_history_and_are_found_at_once() {
     let found = mcp
         .ok("kennisbank_search", json!({"query": "dakkapel"}))
         .await;
-    assert_eq!(paths(&found), vec!["definitief/plan.md"]);
+    assert_eq!(result_paths(&found), vec!["definitief/plan.md"]);
     let found = mcp.ok("search", json!({"query": "dakkapel"})).await;
     let ids: Vec<&str> = found["results"]
         .as_array()
@@ -423,7 +416,7 @@ async fn moved_documents_keep_their_history_and_are_found_at_once() {
     let found = mcp
         .ok("kennisbank_search", json!({"query": "dakkapel"}))
         .await;
-    assert_eq!(paths(&found), vec!["archief/plan-2026.md"]);
+    assert_eq!(result_paths(&found), vec!["archief/plan-2026.md"]);
     let read = mcp
         .ok("kennisbank_read", json!({"path": "archief/plan-2026.md"}))
         .await;
