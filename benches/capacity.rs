@@ -81,6 +81,8 @@ fn mb(bytes: u64) -> f64 {
 /// What one corpus size measured.
 struct SizeRow {
     mb: f64,
+    /// The machine's speed as this size began.
+    anchor: Anchor,
     documents: usize,
     import_secs: f64,
     data_apparent: u64,
@@ -103,6 +105,61 @@ struct SizeRow {
     hwm_mb: u64,
     open_files: usize,
     cold_start: Duration,
+}
+
+/// The machine's own speed, for comparing runs on different machines (this virtual machine's
+/// speed varies by the hour by up to a third, and two machines of the same kind by more): the
+/// corpus's documents compressed with zstd at level 3, MB/s, the best of five passes, on one
+/// thread and on one thread per core at once (a virtual machine's second core can be the
+/// other half of a busy physical one). Taken before the run and after it: their difference
+/// shows how far the machine drifted meanwhile. The same code on a machine half as fast gives
+/// about half of every figure; a figure measured elsewhere compares through these.
+#[derive(Clone, Copy)]
+struct Anchor {
+    one_thread: f64,
+    all_cores: f64,
+}
+
+impl Anchor {
+    fn measure(source: &[(String, String)]) -> Anchor {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Anchor {
+            one_thread: zstd_pass(source, 1),
+            all_cores: zstd_pass(source, cores),
+        }
+    }
+}
+
+impl std::fmt::Display for Anchor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.0} MB/s on one thread, {:.0} on all cores",
+            self.one_thread, self.all_cores
+        )
+    }
+}
+
+/// MB/s of `threads` threads each compressing the whole corpus at once, best of five passes.
+fn zstd_pass(source: &[(String, String)], threads: usize) -> f64 {
+    let bytes: u64 = source.iter().map(|(_, t)| t.len() as u64).sum();
+    let compress = || {
+        let mut zstd = zstd::bulk::Compressor::new(3).expect("a zstd context");
+        for (_, text) in source {
+            std::hint::black_box(zstd.compress(text.as_bytes()).ok());
+        }
+    };
+    (0..5)
+        .map(|_| {
+            let started = Instant::now();
+            std::thread::scope(|s| {
+                for _ in 0..threads {
+                    s.spawn(compress);
+                }
+            });
+            mb(bytes * threads as u64) / started.elapsed().as_secs_f64()
+        })
+        .fold(0.0, f64::max)
 }
 
 /// The query's terms as typed (quotes taken off a phrase), for `rg -F`.
@@ -209,12 +266,13 @@ fn search_merged(data: &Path, listen: &str, token: &str, rounds: usize) -> (f64,
 
 fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> SizeRow {
     let queries = common::capacity_queries();
+    let anchor = Anchor::measure(source);
     let work = tempfile::tempdir().unwrap();
     let files = work.path().join("documents");
     let t = Instant::now();
     let (documents, bytes) = common::write_generated(source, target_mb * 1_000_000, &files, SEED);
     println!(
-        "\n## {:.1} MB: {documents} documents written in {:.1} s",
+        "\n## {:.1} MB: {documents} documents written in {:.1} s; machine anchor {anchor}",
         mb(bytes),
         t.elapsed().as_secs_f64()
     );
@@ -383,6 +441,7 @@ fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> Si
     println!("search over HTTP, all queries: {}", search.line());
     let merged = (segments > 1).then(|| search_merged(&data, &listen, &token, s.rounds));
     SizeRow {
+        anchor,
         mb: mb(bytes),
         documents,
         import_secs,
@@ -580,16 +639,19 @@ fn measure_orgs(source: &[(String, String)], s: &Settings) -> OrgsRow {
     }
 }
 
-fn print_table(rows: &[SizeRow], orgs: Option<&OrgsRow>) {
+fn print_table(rows: &[SizeRow], orgs: Option<&OrgsRow>, anchor: (Anchor, Anchor)) {
     println!("\n## Capacity of one node");
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
-        "\nrelease build, {} cores, load average at the end: {}",
+        "\nrelease build, {} cores, load average at the end: {}; machine anchor (zstd level 3 \
+         over the corpus): {}; after the run: {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         load.split_whitespace()
             .take(3)
             .collect::<Vec<_>>()
-            .join(" ")
+            .join(" "),
+        anchor.0,
+        anchor.1
     );
     if !rows.is_empty() {
         print_sizes(rows);
@@ -612,6 +674,10 @@ fn print_sizes(rows: &[SizeRow]) {
         let cells: Vec<String> = rows.iter().map(f).collect();
         println!("| {name} | {} |", cells.join(" | "));
     };
+    row(
+        "machine anchor as the size began (zstd level 3 over the corpus)",
+        &|r| r.anchor.to_string(),
+    );
     row("search over HTTP, p50 / p99 / max", &|r| {
         format!(
             "{:.2} / {:.2} / {:.2} ms",
@@ -757,11 +823,13 @@ fn main() {
         );
         std::process::exit(1);
     }
+    let before = Anchor::measure(&source);
+    println!("machine anchor (zstd level 3 over the corpus): {before}");
     let rows: Vec<SizeRow> = s
         .sizes_mb
         .iter()
         .map(|&m| measure_size(&source, m, &s))
         .collect();
     let orgs = (s.orgs > 0).then(|| measure_orgs(&source, &s));
-    print_table(&rows, orgs.as_ref());
+    print_table(&rows, orgs.as_ref(), (before, Anchor::measure(&source)));
 }
