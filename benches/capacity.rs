@@ -111,8 +111,8 @@ struct SizeRow {
 /// speed varies by the hour by up to a third, and two machines of the same kind by more): the
 /// corpus's documents compressed with zstd at level 3, MB/s, the best of five passes, on one
 /// thread and on one thread per core at once (a virtual machine's second core can be the
-/// other half of a busy physical one). Taken before the run and after it: their difference
-/// shows how far the machine drifted meanwhile. The same code on a machine half as fast gives
+/// other half of a busy physical one). Taken as each phase begins and after the run: their
+/// differences show how far the machine drifted meanwhile. The same code on a machine half as fast gives
 /// about half of every figure; a figure measured elsewhere compares through these.
 #[derive(Clone, Copy)]
 struct Anchor {
@@ -477,6 +477,8 @@ struct OrgsPhase {
 }
 
 struct OrgsRow {
+    /// The machine's speed as the phase began.
+    anchor: Anchor,
     orgs: usize,
     documents: usize,
     bytes: u64,
@@ -490,6 +492,7 @@ struct OrgsRow {
 
 fn measure_orgs(source: &[(String, String)], s: &Settings) -> OrgsRow {
     use rand::{Rng, SeedableRng};
+    let anchor = Anchor::measure(source);
     let work = tempfile::tempdir().unwrap();
     let data = work.path().join("data");
     let port = common::free_port();
@@ -623,6 +626,7 @@ fn measure_orgs(source: &[(String, String)], s: &Settings) -> OrgsRow {
     }
     server.stop();
     OrgsRow {
+        anchor,
         orgs: s.orgs,
         documents,
         bytes,
@@ -639,19 +643,17 @@ fn measure_orgs(source: &[(String, String)], s: &Settings) -> OrgsRow {
     }
 }
 
-fn print_table(rows: &[SizeRow], orgs: Option<&OrgsRow>, anchor: (Anchor, Anchor)) {
+fn print_table(rows: &[SizeRow], orgs: Option<&OrgsRow>, end: Anchor) {
     println!("\n## Capacity of one node");
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "\nrelease build, {} cores, load average at the end: {}; machine anchor (zstd level 3 \
-         over the corpus): {}; after the run: {}",
+         over the corpus) at the end: {end}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         load.split_whitespace()
             .take(3)
             .collect::<Vec<_>>()
-            .join(" "),
-        anchor.0,
-        anchor.1
+            .join(" ")
     );
     if !rows.is_empty() {
         print_sizes(rows);
@@ -765,7 +767,7 @@ fn print_sizes(rows: &[SizeRow]) {
 /// The thousand organisations' table, one row per way of spreading the assistants.
 fn print_orgs(o: &OrgsRow) {
     println!(
-        "\n{} organisations x {} documents ({} documents, {:.0} MB; data directory {:.0} MB, seeded in {:.0} s), {} assistants (connector grants) alternating searches and reads, {}; cold start {:.2} s",
+        "\n{} organisations x {} documents ({} documents, {:.0} MB; data directory {:.0} MB, seeded in {:.0} s), {} assistants (connector grants) alternating searches and reads, {}; cold start {:.2} s; machine anchor as the phase began: {}",
         o.orgs,
         o.documents / o.orgs.max(1),
         o.documents,
@@ -774,7 +776,8 @@ fn print_orgs(o: &OrgsRow) {
         o.seed_secs,
         o.assistants,
         o.pace,
-        o.cold_start.as_secs_f64()
+        o.cold_start.as_secs_f64(),
+        o.anchor
     );
     println!(
         "\n| assistants | search p50 / p99 | read p50 / p99 | calls/s | memory under load (peak) | open files under load |"
@@ -823,13 +826,11 @@ fn main() {
         );
         std::process::exit(1);
     }
-    let before = Anchor::measure(&source);
-    println!("machine anchor (zstd level 3 over the corpus): {before}");
     let rows: Vec<SizeRow> = s
         .sizes_mb
         .iter()
         .map(|&m| measure_size(&source, m, &s))
         .collect();
     let orgs = (s.orgs > 0).then(|| measure_orgs(&source, &s));
-    print_table(&rows, orgs.as_ref(), (before, Anchor::measure(&source)));
+    print_table(&rows, orgs.as_ref(), Anchor::measure(&source));
 }

@@ -169,10 +169,17 @@ fn index_err(e: impl std::fmt::Display) -> KbError {
 /// it until they are a quarter of the documents.
 pub fn merge_worth(segments: &[(u32, u32)]) -> bool {
     let alive: u64 = segments.iter().map(|s| u64::from(s.0)).sum();
-    let deleted: u64 = segments.iter().map(|s| u64::from(s.1)).sum();
     let largest = segments.iter().map(|s| u64::from(s.0)).max().unwrap_or(0);
     let scattered = segments.len() > 1 && largest * 4 < alive * 3;
-    scattered || deleted * 10 > alive + deleted
+    scattered || tenth_deleted(segments)
+}
+
+/// Whether more than a tenth of these segments' documents (alive, deleted) are deleted: text
+/// that only a merge takes out of the files.
+fn tenth_deleted(segments: &[(u32, u32)]) -> bool {
+    let alive: u64 = segments.iter().map(|s| u64::from(s.0)).sum();
+    let deleted: u64 = segments.iter().map(|s| u64::from(s.1)).sum();
+    deleted * 10 > alive + deleted
 }
 
 /// Each segment's (documents alive, documents deleted).
@@ -705,18 +712,14 @@ impl SearchIndex {
         let _merging = self.merging();
         let mut guard = self.writer();
         let writer = &mut guard.tantivy;
-        let searcher = self.reader.searcher();
-        let segments = searcher.segment_readers();
-        let deleted: u64 = segments
-            .iter()
-            .map(|s| u64::from(s.num_deleted_docs()))
-            .sum();
-        let all: u64 = segments.iter().map(|s| u64::from(s.max_doc())).sum();
-        let ids = self.index.searchable_segment_ids().map_err(index_err)?;
-        let worth = ids.len() > 8 || deleted * 10 > all;
+        let metas = self.index.searchable_segment_metas().map_err(index_err)?;
+        let counts = doc_counts(&metas);
+        let worth = metas.len() > 8 || tenth_deleted(&counts);
         // One segment is merged too when documents were deleted from it: only a merge takes
         // their text out of the files (an organisation's removal relies on it).
-        if (ids.len() > 1 || deleted > 0) && (always || worth) {
+        let deleted = counts.iter().any(|c| c.1 > 0);
+        if (metas.len() > 1 || deleted) && (always || worth) {
+            let ids: Vec<_> = metas.iter().map(|m| m.id()).collect();
             writer.merge(&ids).wait().map_err(index_err)?;
         }
         writer.garbage_collect_files().wait().map_err(index_err)?;
@@ -847,7 +850,7 @@ impl SearchIndex {
         max: usize,
         pairs: PairTerms,
     ) -> Result<Ranked, KbError> {
-        let through = self.visible.load(std::sync::atomic::Ordering::Acquire);
+        let through = self.visible();
         let searcher = self.reader.searcher();
         let plan = self.plan(&searcher, org_id, folder, terms, pairs)?;
         let k = max.min(searcher.num_docs() as usize).max(1);

@@ -583,3 +583,39 @@ async fn compact_during_an_idle_merge_waits_for_it() {
     drop(index);
     t.stop().await;
 }
+
+/// `compact` after an import (not `always`) leaves a few clean segments alone (the idle merge
+/// sees to them); `kennis compact` (`always`) merges them, and merges even a single segment
+/// that holds deleted documents, whose text only a merge takes out of the files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compact_merges_a_segment_with_deletions_and_leaves_a_fresh_import() {
+    let (mut t, s) = imported(40).await;
+    let index = t.app().kb_index.clone();
+    let segments = index.segments().unwrap();
+    assert!(segments.len() >= 3, "{segments:?}");
+    index.compact(false).unwrap();
+    assert_eq!(index.segments().unwrap(), segments);
+    index.compact(true).unwrap();
+    assert_eq!(index.segments().unwrap(), vec![(120, 0)]);
+
+    // One document trashed: the one segment keeps it, marked deleted, until a merge.
+    let app = t.app().clone();
+    let by = kennis::audit::Actor::person(s.person.id, &s.person.email);
+    kennis::kb::trash::delete(
+        &app.store,
+        &index,
+        s.org.id,
+        "oost/7.md",
+        &by,
+        app.clock.now(),
+    )
+    .unwrap();
+    assert_eq!(index.segments().unwrap(), vec![(119, 1)]);
+    // A 120th deleted is not worth a merge after an import; `kennis compact` merges it.
+    index.compact(false).unwrap();
+    assert_eq!(index.segments().unwrap(), vec![(119, 1)]);
+    index.compact(true).unwrap();
+    assert_eq!(index.segments().unwrap(), vec![(119, 0)]);
+    drop(index);
+    t.stop().await;
+}
