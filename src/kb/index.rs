@@ -744,6 +744,14 @@ impl SearchIndex {
     /// takes the others' place, and the commit's payload (the change log's position) is
     /// kept. Returns how many segments were merged, or `None` when it was not worth it.
     pub fn merge_segments(&self) -> Result<Option<usize>, KbError> {
+        self.merge_segments_then(|| ())
+    }
+
+    /// [`merge_segments`](Self::merge_segments), calling `started` once the merge is under
+    /// way and the writer lock is free again, before waiting for the merge to end (a test
+    /// writes from there: a write that waited for the merge would never return).
+    #[doc(hidden)]
+    pub fn merge_segments_then(&self, started: impl FnOnce()) -> Result<Option<usize>, KbError> {
         let _merging = self.merging();
         let (merging, count) = {
             let mut guard = self.writer();
@@ -754,6 +762,7 @@ impl SearchIndex {
             let ids: Vec<_> = metas.iter().map(|m| m.id()).collect();
             (guard.tantivy.merge(&ids), ids.len())
         };
+        started();
         merging.wait().map_err(index_err)?;
         self.reader.reload().map_err(index_err)?;
         Ok(Some(count))

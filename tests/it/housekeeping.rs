@@ -512,32 +512,39 @@ async fn an_idle_index_is_merged_into_one_segment_that_finds_the_same() {
     t.stop().await;
 }
 
-/// A merge holds the writer only to start: documents written, replaced and deleted while it
-/// runs are all there afterwards (tantivy applies the deletions to the merged segment), and the
-/// index stands where the change log does.
+/// A merge holds the writer only to start: documents written, replaced and deleted once it is
+/// under way (and before it is waited for) go through without waiting for it, and are all
+/// there afterwards (tantivy applies the deletions to the merged segment); the index stands
+/// where the change log does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_during_a_merge_are_kept() {
     let (mut t, s) = imported(400).await;
     let mcp = t.mcp(&t.grant(&s, &["kennisbank"]));
     let app = t.app().clone();
     let merging = {
-        let index = app.kb_index.clone();
-        std::thread::spawn(move || index.merge_segments().unwrap())
-    };
-    let writing = {
         let app = app.clone();
         std::thread::spawn(move || {
-            for i in 0..30 {
-                let text = format!("tijdens het samenvoegen geschreven: nieuw{i}q");
-                write_as(&app, &s, &format!("nieuw/{i}.md"), &text, Expect::Create);
-                // Replaces a document of a segment being merged.
-                let text = format!("vervangen: vervangen{i}q");
-                write_as(&app, &s, &format!("oost/{i}.md"), &text, Expect::Any);
-            }
+            let index = app.kb_index.clone();
+            index.merge_segments_then(|| {
+                let (wrote, written) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    for i in 0..30 {
+                        let text = format!("tijdens het samenvoegen geschreven: nieuw{i}q");
+                        write_as(&app, &s, &format!("nieuw/{i}.md"), &text, Expect::Create);
+                        // Replaces a document of a segment being merged.
+                        let text = format!("vervangen: vervangen{i}q");
+                        write_as(&app, &s, &format!("oost/{i}.md"), &text, Expect::Any);
+                    }
+                    let _ = wrote.send(());
+                });
+                // A merge that kept the writer until it ended would hold these writes forever.
+                written
+                    .recv_timeout(std::time::Duration::from_secs(60))
+                    .expect("the writes waited for the merge: it holds the writer");
+            })
         })
     };
-    writing.join().unwrap();
-    let merged = merging.join().unwrap();
+    let merged = merging.join().unwrap().unwrap();
     assert!(matches!(merged, Some(n) if n >= 3), "{merged:?}");
     let index = &app.kb_index;
     let last = app.store.read(kennis::kb::last_change).unwrap();
