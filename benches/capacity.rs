@@ -111,13 +111,16 @@ struct SizeRow {
 /// speed varies by the hour by up to a third, and two machines of the same kind by more): the
 /// corpus's documents compressed with zstd at level 3, MB/s, the best of five passes, on one
 /// thread and on one thread per core at once (a virtual machine's second core can be the
-/// other half of a busy physical one). Taken as each phase begins and after the run: their
-/// differences show how far the machine drifted meanwhile. The same code on a machine half as fast gives
-/// about half of every figure; a figure measured elsewhere compares through these.
+/// other half of a busy physical one); and how long a read from a random place in 16 MB takes
+/// (one read waiting for the one before: the index writer's term map is such a table, and its
+/// reads are where the import waits). Taken as each phase begins and after the run: their
+/// differences show how far the machine drifted meanwhile. The same code on a machine half as
+/// fast gives about half of every figure; a figure measured elsewhere compares through these.
 #[derive(Clone, Copy)]
 struct Anchor {
     one_thread: f64,
     all_cores: f64,
+    random_read_ns: f64,
 }
 
 impl Anchor {
@@ -126,6 +129,7 @@ impl Anchor {
         Anchor {
             one_thread: zstd_pass(source, 1),
             all_cores: zstd_pass(source, cores),
+            random_read_ns: random_read_ns(16 << 20),
         }
     }
 }
@@ -134,10 +138,35 @@ impl std::fmt::Display for Anchor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{:.0} MB/s on one thread, {:.0} on all cores",
-            self.one_thread, self.all_cores
+            "{:.0} MB/s on one thread, {:.0} on all cores; a random read in 16 MB {:.0} ns",
+            self.one_thread, self.all_cores, self.random_read_ns
         )
     }
+}
+
+/// Nanoseconds per read following a chain through `bytes` of memory in random order (each
+/// read's address is the value the one before it read), best of three passes.
+fn random_read_ns(bytes: usize) -> f64 {
+    use rand::{Rng, SeedableRng};
+    let n = bytes / 4;
+    // Sattolo's shuffle: a single cycle through every slot, so the chain visits them all.
+    let mut next: Vec<u32> = (0..n as u32).collect();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(SEED);
+    for i in (1..n).rev() {
+        next.swap(i, rng.gen_range(0..i));
+    }
+    let steps = 4_000_000;
+    (0..3)
+        .map(|_| {
+            let mut at = 0u32;
+            let started = Instant::now();
+            for _ in 0..steps {
+                at = next[at as usize];
+            }
+            std::hint::black_box(at);
+            started.elapsed().as_secs_f64() * 1e9 / steps as f64
+        })
+        .fold(f64::MAX, f64::min)
 }
 
 /// MB/s of `threads` threads each compressing the whole corpus at once, best of five passes.
@@ -648,7 +677,7 @@ fn print_table(rows: &[SizeRow], orgs: Option<&OrgsRow>, end: Anchor) {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "\nrelease build, {} cores, load average at the end: {}; machine anchor (zstd level 3 \
-         over the corpus) at the end: {end}",
+         over the corpus; random reads) at the end: {end}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         load.split_whitespace()
             .take(3)
@@ -677,7 +706,7 @@ fn print_sizes(rows: &[SizeRow]) {
         println!("| {name} | {} |", cells.join(" | "));
     };
     row(
-        "machine anchor as the size began (zstd level 3 over the corpus)",
+        "machine anchor as the size began (zstd level 3 over the corpus; random reads)",
         &|r| r.anchor.to_string(),
     );
     row("search over HTTP, p50 / p99 / max", &|r| {
