@@ -291,10 +291,20 @@ impl IndexWatch {
 }
 
 /// Looks at the search index every [`INDEX_IDLE`] until `stop` turns true ([`IndexWatch`]).
-pub fn watch_index(app: &Arc<App>, mut stop: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+pub fn watch_index(app: &Arc<App>, stop: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+    watch_index_every(app, stop, INDEX_IDLE)
+}
+
+/// [`watch_index`], looking every `period` instead (a test looks every few milliseconds).
+#[doc(hidden)]
+pub fn watch_index_every(
+    app: &Arc<App>,
+    mut stop: watch::Receiver<bool>,
+    period: Duration,
+) -> tokio::task::JoinHandle<()> {
     let app = app.clone();
     tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(INDEX_IDLE);
+        let mut ticks = tokio::time::interval(period);
         let mut watch = IndexWatch::default();
         loop {
             tokio::select! {

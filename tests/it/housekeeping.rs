@@ -512,6 +512,38 @@ async fn an_idle_index_is_merged_into_one_segment_that_finds_the_same() {
     t.stop().await;
 }
 
+/// The server's watch looks again and again and remembers what it saw: an index left alone
+/// since the previous look is merged, and the watch ends when the server stops. (The server's
+/// own watch looks every ten minutes; this one every 20 ms.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watch_merges_an_index_left_alone_and_ends_with_the_server() {
+    let (mut t, _) = imported(40).await;
+    let app = t.app().clone();
+    assert!(app.kb_index.segments().unwrap().len() >= 3);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let watching = kennis::housekeeping::watch_index_every(
+        &app,
+        stopped,
+        std::time::Duration::from_millis(20),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while app.kb_index.segments().unwrap().len() > 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the watch did not merge an index left alone"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(app.kb_index.segments().unwrap(), vec![(120, 0)]);
+    stop.send(true).unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), watching)
+        .await
+        .expect("the watch ends when the server stops")
+        .unwrap();
+    drop(app);
+    t.stop().await;
+}
+
 /// A merge holds the writer only to start: documents written, replaced and deleted once it is
 /// under way (and before it is waited for) go through without waiting for it, and are all
 /// there afterwards (tantivy applies the deletions to the merged segment); the index stands
