@@ -594,7 +594,11 @@ async fn authorize_refuses_bad_requests_the_right_way() {
     )
     .replace("45678", "50123");
     let consent = b.login(&s, &other_port).await;
-    assert!(consent.body.contains("name=\"scope\" value=\"kennisbank\""));
+    assert!(
+        consent.body.contains("name=\"scope\" value=\"kennisbank\""),
+        "{}",
+        consent.body
+    );
     assert!(!consent.body.contains("value=\"feature_requests\""));
     assert!(consent.body.contains("Test Assistant"));
     // Consent cannot be framed.
