@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use kennis::config::{AcmeSettings, Settings};
 
-use crate::fixture::{KillOnDrop, TestServer, free_port, install_crypto, test_config};
+use crate::fixture::{KillOnDrop, TestServer, eventually, free_port, install_crypto, test_config};
 
 const DOMAIN: &str = "kennis.test";
 
@@ -119,22 +119,6 @@ fn trusting(root_pem: &[u8]) -> reqwest::Client {
         .timeout(Duration::from_secs(5))
         .build()
         .unwrap()
-}
-
-/// Waits until `f` returns `Some`, at most `secs` seconds.
-async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
-    secs: u64,
-    what: &str,
-    mut f: impl FnMut() -> F,
-) -> T {
-    let until = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 fn acme_settings(port: u16, directory: &str, ca_root: &Path) -> Settings {

@@ -1016,3 +1016,22 @@ pub fn sorted_keys(v: &serde_json::Value) -> Vec<String> {
     keys.sort();
     keys
 }
+
+/// Waits until `f` returns `Some`, at most `secs` seconds.
+pub async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
+    secs: u64,
+    what: &str,
+    mut f: impl FnMut() -> F,
+) -> T {
+    let until = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}

@@ -10,7 +10,7 @@ use kennis::identity::{self, Role};
 use kennis::kb::Expect;
 use kennis::oauth::{self, NewGrant};
 
-use crate::fixture::{Seeded, TestServer, register_public, write_as};
+use crate::fixture::{Seeded, TestServer, eventually, register_public, write_as};
 
 const DAY: SignedDuration = SignedDuration::from_hours(24);
 const SECOND: SignedDuration = SignedDuration::from_secs(1);
@@ -526,15 +526,12 @@ async fn the_watch_merges_an_index_left_alone_and_ends_with_the_server() {
         stopped,
         std::time::Duration::from_millis(20),
     );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while app.kb_index.segments().unwrap().len() > 1 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the watch did not merge an index left alone"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    assert_eq!(app.kb_index.segments().unwrap(), vec![(120, 0)]);
+    let merged = eventually(30, "the watch to merge an index left alone", || {
+        let segments = app.kb_index.segments().unwrap();
+        async move { (segments.len() == 1).then_some(segments) }
+    })
+    .await;
+    assert_eq!(merged, vec![(120, 0)]);
     stop.send(true).unwrap();
     tokio::time::timeout(std::time::Duration::from_secs(10), watching)
         .await
@@ -559,7 +556,7 @@ async fn writes_during_a_merge_are_kept() {
             let index = app.kb_index.clone();
             index.merge_segments_then(|| {
                 let (wrote, written) = std::sync::mpsc::channel();
-                std::thread::spawn(move || {
+                let writing = std::thread::spawn(move || {
                     for i in 0..30 {
                         let text = format!("tijdens het samenvoegen geschreven: nieuw{i}q");
                         write_as(&app, &s, &format!("nieuw/{i}.md"), &text, Expect::Create);
@@ -570,9 +567,13 @@ async fn writes_during_a_merge_are_kept() {
                     let _ = wrote.send(());
                 });
                 // A merge that kept the writer until it ended would hold these writes forever.
-                written
-                    .recv_timeout(std::time::Duration::from_secs(60))
-                    .expect("the writes waited for the merge: it holds the writer");
+                if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    written.recv_timeout(std::time::Duration::from_secs(60))
+                {
+                    panic!("the writes waited for the merge: it holds the writer");
+                }
+                // A write that failed shows its own panic here.
+                writing.join().unwrap();
             })
         })
     };
