@@ -19,7 +19,7 @@ use super::i18n::t;
 use super::{CsrfForm, PortalUser, csrf_field, layout, page};
 use crate::app::App;
 use crate::http::client_ip::CallerIp;
-use crate::http::error::rate_limited;
+use crate::http::error::{ToProblem, rate_limited};
 use crate::identity::{self, Org};
 use crate::oauth::authorize::{
     AuthRequest, AuthorizeProblem, error_redirect, load_client, redirect_with, validate_authorize,
@@ -83,21 +83,19 @@ fn problem_response(app: &App, p: AuthorizeProblem) -> Response {
     }
 }
 
-/// The organisations where the person may connect now.
-fn connectable_orgs(app: &App, person_id: u64) -> Vec<Org> {
-    app.store
-        .read(|tx| -> Result<_, crate::store::StoreError> {
-            let mut out = Vec::new();
-            for (org, _) in identity::organisations_of(tx, person_id)? {
-                if identity::connector_access(tx, org.id, person_id, &app.config.terms_version)?
-                    .is_ok()
-                {
-                    out.push(org);
-                }
+/// The organisations where the person may connect now. A store that fails is an error, not
+/// "no organisation": the page would otherwise tell the person to ask for a membership.
+fn connectable_orgs(app: &App, person_id: u64) -> Result<Vec<Org>, crate::store::StoreError> {
+    app.store.read(|tx| -> Result<_, crate::store::StoreError> {
+        let mut out = Vec::new();
+        for (org, _) in identity::organisations_of(tx, person_id)? {
+            if identity::connector_access(tx, org.id, person_id, &app.config.terms_version)?.is_ok()
+            {
+                out.push(org);
             }
-            Ok(out)
-        })
-        .unwrap_or_default()
+        }
+        Ok(out)
+    })
 }
 
 fn redirect_host(uri: &str) -> String {
@@ -192,9 +190,15 @@ pub(super) async fn authorize_page(
         Err(login) => return login,
     };
     let person_id = user.person.id;
-    let orgs = app
+    let orgs = match app
         .blocking(move |app| connectable_orgs(app, person_id))
-        .await;
+        .await
+    {
+        Ok(orgs) => orgs,
+        Err(e) => {
+            return super::problem_page(&t("consent-title"), Some(&user), None, &e.problem());
+        }
+    };
     page(
         StatusCode::OK,
         layout(
@@ -249,6 +253,10 @@ pub(super) async fn authorize_submit(
                 return Err(refuse(OAuthError::AccessDenied));
             }
             let org = connectable_orgs(app, person_id)
+                .map_err(|e| {
+                    tracing::error!(error = %e, "reading the organisations to connect");
+                    AuthorizeProblem::Page(internal.clone())
+                })?
                 .into_iter()
                 .find(|o| o.slug == org_slug)
                 .ok_or(AuthorizeProblem::Page(choose_org))?;

@@ -636,6 +636,64 @@ async fn authorize_refuses_bad_requests_the_right_way() {
     let _ = code;
 }
 
+/// A store that fails while the consent page reads the person's organisations is an internal
+/// error, on the page and on its submit: never the "no organisation" notice, which would send
+/// the person to an administrator for a membership they have, and never a code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consent_shows_a_failing_store_as_a_failure_not_as_no_organisation() {
+    use kennis::store::{MEMBERSHIPS, key};
+    let t = TestServer::start().await;
+    let s = t.seed("Acme", "jo@example.org");
+    let client_id = register_public(&t).await;
+    let (_, challenge) = pkce();
+    let path = authorize_path(&client_id, &challenge, &[]);
+    let mut b = Browser::new(&t);
+    let consent = b.login(&s, &path).await;
+    assert!(
+        consent.body.contains("name=\"scope\" value=\"kennisbank\""),
+        "{}",
+        consent.body
+    );
+    // The membership's record becomes unreadable.
+    let k = key::pair(s.org.id, s.person.id);
+    let kept = t
+        .app()
+        .store
+        .read(|tx| tx.get_raw(MEMBERSHIPS, &k))
+        .unwrap()
+        .expect("the seeded membership");
+    t.app()
+        .store
+        .write(|tx| tx.put_raw(MEMBERSHIPS, &k, b"\x01not a membership"))
+        .unwrap();
+    // The "no organisation" notice, in either language.
+    let no_org = |body: &str| {
+        body.contains("None of your organisations") || body.contains("Geen van uw organisaties")
+    };
+    let p = b.get(&path).await;
+    assert_eq!(p.status, 500, "{}", p.body);
+    assert!(!no_org(&p.body), "{}", p.body);
+    assert!(!p.body.contains("value=\"kennisbank\""), "{}", p.body);
+    assert!(!p.body.contains("not a membership"), "{}", p.body);
+    // Approving the form shown before: an error page, no redirect with a code.
+    let p = approve(&mut b, &consent, &s.org.slug, &["kennisbank"]).await;
+    assert_eq!(p.status, 400, "{}", p.body);
+    assert!(p.location.is_none(), "{:?}", p.location);
+    assert!(!no_org(&p.body), "{}", p.body);
+    // Once the record reads again, so does the page: nothing else was touched.
+    t.app()
+        .store
+        .write(|tx| tx.put_raw(MEMBERSHIPS, &k, &kept))
+        .unwrap();
+    let p = b.get(&path).await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    assert!(
+        p.body.contains("name=\"scope\" value=\"kennisbank\""),
+        "{}",
+        p.body
+    );
+}
+
 fn urlenc(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
