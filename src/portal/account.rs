@@ -22,7 +22,12 @@ use crate::identity::{self, IdentityError, Role, sessions};
 pub(super) async fn home(State(app): State<Arc<App>>, user: PortalUser) -> Response {
     let orgs = {
         let u = user.clone();
-        app.blocking(move |app| u.organisations(app)).await
+        match app.blocking(move |app| u.organisations(app)).await {
+            Ok(orgs) => orgs,
+            Err(e) => {
+                return super::problem_page(&t("home-title"), Some(&user), None, &e.problem());
+            }
+        }
     };
     page(
         StatusCode::OK,

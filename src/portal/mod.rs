@@ -499,10 +499,9 @@ pub struct PortalUser {
 
 impl PortalUser {
     /// The person's organisations with their memberships.
-    pub fn organisations(&self, app: &App) -> Vec<(Org, Membership)> {
+    pub fn organisations(&self, app: &App) -> Result<Vec<(Org, Membership)>, StoreError> {
         app.store
             .read(|tx| identity::organisations_of(tx, self.person.id))
-            .unwrap_or_default()
     }
 }
 

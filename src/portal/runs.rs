@@ -120,22 +120,22 @@ fn callback_section(cb: &Callback, action: &str, csrf: &str) -> Markup {
 
 type Loaded = (Request, String, Option<Transcript>, Option<Callback>);
 
-fn load(app: &App, org_id: u64, id: &str) -> Option<Loaded> {
-    let id: u64 = id.parse().ok()?;
-    app.store
-        .read(|tx| {
-            let Some(r) = requests::get(tx, id)?.filter(|r| r.org_id == org_id) else {
-                return Ok(None);
-            };
-            let agent = roster::get_agent(tx, r.agent_id)?
-                .map(|a| format!("{} ({})", a.name, a.executor.name()))
-                .unwrap_or_else(|| "—".into());
-            let t = agents::get_transcript(tx, id)?;
-            let cb = requests::callback::get(tx, id)?;
-            Ok::<_, crate::store::StoreError>(Some((r, agent, t, cb)))
-        })
-        .ok()
-        .flatten()
+/// The organisation's run `id` with what its page shows; `None` when there is no such run here.
+fn load(app: &App, org_id: u64, id: &str) -> Result<Option<Loaded>, crate::store::StoreError> {
+    let Ok(id) = id.parse::<u64>() else {
+        return Ok(None);
+    };
+    app.store.read(|tx| {
+        let Some(r) = requests::get(tx, id)?.filter(|r| r.org_id == org_id) else {
+            return Ok(None);
+        };
+        let agent = roster::get_agent(tx, r.agent_id)?
+            .map(|a| format!("{} ({})", a.name, a.executor.name()))
+            .unwrap_or_else(|| "—".into());
+        let t = agents::get_transcript(tx, id)?;
+        let cb = requests::callback::get(tx, id)?;
+        Ok::<_, crate::store::StoreError>(Some((r, agent, t, cb)))
+    })
 }
 
 /// How long a run took (or has been going), in the largest sensible unit.
@@ -171,11 +171,12 @@ pub(super) async fn run_page(
     Path((_slug, id)): Path<(String, String)>,
 ) -> Response {
     let org_id = m.0.org.id;
-    let Some((r, agent, transcript, callback)) =
-        app.blocking(move |app| load(app, org_id, &id)).await
-    else {
-        return not_found(&m);
-    };
+    let (r, agent, transcript, callback) =
+        match app.blocking(move |app| load(app, org_id, &id)).await {
+            Ok(Some(loaded)) => loaded,
+            Ok(None) => return not_found(&m),
+            Err(e) => return super::refused(&m.0, &e),
+        };
     let base = format!("/portal/o/{}/runs/{}", m.0.org.slug, r.id);
     let now = app.clock.now();
     let took = duration(

@@ -15,7 +15,7 @@ use super::{CsrfForm, OrgAdmin, csrf_field, layout, page, problem_page, problem_
 use crate::app::App;
 use crate::http::error::{Problem, ToProblem};
 use crate::roster::{self, Agent, AgentKind, Project, Rollout};
-use crate::triggers::{self, Change, NewTrigger, Trigger};
+use crate::triggers::{self, Change, NewTrigger, Trigger, TriggerError};
 
 /// A trigger's state as a badge: active or paused.
 fn state_badge(paused: bool) -> Markup {
@@ -397,17 +397,18 @@ pub(super) async fn detail(
     let org_id = m.0.org.id;
     let found = app
         .blocking(move |app| {
-            let id = uuid::Uuid::parse_str(&id).ok()?;
-            app.store
-                .read(|tx| {
-                    let t = triggers::get(tx, org_id, id)?;
-                    Ok::<_, triggers::TriggerError>((t, triggers::recent_runs(tx, org_id, id, 50)?))
-                })
-                .ok()
+            let id = uuid::Uuid::parse_str(&id).map_err(|_| TriggerError::UnknownTrigger)?;
+            app.store.read(|tx| {
+                let t = triggers::get(tx, org_id, id)?;
+                Ok::<_, TriggerError>((t, triggers::recent_runs(tx, org_id, id, 50)?))
+            })
         })
         .await;
-    let Some((tr, runs)) = found else {
-        return not_found(&m);
+    // Unknown is "not found"; a store that fails is a failure, not a missing trigger.
+    let (tr, runs) = match found {
+        Ok(found) => found,
+        Err(TriggerError::UnknownTrigger) => return not_found(&m),
+        Err(e) => return refused(&m, &e),
     };
     let body = html! {
         dl.facts {

@@ -1212,6 +1212,61 @@ async fn portal_trigger_pages_for_admins() {
     t.stop().await;
 }
 
+/// A store that fails under a trigger's or a run's page is a failure (500, the detail kept
+/// from the page), not "no such trigger" or "no such run"; so is one under the portal's home,
+/// not "not a member of any organisation". Each page reads again once its record does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn portal_pages_show_a_failing_store_as_a_failure_not_as_missing() {
+    use crate::fixture::Browser;
+    use kennis::store::{MEMBERSHIPS, REQUESTS, TRIGGERS, Table, key};
+    let mut t = TestServer::start().await;
+    let admin = t.seed("Acme", "ada@example.org");
+    let h = hook(&t, "acme", echo(), None);
+    let (s, v) = fire(&t.client, &h, None, &json!({})).await;
+    assert_eq!(s, 202);
+    let run = run_id(&v);
+    wait_result(&t, run, &h.secret).await;
+    let mut b = Browser::new(&t);
+    let run_page = format!("/portal/o/acme/runs/{run}");
+    assert_eq!(b.login(&admin, &run_page).await.status, 200);
+
+    let store = &t.app().store;
+    let cases: [(&str, Table, Vec<u8>, &[&str]); 3] = [
+        (&run_page, REQUESTS, key::id(run).to_vec(), &["No such run"]),
+        (
+            &format!("/portal/o/acme/triggers/{}", h.id),
+            TRIGGERS,
+            h.id.as_bytes().to_vec(),
+            &["No such trigger"],
+        ),
+        (
+            "/portal",
+            MEMBERSHIPS,
+            key::pair(admin.org.id, admin.person.id).to_vec(),
+            &["not a member of any organisation"],
+        ),
+    ];
+    for (path, table, k, missing) in cases {
+        let before = b.get(path).await;
+        assert_eq!(before.status, 200, "{path}: {}", before.body);
+        let kept = store.read(|tx| tx.get_raw(table, &k)).unwrap().unwrap();
+        store
+            .write(|tx| tx.put_raw(table, &k, b"\x01not a record"))
+            .unwrap();
+        let p = b.get(path).await;
+        assert_eq!(p.status, 500, "{path}: {}", p.body);
+        for words in missing {
+            assert!(!p.body.contains(words), "{path}: {}", p.body);
+        }
+        assert!(!p.body.contains("not a record"), "{path}: {}", p.body);
+        store.write(|tx| tx.put_raw(table, &k, &kept)).unwrap();
+        let after = b.get(path).await;
+        assert_eq!(after.status, 200, "{path}: {}", after.body);
+        assert_eq!(after.body.len(), before.body.len(), "{path}");
+    }
+    t.stop().await;
+}
+
 /// "Run again" on a run's page: a new run of the same trigger with the same instructions (the
 /// first delivery's payload included), refused by the trigger's rules (cooldown, paused) with
 /// nothing created, and bound to the organisation.
