@@ -610,8 +610,7 @@ impl FromRequestParts<Arc<App>> for OrgMember {
                 })
             })
             .await
-            .ok()
-            .flatten();
+            .map_err(|e| problem_page(&t("internal-title"), Some(&user), None, &e.problem()))?;
         let (org, membership) = found.ok_or_else(not_found)?;
         Ok(OrgMember {
             user,

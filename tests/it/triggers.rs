@@ -1214,7 +1214,8 @@ async fn portal_trigger_pages_for_admins() {
 
 /// A store that fails under a trigger's or a run's page is a failure (500, the detail kept
 /// from the page), not "no such trigger" or "no such run"; so is one under the portal's home,
-/// not "not a member of any organisation". Each page reads again once its record does.
+/// not "not a member of any organisation", and under an organisation's pages, not "not found".
+/// Each page reads again once its record does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn portal_pages_show_a_failing_store_as_a_failure_not_as_missing() {
     use crate::fixture::Browser;
@@ -1231,7 +1232,7 @@ async fn portal_pages_show_a_failing_store_as_a_failure_not_as_missing() {
     assert_eq!(b.login(&admin, &run_page).await.status, 200);
 
     let store = &t.app().store;
-    let cases: [(&str, Table, Vec<u8>, &[&str]); 3] = [
+    let cases: [(&str, Table, Vec<u8>, &[&str]); 4] = [
         (&run_page, REQUESTS, key::id(run).to_vec(), &["No such run"]),
         (
             &format!("/portal/o/acme/triggers/{}", h.id),
@@ -1244,6 +1245,12 @@ async fn portal_pages_show_a_failing_store_as_a_failure_not_as_missing() {
             MEMBERSHIPS,
             key::pair(admin.org.id, admin.person.id).to_vec(),
             &["not a member of any organisation"],
+        ),
+        (
+            "/portal/o/acme/triggers",
+            MEMBERSHIPS,
+            key::pair(admin.org.id, admin.person.id).to_vec(),
+            &["Not found"],
         ),
     ];
     for (path, table, k, missing) in cases {

@@ -285,7 +285,11 @@ pub(super) async fn after_refusal(
     let org_id = m.org.id;
     match app.blocking(move |app| load_detail(app, org_id, id)).await {
         Ok(d) => detail_page(m, &d, Some(e), &message_draft),
-        Err(_) => no_such_request(m),
+        Err(RequestError::NotFound(_)) => no_such_request(m),
+        Err(e) => {
+            let (status, text) = shown(&e);
+            message_page(m, status, &t("nav-requests"), &text)
+        }
     }
 }
 
