@@ -358,7 +358,8 @@ pub(super) async fn add_agent(
             };
             list_page(&app, &m, &d, Some(&text), status)
         }
-        (Err(_), Err(_)) => see_other("/portal"),
+        // The list could not be read to show why: that failure is the answer.
+        (Err(_), Err(e)) => refused(&m, &e),
     }
 }
 

@@ -1215,7 +1215,8 @@ async fn portal_trigger_pages_for_admins() {
 /// A store that fails under a trigger's or a run's page is a failure (500, the detail kept
 /// from the page), not "no such trigger" or "no such run"; so is one under the portal's home,
 /// not "not a member of any organisation", and under an organisation's pages, not "not found".
-/// Each page reads again once its record does.
+/// Each page reads again once its record does. A refused form whose page cannot be read again
+/// to say why answers with the failure too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn portal_pages_show_a_failing_store_as_a_failure_not_as_missing() {
     use crate::fixture::Browser;
@@ -1271,6 +1272,26 @@ async fn portal_pages_show_a_failing_store_as_a_failure_not_as_missing() {
         assert_eq!(after.status, 200, "{path}: {}", after.body);
         assert_eq!(after.body.len(), before.body.len(), "{path}");
     }
+    // A refused agent whose list of triggers cannot be read to show why: the failure, not a
+    // redirect to the home page as if nothing had been sent.
+    let csrf = b.get("/portal/o/acme/triggers").await.csrf();
+    let k = h.id.as_bytes().to_vec();
+    let kept = store.read(|tx| tx.get_raw(TRIGGERS, &k)).unwrap().unwrap();
+    store
+        .write(|tx| tx.put_raw(TRIGGERS, &k, b"\x01not a record"))
+        .unwrap();
+    let p = b
+        .post(
+            "/portal/o/acme/agents",
+            &[
+                ("csrf_token", &csrf),
+                ("name", "Model"),
+                ("timeout", "soon"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 500, "{:?} {}", p.location, p.body);
+    store.write(|tx| tx.put_raw(TRIGGERS, &k, &kept)).unwrap();
     t.stop().await;
 }
 
