@@ -237,8 +237,11 @@ pub async fn middleware(State(app): State<Arc<App>>, req: Request, next: Next) -
     let headers = req.headers().clone();
     let chosen = {
         let h = headers.clone();
+        // A store that fails here fails the page too, which says so: the language falls back.
         app.blocking(move |app| super::load_session(app, &h))
             .await
+            .ok()
+            .flatten()
             .and_then(|s| s.person.language.as_deref().and_then(Lang::parse))
     };
     let lang = chosen.unwrap_or_else(|| from_headers(&headers));

@@ -20,7 +20,7 @@ use super::i18n::{t, ta};
 use super::{
     AnySession, CsrfForm, SESSION_COOKIE, UncheckedForm, append_cookie, csrf_field, csrf_rejected,
     csrf_token_for, layout, limited_page, load_session, login_step, page, problem_page, safe_next,
-    see_other, set_cookie, with_next,
+    see_other, session_failed, set_cookie, with_next,
 };
 use crate::app::App;
 use crate::http::client_ip::CallerIp;
@@ -126,9 +126,12 @@ fn refused(title: &str, e: &impl ToProblem) -> Response {
     problem_page(title, None, None, &e.problem())
 }
 
-async fn session(app: &Arc<App>, headers: &HeaderMap) -> Option<AnySession> {
+/// The request's session, if any; a store that fails answers with its error page.
+async fn session(app: &Arc<App>, headers: &HeaderMap) -> Result<Option<AnySession>, Response> {
     let headers = headers.clone();
-    app.blocking(move |app| load_session(app, &headers)).await
+    app.blocking(move |app| load_session(app, &headers))
+        .await
+        .map_err(|e| session_failed(&e))
 }
 
 /// A session part-way through the login (second factor or terms still to come) and the
@@ -151,7 +154,7 @@ impl FromRequestParts<Arc<App>> for LoginStep {
                 .last()
         });
         let next = safe_next(next.as_deref());
-        let Some(s) = session(app, &parts.headers).await else {
+        let Some(s) = session(app, &parts.headers).await? else {
             return Err(see_other(&with_next("/login", &next)));
         };
         parts.extensions.insert(SessionCsrf(s.csrf.clone()));
@@ -302,8 +305,10 @@ pub(super) async fn logout(
     headers: HeaderMap,
     form: UncheckedForm,
 ) -> Response {
-    let Some(s) = session(&app, &headers).await else {
-        return see_other("/login");
+    let s = match session(&app, &headers).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return see_other("/login"),
+        Err(failed) => return failed,
     };
     if let Err(rejected) = form.verify(&s.csrf) {
         return rejected.into_response();

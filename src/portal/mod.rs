@@ -452,15 +452,24 @@ pub struct AnySession {
     pub csrf: String,
 }
 
-fn load_session(app: &App, headers: &HeaderMap) -> Option<AnySession> {
-    let token = cookie(headers, SESSION_COOKIE)?;
-    let (hash, session, person) = sessions::load(&app.store, token, app.clock.now()).ok()??;
-    Some(AnySession {
+/// The session the request's cookie names; `None` without a cookie or a live session. A store
+/// that fails is an error, for the page to show, not a reason to send the person to log in.
+fn load_session(app: &App, headers: &HeaderMap) -> Result<Option<AnySession>, StoreError> {
+    let Some(token) = cookie(headers, SESSION_COOKIE) else {
+        return Ok(None);
+    };
+    let found = sessions::load(&app.store, token, app.clock.now())?;
+    Ok(found.map(|(hash, session, person)| AnySession {
         hash,
         csrf: csrf_token_for(app, &hash),
         session,
         person,
-    })
+    }))
+}
+
+/// The page for a store that failed while reading the request's session.
+fn session_failed(e: &StoreError) -> Response {
+    problem_page(&t("internal-title"), None, None, &e.problem())
 }
 
 /// A path inside this site to return to after login; anything else becomes `/portal`.
@@ -536,7 +545,10 @@ impl FromRequestParts<Arc<App>> for PortalUser {
 
     async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Response> {
         let headers = parts.headers.clone();
-        let s = app.blocking(move |app| load_session(app, &headers)).await;
+        let s = app
+            .blocking(move |app| load_session(app, &headers))
+            .await
+            .map_err(|e| session_failed(&e))?;
         let s = match (login_step(app, s.as_ref(), &here(parts)), s) {
             (None, Some(s)) => s,
             (Some(to), _) => return Err(see_other(&to)),

@@ -1216,11 +1216,12 @@ async fn portal_trigger_pages_for_admins() {
 /// from the page), not "no such trigger" or "no such run"; so is one under the portal's home,
 /// not "not a member of any organisation", and under an organisation's pages, not "not found".
 /// Each page reads again once its record does. A refused form whose page cannot be read again
-/// to say why answers with the failure too.
+/// to say why answers with the failure too, and so does a session that cannot be read: not the
+/// login page, nor "form expired".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn portal_pages_show_a_failing_store_as_a_failure_not_as_missing() {
     use crate::fixture::Browser;
-    use kennis::store::{MEMBERSHIPS, REQUESTS, TRIGGERS, Table, key};
+    use kennis::store::{MEMBERSHIPS, PEOPLE, REQUESTS, TRIGGERS, Table, key};
     let mut t = TestServer::start().await;
     let admin = t.seed("Acme", "ada@example.org");
     let h = hook(&t, "acme", echo(), None);
@@ -1233,7 +1234,7 @@ async fn portal_pages_show_a_failing_store_as_a_failure_not_as_missing() {
     assert_eq!(b.login(&admin, &run_page).await.status, 200);
 
     let store = &t.app().store;
-    let cases: [(&str, Table, Vec<u8>, &[&str]); 4] = [
+    let cases: [(&str, Table, Vec<u8>, &[&str]); 5] = [
         (&run_page, REQUESTS, key::id(run).to_vec(), &["No such run"]),
         (
             &format!("/portal/o/acme/triggers/{}", h.id),
@@ -1252,6 +1253,13 @@ async fn portal_pages_show_a_failing_store_as_a_failure_not_as_missing() {
             MEMBERSHIPS,
             key::pair(admin.org.id, admin.person.id).to_vec(),
             &["Not found"],
+        ),
+        // The session's person: a failure, not a way back to the login page.
+        (
+            "/portal/account",
+            PEOPLE,
+            key::id(admin.person.id).to_vec(),
+            &["Log in"],
         ),
     ];
     for (path, table, k, missing) in cases {
@@ -1292,6 +1300,21 @@ async fn portal_pages_show_a_failing_store_as_a_failure_not_as_missing() {
         .await;
     assert_eq!(p.status, 500, "{:?} {}", p.location, p.body);
     store.write(|tx| tx.put_raw(TRIGGERS, &k, &kept)).unwrap();
+    // A form whose session cannot be read: the failure, not "form expired".
+    let k = key::id(admin.person.id);
+    let kept = store.read(|tx| tx.get_raw(PEOPLE, &k)).unwrap().unwrap();
+    store
+        .write(|tx| tx.put_raw(PEOPLE, &k, b"\x01not a record"))
+        .unwrap();
+    let p = b
+        .post("/portal/o/acme/agents", &[("csrf_token", &csrf)])
+        .await;
+    assert_eq!(p.status, 500, "{:?} {}", p.location, p.body);
+    let p = b.post("/logout", &[("csrf_token", &csrf)]).await;
+    assert_eq!(p.status, 500, "{:?} {}", p.location, p.body);
+    store.write(|tx| tx.put_raw(PEOPLE, &k, &kept)).unwrap();
+    // Still logged in: the failed logout ended nothing.
+    assert_eq!(b.get("/portal/account").await.status, 200);
     t.stop().await;
 }
 
