@@ -87,6 +87,29 @@ impl TestServer {
         &self.server.as_ref().expect("running").app
     }
 
+    /// Makes the record at `key` of `table` unreadable — a compressed record's first byte
+    /// before bytes that are no frame — so that reading it fails as a damaged store would;
+    /// returns what it held, for [`TestServer::restore_record`].
+    pub fn damage_record(&self, table: kennis::store::Table, key: &[u8]) -> Vec<u8> {
+        let store = &self.app().store;
+        let kept = store
+            .read(|tx| tx.get_raw(table, key))
+            .unwrap()
+            .expect("a record to damage");
+        store
+            .write(|tx| tx.put_raw(table, key, b"\x01not a record"))
+            .unwrap();
+        kept
+    }
+
+    /// Puts back what [`TestServer::damage_record`] returned.
+    pub fn restore_record(&self, table: kennis::store::Table, key: &[u8], kept: &[u8]) {
+        self.app()
+            .store
+            .write(|tx| tx.put_raw(table, key, kept))
+            .unwrap();
+    }
+
     pub async fn stop(&mut self) {
         if let Some(s) = self.server.take() {
             s.shutdown().await;

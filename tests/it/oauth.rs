@@ -656,16 +656,7 @@ async fn consent_shows_a_failing_store_as_a_failure_not_as_no_organisation() {
     );
     // The membership's record becomes unreadable.
     let k = key::pair(s.org.id, s.person.id);
-    let kept = t
-        .app()
-        .store
-        .read(|tx| tx.get_raw(MEMBERSHIPS, &k))
-        .unwrap()
-        .expect("the seeded membership");
-    t.app()
-        .store
-        .write(|tx| tx.put_raw(MEMBERSHIPS, &k, b"\x01not a membership"))
-        .unwrap();
+    let kept = t.damage_record(MEMBERSHIPS, &k);
     // The "no organisation" notice, in either language.
     let no_org = |body: &str| {
         body.contains("None of your organisations") || body.contains("Geen van uw organisaties")
@@ -674,17 +665,14 @@ async fn consent_shows_a_failing_store_as_a_failure_not_as_no_organisation() {
     assert_eq!(p.status, 500, "{}", p.body);
     assert!(!no_org(&p.body), "{}", p.body);
     assert!(!p.body.contains("value=\"kennisbank\""), "{}", p.body);
-    assert!(!p.body.contains("not a membership"), "{}", p.body);
+    assert!(!p.body.contains("not a record"), "{}", p.body);
     // Approving the form shown before: an error page, no redirect with a code.
     let p = approve(&mut b, &consent, &s.org.slug, &["kennisbank"]).await;
     assert_eq!(p.status, 400, "{}", p.body);
     assert!(p.location.is_none(), "{:?}", p.location);
     assert!(!no_org(&p.body), "{}", p.body);
     // Once the record reads again, so does the page: nothing else was touched.
-    t.app()
-        .store
-        .write(|tx| tx.put_raw(MEMBERSHIPS, &k, &kept))
-        .unwrap();
+    t.restore_record(MEMBERSHIPS, &k, &kept);
     let p = b.get(&path).await;
     assert_eq!(p.status, 200, "{}", p.body);
     assert!(

@@ -1233,7 +1233,6 @@ async fn portal_pages_show_a_failing_store_as_a_failure_not_as_missing() {
     let run_page = format!("/portal/o/acme/runs/{run}");
     assert_eq!(b.login(&admin, &run_page).await.status, 200);
 
-    let store = &t.app().store;
     let cases: [(&str, Table, Vec<u8>, &[&str]); 5] = [
         (&run_page, REQUESTS, key::id(run).to_vec(), &["No such run"]),
         (
@@ -1265,17 +1264,14 @@ async fn portal_pages_show_a_failing_store_as_a_failure_not_as_missing() {
     for (path, table, k, missing) in cases {
         let before = b.get(path).await;
         assert_eq!(before.status, 200, "{path}: {}", before.body);
-        let kept = store.read(|tx| tx.get_raw(table, &k)).unwrap().unwrap();
-        store
-            .write(|tx| tx.put_raw(table, &k, b"\x01not a record"))
-            .unwrap();
+        let kept = t.damage_record(table, &k);
         let p = b.get(path).await;
         assert_eq!(p.status, 500, "{path}: {}", p.body);
         for words in missing {
             assert!(!p.body.contains(words), "{path}: {}", p.body);
         }
         assert!(!p.body.contains("not a record"), "{path}: {}", p.body);
-        store.write(|tx| tx.put_raw(table, &k, &kept)).unwrap();
+        t.restore_record(table, &k, &kept);
         let after = b.get(path).await;
         assert_eq!(after.status, 200, "{path}: {}", after.body);
         assert_eq!(after.body.len(), before.body.len(), "{path}");
@@ -1284,10 +1280,7 @@ async fn portal_pages_show_a_failing_store_as_a_failure_not_as_missing() {
     // redirect to the home page as if nothing had been sent.
     let csrf = b.get("/portal/o/acme/triggers").await.csrf();
     let k = h.id.as_bytes().to_vec();
-    let kept = store.read(|tx| tx.get_raw(TRIGGERS, &k)).unwrap().unwrap();
-    store
-        .write(|tx| tx.put_raw(TRIGGERS, &k, b"\x01not a record"))
-        .unwrap();
+    let kept = t.damage_record(TRIGGERS, &k);
     let p = b
         .post(
             "/portal/o/acme/agents",
@@ -1299,20 +1292,17 @@ async fn portal_pages_show_a_failing_store_as_a_failure_not_as_missing() {
         )
         .await;
     assert_eq!(p.status, 500, "{:?} {}", p.location, p.body);
-    store.write(|tx| tx.put_raw(TRIGGERS, &k, &kept)).unwrap();
+    t.restore_record(TRIGGERS, &k, &kept);
     // A form whose session cannot be read: the failure, not "form expired".
     let k = key::id(admin.person.id);
-    let kept = store.read(|tx| tx.get_raw(PEOPLE, &k)).unwrap().unwrap();
-    store
-        .write(|tx| tx.put_raw(PEOPLE, &k, b"\x01not a record"))
-        .unwrap();
+    let kept = t.damage_record(PEOPLE, &k);
     let p = b
         .post("/portal/o/acme/agents", &[("csrf_token", &csrf)])
         .await;
     assert_eq!(p.status, 500, "{:?} {}", p.location, p.body);
     let p = b.post("/logout", &[("csrf_token", &csrf)]).await;
     assert_eq!(p.status, 500, "{:?} {}", p.location, p.body);
-    store.write(|tx| tx.put_raw(PEOPLE, &k, &kept)).unwrap();
+    t.restore_record(PEOPLE, &k, &kept);
     // Still logged in: the failed logout ended nothing.
     assert_eq!(b.get("/portal/account").await.status, 200);
     t.stop().await;
