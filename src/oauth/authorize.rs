@@ -35,6 +35,17 @@ pub enum AuthorizeProblem {
         state: Option<String>,
         error: OAuthError,
     },
+    /// The server failed (its store, say): an error page with a 500, the detail only in the
+    /// log ([`AuthorizeProblem::internal`] writes it).
+    Internal,
+}
+
+impl AuthorizeProblem {
+    /// A failure while answering: logged here, with what was being done; never shown.
+    pub fn internal(doing: &str, e: &dyn std::fmt::Display) -> Self {
+        tracing::error!(error = %e, "{doing}");
+        AuthorizeProblem::Internal
+    }
 }
 
 /// Before [`validate_authorize`]: when the `client_id` is the URL of a Client ID Metadata
@@ -49,10 +60,10 @@ pub async fn load_client(
     };
     match cimd::ensure_fresh(app, client_id).await {
         Ok(_) => Ok(()),
-        Err(cimd::CimdError::Store(e)) => {
-            tracing::error!(error = %e, "storing a metadata-document client");
-            Err(AuthorizeProblem::Page("internal error".into()))
-        }
+        Err(cimd::CimdError::Store(e)) => Err(AuthorizeProblem::internal(
+            "storing a metadata-document client",
+            &e,
+        )),
         Err(e) => {
             tracing::info!(error = %e, "metadata document refused");
             Err(AuthorizeProblem::Page(e.page_message()))
@@ -70,7 +81,7 @@ pub fn validate_authorize(
     let client_id = get("client_id")
         .ok_or_else(|| AuthorizeProblem::Page("the request names no client (client_id)".into()))?;
     let client = get_client(app, client_id)
-        .map_err(|_| AuthorizeProblem::Page("internal error".into()))?
+        .map_err(|e| AuthorizeProblem::internal("reading the client of an authorization", &e))?
         .ok_or_else(|| AuthorizeProblem::Page("unknown client; register it again".into()))?;
     let redirect_uri = match get("redirect_uri") {
         Some(u) if matches_registered(&client.redirect_uris, u) => u.to_owned(),

@@ -80,6 +80,15 @@ fn problem_response(app: &App, p: AuthorizeProblem) -> Response {
             state.as_deref(),
             &error,
         )),
+        AuthorizeProblem::Internal => page(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            layout(
+                &t("internal-title"),
+                None,
+                None,
+                html! { p.notice.error role="alert" { (t("internal-error")) } },
+            ),
+        ),
     }
 }
 
@@ -240,7 +249,7 @@ pub(super) async fn authorize_submit(
     let org_slug = form.field("org").unwrap_or_default().to_owned();
     let person_id = user.person.id;
     // Worded here: the worker thread below does not know the request's language.
-    let (choose_org, internal) = (t("consent-choose-org"), t("internal-error"));
+    let choose_org = t("consent-choose-org");
     let outcome = app
         .blocking(move |app| -> Result<String, AuthorizeProblem> {
             let req = validate_authorize(app, &params)?;
@@ -254,8 +263,7 @@ pub(super) async fn authorize_submit(
             }
             let org = connectable_orgs(app, person_id)
                 .map_err(|e| {
-                    tracing::error!(error = %e, "reading the organisations to connect");
-                    AuthorizeProblem::Page(internal.clone())
+                    AuthorizeProblem::internal("reading the organisations to connect", &e)
                 })?
                 .into_iter()
                 .find(|o| o.slug == org_slug)
@@ -282,7 +290,7 @@ pub(super) async fn authorize_submit(
                     resource: req.resource.clone(),
                 },
             )
-            .map_err(|_| AuthorizeProblem::Page(internal))?;
+            .map_err(|e| AuthorizeProblem::internal("storing an authorization code", &e))?;
             let mut out: Vec<(&str, &str)> = vec![("code", &code)];
             if let Some(s) = &req.state {
                 out.push(("state", s));

@@ -637,11 +637,12 @@ async fn authorize_refuses_bad_requests_the_right_way() {
 }
 
 /// A store that fails while the consent page reads the person's organisations is an internal
-/// error, on the page and on its submit: never the "no organisation" notice, which would send
-/// the person to an administrator for a membership they have, and never a code.
+/// error (500), on the page and on its submit: never the "no organisation" notice, which would
+/// send the person to an administrator for a membership they have, and never a code. So is one
+/// while reading the client.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consent_shows_a_failing_store_as_a_failure_not_as_no_organisation() {
-    use kennis::store::{MEMBERSHIPS, key};
+    use kennis::store::{MEMBERSHIPS, OAUTH_CLIENTS, key};
     let t = TestServer::start().await;
     let s = t.seed("Acme", "jo@example.org");
     let client_id = register_public(&t).await;
@@ -668,7 +669,7 @@ async fn consent_shows_a_failing_store_as_a_failure_not_as_no_organisation() {
     assert!(!p.body.contains("not a record"), "{}", p.body);
     // Approving the form shown before: an error page, no redirect with a code.
     let p = approve(&mut b, &consent, &s.org.slug, &["kennisbank"]).await;
-    assert_eq!(p.status, 400, "{}", p.body);
+    assert_eq!(p.status, 500, "{}", p.body);
     assert!(p.location.is_none(), "{:?}", p.location);
     assert!(!no_org(&p.body), "{}", p.body);
     // Once the record reads again, so does the page: nothing else was touched.
@@ -680,6 +681,13 @@ async fn consent_shows_a_failing_store_as_a_failure_not_as_no_organisation() {
         "{}",
         p.body
     );
+    // The client's record unreadable: a failure (500), not the page for a refused request.
+    let kept = t.damage_record(OAUTH_CLIENTS, client_id.as_bytes());
+    let p = b.get(&path).await;
+    assert_eq!(p.status, 500, "{}", p.body);
+    assert!(p.location.is_none());
+    t.restore_record(OAUTH_CLIENTS, client_id.as_bytes(), &kept);
+    assert_eq!(b.get(&path).await.status, 200);
 }
 
 fn urlenc(s: &str) -> String {
