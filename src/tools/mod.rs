@@ -125,10 +125,22 @@ pub enum ToolError {
         limit: usize,
         retry_after_seconds: u64,
     },
-    #[error(transparent)]
+    #[error("{}", kb_shown(.0))]
     Kb(#[from] KbError),
-    #[error("internal error: {0}")]
+    /// A failure of the server; its detail is for the log ([`ToolError::detail`]), never shown.
+    #[error("{INTERNAL_SHOWN}")]
     Internal(String),
+}
+
+/// What a caller (an assistant, a model, the audit log an organisation's admins read) is told
+/// of a failure inside the server; the detail goes only to the server's log.
+pub const INTERNAL_SHOWN: &str = "internal error: the server could not complete this call; try again later, and if it goes on, ask the server's operator (the server's log says why)";
+
+fn kb_shown(e: &KbError) -> String {
+    match e {
+        KbError::Index(_) | KbError::Store(_) => INTERNAL_SHOWN.to_owned(),
+        e => e.to_string(),
+    }
 }
 
 impl From<StoreError> for ToolError {
@@ -138,6 +150,16 @@ impl From<StoreError> for ToolError {
 }
 
 impl ToolError {
+    /// For the server's log: what the caller is told, and for a failure inside the server,
+    /// what failed.
+    pub fn detail(&self) -> String {
+        match self {
+            ToolError::Internal(detail) => format!("internal error: {detail}"),
+            ToolError::Kb(e) => e.to_string(),
+            e => e.to_string(),
+        }
+    }
+
     pub fn code(&self) -> &'static str {
         match self {
             ToolError::InvalidInput(_) => "invalid_input",
@@ -373,7 +395,7 @@ pub fn call(
         Ok(ok) => (Outcome::Ok, None, ok.target.clone()),
         Err(e) => {
             if e.outcome() == Outcome::Error {
-                tracing::error!(tool = tool.name, error = %e, "tool failed");
+                tracing::error!(tool = tool.name, error = %e.detail(), "tool failed");
             }
             (e.outcome(), Some(e.to_string()), target_of(tool, args))
         }

@@ -306,6 +306,58 @@ async fn tools_outside_the_grants_scopes_do_not_exist() {
     t.stop().await;
 }
 
+/// A tool that fails inside the server (here a document's record that cannot be read) answers
+/// an error result with the code `internal` and says no more: not the table, not what could
+/// not be read — that goes to the server's log. Neither does the audit log, which an
+/// organisation's admins read. Once the record reads again, so does the tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_inside_the_server_is_not_described_to_the_caller() {
+    use kennis::store::KB_DOCS;
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let token = t.grant(&s, &["kennisbank"]);
+    let mcp = t.mcp(&token);
+    mcp.ok(
+        "kennisbank_write",
+        json!({"path": "aangeleverd/a.md", "content": "hallo"}),
+    )
+    .await;
+    let k = kennis::kb::doc_key(s.org.id, "aangeleverd/a.md");
+    let kept = t.damage_record(KB_DOCS, &k);
+    let r = mcp
+        .call("kennisbank_read", json!({"path": "aangeleverd/a.md"}))
+        .await;
+    assert_eq!(r["isError"], true, "{r}");
+    let error = &r["structuredContent"]["error"];
+    assert_eq!(error["code"], "internal", "{r}");
+    let shown = r.to_string();
+    for detail in ["kb_docs", "corrupt", "compressed", "frame"] {
+        assert!(!shown.contains(detail), "{detail}: {r}");
+    }
+    t.app().batch.flush();
+    let records = t
+        .app()
+        .store
+        .read(|tx| kennis::audit::records(tx, s.org.id, None))
+        .unwrap();
+    let failed = records
+        .iter()
+        .find(|r| r.tool == "kennisbank_read")
+        .expect("the failed call is audited");
+    assert_eq!(failed.outcome, kennis::audit::Outcome::Error);
+    let said = failed.error.as_deref().unwrap_or_default();
+    assert!(said.contains("internal error"), "{failed:?}");
+    for detail in ["kb_docs", "corrupt", "compressed", "frame"] {
+        assert!(!said.contains(detail), "{detail}: {failed:?}");
+    }
+    t.restore_record(KB_DOCS, &k, &kept);
+    let r = mcp
+        .ok("kennisbank_read", json!({"path": "aangeleverd/a.md"}))
+        .await;
+    assert!(r.to_string().contains("hallo"), "{r}");
+    t.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_tool_call_is_audited() {
     let mut t = TestServer::start().await;
