@@ -133,12 +133,7 @@ async fn search_and_fetch_have_chatgpts_shapes_and_annotations() {
     );
 
     // Audited like the other tools, under their own names, naming the document.
-    t.app().batch.flush();
-    let records = t
-        .app()
-        .store
-        .read(|tx| kennis::audit::records(tx, s.org.id, None))
-        .unwrap();
+    let records = t.audit_records(s.org.id);
     let fetches: Vec<_> = records.iter().filter(|r| r.tool == "fetch").collect();
     assert_eq!(fetches.len(), 5, "{records:?}");
     assert_eq!(

@@ -334,12 +334,7 @@ async fn a_failure_inside_the_server_is_not_described_to_the_caller() {
     for detail in ["kb_docs", "corrupt", "compressed", "frame"] {
         assert!(!shown.contains(detail), "{detail}: {r}");
     }
-    t.app().batch.flush();
-    let records = t
-        .app()
-        .store
-        .read(|tx| kennis::audit::records(tx, s.org.id, None))
-        .unwrap();
+    let records = t.audit_records(s.org.id);
     let failed = records
         .iter()
         .find(|r| r.tool == "kennisbank_read")
@@ -375,13 +370,9 @@ async fn every_tool_call_is_audited() {
     )
     .await;
     mcp.ok("kennisbank_list", json!({})).await;
-    t.app().batch.flush();
-    let app = t.app().clone();
     // The tool calls (the seeding's admin actions are audited too, with an `action`).
-    let records: Vec<_> = app
-        .store
-        .read(|tx| kennis::audit::records(tx, s.org.id, None))
-        .unwrap()
+    let records: Vec<_> = t
+        .audit_records(s.org.id)
         .into_iter()
         .filter(|r| r.action.is_none())
         .collect();

@@ -102,6 +102,15 @@ impl TestServer {
         kept
     }
 
+    /// The organisation's audit records, oldest first, once those still pending are written.
+    pub fn audit_records(&self, org_id: u64) -> Vec<kennis::audit::AuditRecord> {
+        self.app().batch.flush();
+        self.app()
+            .store
+            .read(|tx| kennis::audit::records(tx, org_id, None))
+            .unwrap()
+    }
+
     /// Puts back what [`TestServer::damage_record`] returned.
     pub fn restore_record(&self, table: kennis::store::Table, key: &[u8], kept: &[u8]) {
         self.app()

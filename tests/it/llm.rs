@@ -468,12 +468,8 @@ async fn a_run_searches_and_reads_before_answering() {
     assert!(text.contains("tool kennisbank_read"), "{text}");
 
     // Audited as the organisation's agent in this run.
-    x.t.app().batch.flush();
     let records: Vec<_> =
-        x.t.app()
-            .store
-            .read(|tx| kennis::audit::records(tx, x.s.org.id, None))
-            .unwrap()
+        x.t.audit_records(x.s.org.id)
             .into_iter()
             .filter(|r| r.action.is_none())
             .collect();

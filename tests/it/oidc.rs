@@ -952,10 +952,7 @@ fn works(t: &TestServer, token: &str) -> bool {
 }
 
 fn admin_actions(t: &TestServer, org: u64, action: &str) -> Vec<String> {
-    t.app()
-        .store
-        .read(|tx| kennis::audit::records(tx, org, None))
-        .unwrap()
+    t.audit_records(org)
         .into_iter()
         .filter(|r| r.action.as_deref() == Some(action))
         .map(|r| {

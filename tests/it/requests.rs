@@ -573,12 +573,7 @@ async fn feature_tool_calls_are_audited() {
     let id = create(&mcp, live, "Audit").await;
     mcp.ok("feature_request_read", json!({"id": id})).await;
     mcp.err("feature_request_reply", json!({"id": id})).await;
-    t.app().batch.flush();
-    let records = t
-        .app()
-        .store
-        .read(|tx| kennis::audit::records(tx, s.org.id, None))
-        .unwrap();
+    let records = t.audit_records(s.org.id);
     let seen: Vec<(String, Option<String>, String)> = records
         .iter()
         .filter(|r| r.action.is_none())
