@@ -80,15 +80,9 @@ fn problem_response(app: &App, p: AuthorizeProblem) -> Response {
             state.as_deref(),
             &error,
         )),
-        AuthorizeProblem::Internal => page(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            layout(
-                &t("internal-title"),
-                None,
-                None,
-                html! { p.notice.error role="alert" { (t("internal-error")) } },
-            ),
-        ),
+        AuthorizeProblem::Internal => {
+            super::internal_page(StatusCode::INTERNAL_SERVER_ERROR, None, None)
+        }
     }
 }
 

@@ -170,14 +170,13 @@ fn refused(link: Link, e: &IdentityError) -> Response {
         return limited;
     }
     let p = e.problem();
-    let body = if p.is_internal() {
-        html! { p.notice.error { (t("internal-error")) } }
-    } else {
-        html! {
-            p.notice.error #error role="alert" { (problem_text(&p)) }
-            @if matches!(e, IdentityError::LinkUsed | IdentityError::LinkExpired | IdentityError::LinkUnknown) {
-                p { (t("link-ask-admin")) " " a href="/login" { (t("action-log-in")) } }
-            }
+    if p.is_internal() {
+        return super::internal_page(p.status, None, None);
+    }
+    let body = html! {
+        p.notice.error #error role="alert" { (problem_text(&p)) }
+        @if matches!(e, IdentityError::LinkUsed | IdentityError::LinkExpired | IdentityError::LinkUnknown) {
+            p { (t("link-ask-admin")) " " a href="/login" { (t("action-log-in")) } }
         }
     };
     page(p.status, layout(&link.title(), None, None, body))

@@ -338,18 +338,18 @@ pub fn problem_page(
     org: Option<&Org>,
     problem: &Problem,
 ) -> Response {
-    let (title, body) = if problem.is_internal() {
-        (
-            t("internal-title"),
-            html! { p.notice.error { (t("internal-error")) } },
-        )
-    } else {
-        (
-            title.to_owned(),
-            html! { p.notice.error #error { (problem_text(problem)) } },
-        )
-    };
-    page(problem.status, layout(&title, user, org, body))
+    if problem.is_internal() {
+        return internal_page(problem.status, user, org);
+    }
+    let body = html! { p.notice.error #error { (problem_text(problem)) } };
+    page(problem.status, layout(title, user, org, body))
+}
+
+/// The page for a failure of the server: it says only that something went wrong; what went
+/// wrong is in the log.
+pub fn internal_page(status: StatusCode, user: Option<&PortalUser>, org: Option<&Org>) -> Response {
+    let body = html! { p.notice.error role="alert" { (t("internal-error")) } };
+    page(status, layout(&t("internal-title"), user, org, body))
 }
 
 /// 404 inside an organisation: the message says what does not exist.
