@@ -641,12 +641,15 @@ impl<'a> Browser<'a> {
             body.extend_from_slice(b"\r\n");
         }
         body.extend_from_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
+        let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
+        self.post_raw(path, &content_type, body).await
+    }
+
+    /// A POST of `body` as it is, under `content_type` (a malformed form, say).
+    pub async fn post_raw(&mut self, path: &str, content_type: &str, body: Vec<u8>) -> Page {
         let resp = self
             .headers(self.t.client.post(self.abs(path)))
-            .header(
-                "content-type",
-                format!("multipart/form-data; boundary={BOUNDARY}"),
-            )
+            .header("content-type", content_type)
             .body(body)
             .send()
             .await

@@ -631,6 +631,43 @@ async fn a_request_page_shows_the_conversation_and_takes_answers_and_replies() {
     t.stop().await;
 }
 
+/// An upload that cannot be read is refused on the request's page (400, saying so); when the
+/// request cannot be read either, because the store fails, that failure is the answer (500),
+/// not "no such request".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_upload_is_refused_and_a_failing_store_is_not_a_missing_request() {
+    use kennis::store::{REQUESTS, key};
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let live = add_app(&t, &s, "Planner", AppStatus::Live);
+    let id = file_request(&t, &s, live, "Export", "CSV");
+    let page_url = format!("/portal/o/{}/requests/{id}", s.org.slug);
+    let upload_url = format!("{page_url}/attachments");
+    let mut b = Browser::new(&t);
+    assert_eq!(b.login(&s, &page_url).await.status, 200);
+    // A part that never ends: the body breaks off before its closing boundary.
+    let cut_short = || {
+        b"--X\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.pdf\"\r\n\r\n%PDF"
+            .to_vec()
+    };
+    let multipart = "multipart/form-data; boundary=X";
+    let p = b.post_raw(&upload_url, multipart, cut_short()).await;
+    assert_eq!(p.status, 400, "{}", p.body);
+    assert!(
+        p.body.contains("The upload could not be read"),
+        "{}",
+        p.body
+    );
+    let k = key::id(id);
+    let kept = t.damage_record(REQUESTS, &k);
+    let p = b.post_raw(&upload_url, multipart, cut_short()).await;
+    assert_eq!(p.status, 500, "{}", p.body);
+    assert!(!p.body.contains("No such"), "{}", p.body);
+    t.restore_record(REQUESTS, &k, &kept);
+    assert_eq!(b.get(&page_url).await.status, 200);
+    t.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attachments_upload_download_limit_delete_and_isolation() {
     let mut t = TestServer::start().await;
