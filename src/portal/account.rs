@@ -24,9 +24,7 @@ pub(super) async fn home(State(app): State<Arc<App>>, user: PortalUser) -> Respo
         let u = user.clone();
         match app.blocking(move |app| u.organisations(app)).await {
             Ok(orgs) => orgs,
-            Err(e) => {
-                return super::problem_page(&t("home-title"), Some(&user), None, &e.problem());
-            }
+            Err(e) => return super::store_failed(Some(&user), &e),
         }
     };
     page(

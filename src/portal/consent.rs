@@ -19,7 +19,7 @@ use super::i18n::t;
 use super::{CsrfForm, PortalUser, csrf_field, layout, page};
 use crate::app::App;
 use crate::http::client_ip::CallerIp;
-use crate::http::error::{ToProblem, rate_limited};
+use crate::http::error::rate_limited;
 use crate::identity::{self, Org};
 use crate::oauth::authorize::{
     AuthRequest, AuthorizeProblem, error_redirect, load_client, redirect_with, validate_authorize,
@@ -198,9 +198,7 @@ pub(super) async fn authorize_page(
         .await
     {
         Ok(orgs) => orgs,
-        Err(e) => {
-            return super::problem_page(&t("consent-title"), Some(&user), None, &e.problem());
-        }
+        Err(e) => return super::store_failed(Some(&user), &e),
     };
     page(
         StatusCode::OK,

@@ -18,7 +18,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::response::{IntoResponse, Response};
 
-use super::{csrf_rejected, field, form_pairs, load_session, session_failed, verify_csrf};
+use super::{csrf_rejected, field, form_pairs, load_session, store_failed, verify_csrf};
 use crate::app::App;
 
 /// The CSRF token of the request's session, left in the request's extensions by the
@@ -55,7 +55,7 @@ impl FromRequest<Arc<App>> for CsrfForm {
                 let headers = req.headers().clone();
                 app.blocking(move |app| load_session(app, &headers))
                     .await
-                    .map_err(|e| session_failed(&e))?
+                    .map_err(|e| store_failed(None, &e))?
                     .map(|s| s.csrf)
             }
         };

@@ -20,7 +20,7 @@ use super::i18n::{t, ta};
 use super::{
     AnySession, CsrfForm, SESSION_COOKIE, UncheckedForm, append_cookie, csrf_field, csrf_rejected,
     csrf_token_for, layout, limited_page, load_session, login_step, page, problem_page, safe_next,
-    see_other, session_failed, set_cookie, with_next,
+    see_other, set_cookie, store_failed, with_next,
 };
 use crate::app::App;
 use crate::http::client_ip::CallerIp;
@@ -131,7 +131,7 @@ async fn session(app: &Arc<App>, headers: &HeaderMap) -> Result<Option<AnySessio
     let headers = headers.clone();
     app.blocking(move |app| load_session(app, &headers))
         .await
-        .map_err(|e| session_failed(&e))
+        .map_err(|e| store_failed(None, &e))
 }
 
 /// A session part-way through the login (second factor or terms still to come) and the

@@ -467,9 +467,10 @@ fn load_session(app: &App, headers: &HeaderMap) -> Result<Option<AnySession>, St
     }))
 }
 
-/// The page for a store that failed while reading the request's session.
-fn session_failed(e: &StoreError) -> Response {
-    problem_page(&t("internal-title"), None, None, &e.problem())
+/// The page for a store that failed under a page (`problem()` logs it); `user` is who the
+/// header names, if the session could be read.
+pub fn store_failed(user: Option<&PortalUser>, e: &StoreError) -> Response {
+    problem_page(&t("internal-title"), user, None, &e.problem())
 }
 
 /// A path inside this site to return to after login; anything else becomes `/portal`.
@@ -548,7 +549,7 @@ impl FromRequestParts<Arc<App>> for PortalUser {
         let s = app
             .blocking(move |app| load_session(app, &headers))
             .await
-            .map_err(|e| session_failed(&e))?;
+            .map_err(|e| store_failed(None, &e))?;
         let s = match (login_step(app, s.as_ref(), &here(parts)), s) {
             (None, Some(s)) => s,
             (Some(to), _) => return Err(see_other(&to)),
@@ -622,7 +623,7 @@ impl FromRequestParts<Arc<App>> for OrgMember {
                 })
             })
             .await
-            .map_err(|e| problem_page(&t("internal-title"), Some(&user), None, &e.problem()))?;
+            .map_err(|e| store_failed(Some(&user), &e))?;
         let (org, membership) = found.ok_or_else(not_found)?;
         Ok(OrgMember {
             user,
