@@ -102,6 +102,14 @@ impl TestServer {
         kept
     }
 
+    /// Puts back what [`TestServer::damage_record`] returned.
+    pub fn restore_record(&self, table: kennis::store::Table, key: &[u8], kept: &[u8]) {
+        self.app()
+            .store
+            .write(|tx| tx.put_raw(table, key, kept))
+            .unwrap();
+    }
+
     /// The organisation's audit records, oldest first, once those still pending are written.
     pub fn audit_records(&self, org_id: u64) -> Vec<kennis::audit::AuditRecord> {
         self.app().batch.flush();
@@ -109,14 +117,6 @@ impl TestServer {
             .store
             .read(|tx| kennis::audit::records(tx, org_id, None))
             .unwrap()
-    }
-
-    /// Puts back what [`TestServer::damage_record`] returned.
-    pub fn restore_record(&self, table: kennis::store::Table, key: &[u8], kept: &[u8]) {
-        self.app()
-            .store
-            .write(|tx| tx.put_raw(table, key, kept))
-            .unwrap();
     }
 
     pub async fn stop(&mut self) {

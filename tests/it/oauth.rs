@@ -642,7 +642,7 @@ async fn authorize_refuses_bad_requests_the_right_way() {
 /// while reading the client.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consent_shows_a_failing_store_as_a_failure_not_as_no_organisation() {
-    use kennis::store::{MEMBERSHIPS, OAUTH_CLIENTS, key};
+    use kennis::store::{MEMBERSHIPS, OAUTH_CLIENTS, OAUTH_CODES, key};
     let t = TestServer::start().await;
     let s = t.seed("Acme", "jo@example.org");
     let client_id = register_public(&t).await;
@@ -667,11 +667,14 @@ async fn consent_shows_a_failing_store_as_a_failure_not_as_no_organisation() {
     assert!(!no_org(&p.body), "{}", p.body);
     assert!(!p.body.contains("value=\"kennisbank\""), "{}", p.body);
     assert!(!p.body.contains("not a record"), "{}", p.body);
-    // Approving the form shown before: an error page, no redirect with a code.
+    // Approving the form shown before: an error page, no redirect with a code, none stored.
+    let codes = || t.app().store.read(|tx| tx.count(OAUTH_CODES)).unwrap();
+    let codes_before = codes();
     let p = approve(&mut b, &consent, &s.org.slug, &["kennisbank"]).await;
     assert_eq!(p.status, 500, "{}", p.body);
     assert!(p.location.is_none(), "{:?}", p.location);
     assert!(!no_org(&p.body), "{}", p.body);
+    assert_eq!(codes(), codes_before);
     // Once the record reads again, so does the page: nothing else was touched.
     t.restore_record(MEMBERSHIPS, &k, &kept);
     let p = b.get(&path).await;

@@ -665,6 +665,13 @@ async fn an_unreadable_upload_is_refused_and_a_failing_store_is_not_a_missing_re
     assert!(!p.body.contains("No such"), "{}", p.body);
     t.restore_record(REQUESTS, &k, &kept);
     assert_eq!(b.get(&page_url).await.status, 200);
+    // Neither upload stored anything.
+    let attachments = t
+        .app()
+        .store
+        .read(|tx| kennis::requests::attachments::list(tx, s.org.id, id))
+        .unwrap();
+    assert!(attachments.is_empty(), "{attachments:?}");
     t.stop().await;
 }
 

@@ -1281,6 +1281,12 @@ async fn portal_pages_show_a_failing_store_as_a_failure_not_as_missing() {
     let csrf = b.get("/portal/o/acme/triggers").await.csrf();
     let k = h.id.as_bytes().to_vec();
     let kept = t.damage_record(TRIGGERS, &k);
+    let agents = |t: &TestServer| {
+        kennis::roster::list_agents(&t.app().store, admin.org.id)
+            .unwrap()
+            .len()
+    };
+    let agents_before = agents(&t);
     let p = b
         .post(
             "/portal/o/acme/agents",
@@ -1293,6 +1299,7 @@ async fn portal_pages_show_a_failing_store_as_a_failure_not_as_missing() {
         .await;
     assert_eq!(p.status, 500, "{:?} {}", p.location, p.body);
     t.restore_record(TRIGGERS, &k, &kept);
+    assert_eq!(agents(&t), agents_before, "a refused agent is not added");
     // A form whose session cannot be read: the failure, not "form expired".
     let k = key::id(admin.person.id);
     let kept = t.damage_record(PEOPLE, &k);
