@@ -155,6 +155,7 @@ impl ToolError {
     pub fn detail(&self) -> String {
         match self {
             ToolError::Internal(detail) => format!("internal error: {detail}"),
+            // The knowledge base's own words: this error's `Display` hides its failures.
             ToolError::Kb(e) => e.to_string(),
             e => e.to_string(),
         }
