@@ -360,7 +360,7 @@ pub async fn bounded_body(
     while let Some(chunk) = response
         .chunk()
         .await
-        .map_err(|e| BodyError::Read(describe(&e)))?
+        .map_err(|e| BodyError::Read(describe(e)))?
     {
         let len = u64::try_from(body.len().saturating_add(chunk.len())).unwrap_or(u64::MAX);
         if len > limit {
@@ -371,8 +371,10 @@ pub async fn bounded_body(
     Ok(body)
 }
 
-/// A request's failure in words for a log: the error and its causes.
-fn describe(e: &reqwest::Error) -> String {
+/// A request's failure in words: the error and its causes, without the request's address
+/// (the caller knows it, and decides who may read it).
+pub fn describe(e: reqwest::Error) -> String {
+    let e = e.without_url();
     if e.is_timeout() {
         return "no complete answer in time".to_owned();
     }
@@ -380,7 +382,7 @@ fn describe(e: &reqwest::Error) -> String {
         return "cannot connect".to_owned();
     }
     let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
+    let mut source = std::error::Error::source(&e);
     while let Some(s) = source {
         text.push_str(": ");
         text.push_str(&s.to_string());
@@ -460,7 +462,7 @@ async fn send(request: reqwest::RequestBuilder, max: u64) -> Result<Reply, Fetch
     let response = request
         .send()
         .await
-        .map_err(|e| FetchError::Failed(describe(&e)))?;
+        .map_err(|e| FetchError::Failed(describe(e)))?;
     let (status, headers) = (response.status(), response.headers().clone());
     let body = bounded_body(response, max).await.map_err(|e| match e {
         BodyError::TooLarge => FetchError::Refused(format!("it is larger than {max} bytes")),

@@ -11,7 +11,9 @@ use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use super::llm;
-use super::protocol::{AgentEvent, BodyError, EventSink, Job, Outcome, bounded_body, http_client};
+use super::protocol::{
+    AgentEvent, BodyError, EventSink, Job, Outcome, bounded_body, describe, http_client,
+};
 use super::transcript::{Step, Transcript};
 use crate::app::App;
 use crate::roster::{Agent, Executor};
@@ -304,7 +306,14 @@ async fn run_command(
         .spawn()
     {
         Ok(c) => c,
-        Err(e) => return Outcome::Failed(format!("could not start {program}: {e}")),
+        Err(e) => {
+            // The program's path is the operator's: it goes to the log, not to the result.
+            tracing::warn!(job = job.job_id, %program, error = %e, "an agent's program could not be started");
+            return Outcome::Failed(format!(
+                "the agent's program could not be started ({})",
+                e.kind()
+            ));
+        }
     };
     let input = match serde_json::to_vec(job) {
         Ok(input) => input,
@@ -313,7 +322,7 @@ async fn run_command(
     let (Some(mut stdin), Some(stdout), Some(mut stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
-        return Outcome::Failed(format!("{program} was started without its pipes"));
+        return Outcome::Failed("the agent's program was started without its pipes".into());
     };
     let work = async {
         // A program that does not read its stdin must not block us: write in the background.
@@ -390,34 +399,43 @@ struct HttpReply {
 }
 
 async fn post_job(url: &str, job: &Job, sink: &mut dyn EventSink, limit: Duration) -> Outcome {
+    // The address is the operator's: a failure names it in the log, not in the result.
     let work = async {
         let response = http_client()?
             .post(url)
             .json(job)
             .send()
             .await
-            .map_err(|e| format!("POST {url}: {e}"))?;
+            .map_err(|e| format!("the agent's address: {}", describe(e)))?;
         let status = response.status();
         let body = bounded_body(response, MAX_OUTPUT as u64)
             .await
             .map_err(|e| match e {
-                BodyError::TooLarge => format!("the response of {url} is over 1 MB"),
-                BodyError::Read(e) => format!("reading the response of {url}: {e}"),
+                BodyError::TooLarge => "the agent's answer is over 1 MB".to_owned(),
+                BodyError::Read(e) => format!("the agent's answer could not be read: {e}"),
             })?;
         if !status.is_success() {
             return Err(format!(
-                "{url} answered {status}: {}",
+                "the agent's address answered {status}: {}",
                 tail(&String::from_utf8_lossy(&body))
             ));
         }
-        let reply: HttpReply = serde_json::from_slice(&body)
-            .map_err(|e| format!("{url} answered with no readable {{\"events\": [...]}}: {e}"))?;
+        let reply: HttpReply = serde_json::from_slice(&body).map_err(|e| {
+            format!("the agent's answer has no readable {{\"events\": [...]}}: {e}")
+        })?;
         Ok(reply.events)
+    };
+    let failed = |reason: String| {
+        tracing::warn!(job = job.job_id, %url, %reason, "an http agent's job failed");
+        Outcome::Failed(reason)
     };
     match tokio::time::timeout(limit, work).await {
         // DESIGN.md: for `http`, a timeout is a failure like a non-2xx answer.
-        Err(_) => Outcome::Failed(format!("{url} gave no answer within {}s", limit.as_secs())),
-        Ok(Err(reason)) => Outcome::Failed(reason),
+        Err(_) => failed(format!(
+            "the agent gave no answer within {}s",
+            limit.as_secs()
+        )),
+        Ok(Err(reason)) => failed(reason),
         Ok(Ok(events)) => {
             events.into_iter().for_each(|e| sink.event(e));
             Outcome::Completed

@@ -238,16 +238,22 @@ struct Target {
     /// Base URL; requests go to `{url}/chat/completions` and nowhere else.
     url: String,
     key: Option<String>,
+    /// How a run's result and transcript name the endpoint: never by its address, which is
+    /// the operator's configuration (the server's log has it, with the run).
+    shown: String,
 }
 
 /// The run's endpoint: the operator's, as the configuration says now, when the agent names
 /// one (it must still exist and be offered to the organisation); else the agent's own URL and
 /// key, which only the operator's command line gives.
-fn target(config: &LlmConfig, s: &LlmSettings, org: &str) -> Result<Target, String> {
+fn target(config: &LlmConfig, s: &LlmSettings, job: &Job) -> Result<Target, String> {
+    let org = &job.organisation;
     let Some(id) = &s.endpoint else {
+        let shown = "the model's address".to_owned();
         return Ok(Target {
             url: s.url.clone(),
-            key: read_api_key(s)?,
+            key: read_api_key(s).map_err(|e| unusable_key(job, &shown, &e))?,
+            shown,
         });
     };
     let e = config.endpoint(id).ok_or_else(|| {
@@ -259,10 +265,20 @@ fn target(config: &LlmConfig, s: &LlmSettings, org: &str) -> Result<Target, Stri
         ));
     }
     let file = e.api_key_file.as_ref().map(|f| f.to_string_lossy());
+    let shown = format!("the model endpoint `{id}`");
     Ok(Target {
         url: e.url.clone(),
-        key: crate::config::read_secret("API key", e.api_key_env.as_deref(), file.as_deref())?,
+        key: crate::config::read_secret("API key", e.api_key_env.as_deref(), file.as_deref())
+            .map_err(|e| unusable_key(job, &shown, &e))?,
+        shown,
     })
+}
+
+/// A key that cannot be read: the variable's name or the file's path, and why, go to the
+/// server's log; the run's result only says that the key is missing.
+fn unusable_key(job: &Job, shown: &str, detail: &str) -> String {
+    tracing::warn!(job = job.job_id, reason = %detail, "a model's API key could not be read");
+    format!("{shown} has no usable API key (the server's log says why)")
 }
 
 /// Why a model request gave up.
@@ -430,13 +446,9 @@ async fn attempt(
     let response = match request.send().await {
         Ok(r) => r,
         Err(e) => {
-            let what = if e.is_connect() {
-                "could not connect"
-            } else {
-                "the request failed"
-            };
+            let why = super::protocol::describe(e);
             return Err(CallFailure::Transient(
-                redact(&format!("{what}: {e}"), key),
+                redact(&format!("failed: {why}"), key),
                 Wait::Backoff,
             ));
         }
@@ -476,6 +488,8 @@ async fn attempt(
 
 /// What every request of one run shares.
 struct Call<'a> {
+    /// The run's job, for the log.
+    job: u64,
     client: &'a reqwest::Client,
     key: Option<&'a str>,
     max_reply: u64,
@@ -483,36 +497,43 @@ struct Call<'a> {
     now: jiff::Timestamp,
 }
 
-/// A model request with retries on 429, 5xx and lost connections.
+/// A model request with retries on 429, 5xx and lost connections. A request that gives up is
+/// logged with the endpoint's address; the reason returned names the endpoint as `target`
+/// shows it.
 async fn complete(
     call: &Call<'_>,
-    url: &str,
+    target: &Target,
     body: &[u8],
     rec: &Recorder<'_>,
 ) -> Result<ChatResponse, String> {
-    let endpoint = format!("{url}/chat/completions");
+    let endpoint = format!("{}/chat/completions", target.url);
+    let shown = &target.shown;
+    let gave_up = |reason: String| {
+        tracing::warn!(job = call.job, url = %endpoint, %reason, "a model request gave up");
+        reason
+    };
     let mut backoff = BACKOFF_START;
     let mut n: u32 = 0;
     loop {
         n = n.saturating_add(1);
         let (reason, wait) = match attempt(call, &endpoint, body).await {
             Ok(r) => return Ok(r),
-            Err(CallFailure::Fatal(reason)) => return Err(format!("{endpoint} {reason}")),
+            Err(CallFailure::Fatal(reason)) => return Err(gave_up(format!("{shown} {reason}"))),
             Err(CallFailure::Transient(reason, wait)) => (reason, wait),
         };
         if n >= MAX_ATTEMPTS {
-            return Err(format!(
-                "{endpoint} failed {MAX_ATTEMPTS} times in a row; the last time it {reason}"
-            ));
+            return Err(gave_up(format!(
+                "{shown} failed {MAX_ATTEMPTS} times in a row; the last time it {reason}"
+            )));
         }
         let wait = match wait {
             Wait::Backoff => backoff,
             Wait::After(d) => d,
             Wait::TooLong(asked) => {
-                return Err(format!(
-                    "{endpoint} {reason}, and asks to wait (Retry-After: {asked}) longer than kennis waits ({} s); the run was stopped",
+                return Err(gave_up(format!(
+                    "{shown} {reason}, and asks to wait (Retry-After: {asked}) longer than kennis waits ({} s); the run was stopped",
                     MAX_RETRY_AFTER.as_secs()
-                ));
+                )));
             }
         };
         rec.note(Step::Retry {
@@ -637,7 +658,7 @@ pub(super) async fn run(
         model: Some(settings.model.clone()),
         instructions: shorten(&user, TEXT_KEPT),
     });
-    let target = match target(&app.config.llm, settings, &job.organisation) {
+    let target = match target(&app.config.llm, settings, job) {
         Ok(t) => t,
         Err(reason) => return Outcome::Failed(reason),
     };
@@ -671,6 +692,7 @@ pub(super) async fn run(
         Err(reason) => return Outcome::Failed(reason),
     };
     let call = Call {
+        job: job.job_id,
         client,
         key: target.key.as_deref(),
         max_reply: app.config.llm.max_reply_bytes,
@@ -689,7 +711,7 @@ pub(super) async fn run(
             Err(e) => return Outcome::Failed(format!("the request could not be written: {e}")),
         };
         let asked_at = Instant::now();
-        let reply = complete(&call, &target.url, &body, &rec).await;
+        let reply = complete(&call, &target, &body, &rec).await;
         drop(body);
         let reply = match reply {
             Ok(r) => r,
@@ -910,9 +932,24 @@ mod tests {
                          "api_key_env": "KENNIS_LLM_OLLAMA", "max_steps": 5, "max_tokens": 1000});
         let s: LlmSettings = serde_json::from_value(old).unwrap();
         assert_eq!(s.endpoint, None);
-        let t = target(&LlmConfig::default(), &s, "acme");
-        // Its own URL, and the key from its own variable (unset here: a readable failure).
-        assert!(t.is_err_and(|e| e.contains("KENNIS_LLM_OLLAMA")));
+        let job = Job {
+            job_id: 1,
+            kind: "run",
+            organisation: "acme".into(),
+            agent: super::super::protocol::JobAgent {
+                id: 1,
+                name: "Model".into(),
+            },
+            instructions: String::new(),
+            extra: serde_json::Map::new(),
+        };
+        let t = target(&LlmConfig::default(), &s, &job);
+        // Its own URL, and the key from its own variable (unset here: a failure that names
+        // neither, as the result is read outside the server; the log names the variable).
+        assert_eq!(
+            t.err().as_deref(),
+            Some("the model's address has no usable API key (the server's log says why)")
+        );
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub enum Outcome {
     TimedOut,
 }
 
-pub(super) use crate::outbound::{BodyError, bounded_body};
+pub(super) use crate::outbound::{BodyError, bounded_body, describe};
 
 /// The shared client for agent endpoints: redirects are not followed (an API key must not
 /// travel to another host). `Err` when no TLS back end could start (every request fails then).

@@ -1084,6 +1084,149 @@ async fn an_org_admin_chooses_among_the_operators_endpoints_and_the_key_goes_now
     assert!(page.body.contains("id=\"no-endpoints\"") && !page.body.contains("id=\"agent-form\""));
 }
 
+/// A failed run says why without the operator's configuration: not an endpoint's or an
+/// agent's address, not the path of a key file or of a program. The webhook's sender reads
+/// the result, the organisation's members read it and the transcript in the portal; the
+/// server's log names the address or path, with the job. Each case fails its run with a
+/// reason that still says what went wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_run_shows_no_address_or_path_of_the_operators_configuration() {
+    let closed = || {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dead_port = closed();
+    let dead = format!("http://127.0.0.1:{dead_port}/v1");
+    let refusing = StandIn::start(Box::new(|_, _| {
+        api_error(403, "Project is not allowed here.", "forbidden", vec![])
+    }))
+    .await;
+    let keys = tempfile::tempdir().unwrap();
+    let key_file = keys.path().join("operator.key");
+    std::fs::write(&key_file, "sk-operator-geheim").unwrap();
+    let missing_key = keys.path().join("verplaatst").join("operator.key");
+    let endpoints = vec![
+        endpoint("dood", &dead, &key_file, &["*"]),
+        endpoint("weigert", &refusing.url, &key_file, &["*"]),
+        endpoint("zonder-sleutel", &refusing.url, &missing_key, &["*"]),
+    ];
+    let x = setup_with(with_endpoints(endpoints.clone())).await;
+    let app = x.t.app();
+    let add = |name: &str,
+               exec: &str,
+               program: Option<&str>,
+               url: Option<&str>,
+               endpoint: Option<&str>| {
+        let llm = endpoint.map(|e| LlmOptions {
+            model: "gpt-4.1-mini".into(),
+            api_key_env: None,
+            api_key_file: None,
+            max_steps: None,
+            max_tokens: None,
+            system_prompt: None,
+            endpoint: Some(e.into()),
+        });
+        roster::add_agent_full(
+            &app.store,
+            &kennis::audit::Actor::Operator,
+            &x.s.org.slug,
+            &NewAgent {
+                name: name.into(),
+                kind: AgentKind::Generic,
+                exec: exec.into(),
+                program: program.map(str::to_owned),
+                args: vec![],
+                url: url.map(str::to_owned),
+                timeout_secs: Some(30),
+            },
+            &roster::AgentExtras {
+                llm: llm.as_ref(),
+                endpoints: &endpoints,
+                ..Default::default()
+            },
+            app.clock.now(),
+        )
+        .unwrap()
+    };
+    let http_dead = format!("http://127.0.0.1:{}/agent", closed());
+    let program = keys.path().join("agents").join("geheim-programma");
+    let cases = [
+        (
+            add("Dood", "llm", None, None, Some("dood")),
+            "the model endpoint `dood` failed 4 times in a row; the last time it failed: cannot connect",
+        ),
+        (
+            add("Weigert", "llm", None, None, Some("weigert")),
+            "the model endpoint `weigert` answered 403 Forbidden: Project is not allowed here.",
+        ),
+        (
+            add("Zonder sleutel", "llm", None, None, Some("zonder-sleutel")),
+            "the model endpoint `zonder-sleutel` has no usable API key (the server's log says why)",
+        ),
+        (
+            add("Programma", "command", program.to_str(), None, None),
+            "the agent's program could not be started (entity not found)",
+        ),
+        (
+            add("Adres", "http", None, Some(&http_dead), None),
+            "the agent's address: cannot connect",
+        ),
+        (
+            add(
+                "Weigert ook",
+                "http",
+                None,
+                Some(&format!("{}/chat/completions", refusing.url)),
+                None,
+            ),
+            "the agent's address answered 403 Forbidden: ",
+        ),
+    ];
+    let hidden = [
+        dead.clone(),
+        dead_port.to_string(),
+        refusing.url.clone(),
+        http_dead.clone(),
+        keys.path().to_string_lossy().into_owned(),
+        "geheim-programma".into(),
+        "operator.key".into(),
+        "sk-operator-geheim".into(),
+    ];
+    let mut b = Browser::new(&x.t);
+    b.login(&x.s, "/portal").await;
+    for (agent, said) in cases {
+        let h = trigger(&x, &agent);
+        let id = fire_run(&h).await;
+        let v = wait_final(&x.t.base, &h, id).await;
+        assert_eq!(v["status"], "failed", "{}: {v}", agent.name);
+        let result = v["result"].as_str().unwrap();
+        assert!(result.starts_with(said), "{}: {result}", agent.name);
+        let page = b
+            .get(&format!("/portal/o/{}/runs/{id}", x.s.org.slug))
+            .await;
+        assert_eq!(page.status, 200, "{}", agent.name);
+        let transcript = show(&x, id)["transcript"].to_string();
+        for (what, text) in [
+            ("result", result),
+            ("page", page.body.as_str()),
+            ("transcript", transcript.as_str()),
+        ] {
+            for h in &hidden {
+                assert!(
+                    !text.contains(h.as_str()),
+                    "{}: the {what} shows {h}: {text}",
+                    agent.name
+                );
+            }
+        }
+    }
+    // The retries on the dead endpoint are in the transcript, each without its address.
+    assert!(
+        refusing.requests().len() >= 2,
+        "both refusing agents asked it"
+    );
+}
+
 #[test]
 fn the_cli_adds_llm_agents_and_refuses_bad_settings() {
     let dir = tempfile::tempdir().unwrap();
