@@ -31,6 +31,8 @@ pub enum OpenError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Index(#[from] KbError),
+    #[error("could not start a background writer's thread: {0}")]
+    Thread(std::io::Error),
 }
 
 /// File in the data directory holding the server key (HMAC for signed links, …).
@@ -90,8 +92,8 @@ impl App {
             tracing::info!(changes = caught_up, "search index caught up with the store");
         }
         let tool_limits = ToolLimits::restore(&store, clock.now())?;
-        let batch = BatchWriter::start(store.clone());
-        let commits = GroupCommit::start(store.clone());
+        let batch = BatchWriter::start(store.clone()).map_err(OpenError::Thread)?;
+        let commits = GroupCommit::start(store.clone()).map_err(OpenError::Thread)?;
         let login = LoginGuard::new(clock.clone(), crate::identity::login::hashers());
         let oidc = Oidc::new(&config, &public_url, server_key, clock.clone());
         Ok(Arc::new(App {

@@ -1018,6 +1018,7 @@ fn validate_acme(a: AcmeSettings) -> Result<Acme, ConfigError> {
 
 impl Config {
     /// The configuration for a given data directory with every other value at its default.
+    #[cfg(test)]
     pub fn for_data_dir(data_dir: impl Into<PathBuf>) -> Config {
         Settings {
             data_dir: Some(data_dir.into()),

@@ -4,6 +4,8 @@
 //! The binary (`src/main.rs`) only parses the command line and calls into this library; the
 //! integration tests drive the same library and binary.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod admin;
 pub mod agents;
 pub mod app;

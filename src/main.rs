@@ -2,6 +2,8 @@
 //! but `serve` is a row of [`operation`]: what it asks (an admin operation, or a restore) and
 //! how its answer is shown; [`run`] does the rest the same way for all.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -36,16 +36,16 @@ pub struct BatchWriter {
 }
 
 impl BatchWriter {
-    pub fn start(store: Store) -> BatchWriter {
+    /// Starts the writer's thread; `Err` when the system gives no thread.
+    pub fn start(store: Store) -> std::io::Result<BatchWriter> {
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("kennis-batch-writer".into())
-            .spawn(move || run(store, rx))
-            .expect("spawn batch writer");
-        BatchWriter {
+            .spawn(move || run(store, rx))?;
+        Ok(BatchWriter {
             tx: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
-        }
+        })
     }
 
     /// Queues a record under an explicit key.
@@ -190,7 +190,7 @@ mod tests {
     fn appends_are_committed_in_order_and_shutdown_flushes() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let writer = BatchWriter::start(store.clone());
+        let writer = BatchWriter::start(store.clone()).unwrap();
         for i in 0..5000u32 {
             writer.append(AUDIT, &i);
         }
@@ -204,7 +204,7 @@ mod tests {
     fn flush_makes_records_visible() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let writer = BatchWriter::start(store.clone());
+        let writer = BatchWriter::start(store.clone()).unwrap();
         writer.put(AUDIT, b"k".to_vec(), &"v");
         writer.flush();
         let v: Option<String> = store.read(|tx| tx.get(AUDIT, b"k")).unwrap();
@@ -215,7 +215,7 @@ mod tests {
     fn parallel_appends_and_flushes_lose_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let writer = std::sync::Arc::new(BatchWriter::start(store.clone()));
+        let writer = std::sync::Arc::new(BatchWriter::start(store.clone()).unwrap());
         let threads: Vec<_> = (0..8u32)
             .map(|t| {
                 let writer = writer.clone();

@@ -25,16 +25,16 @@ pub struct GroupCommit {
 }
 
 impl GroupCommit {
-    pub fn start(store: Store) -> GroupCommit {
+    /// Starts the writer's thread; `Err` when the system gives no thread.
+    pub fn start(store: Store) -> std::io::Result<GroupCommit> {
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("kennis-group-commit".into())
-            .spawn(move || run(store, rx))
-            .expect("spawn group commit");
-        GroupCommit {
+            .spawn(move || run(store, rx))?;
+        Ok(GroupCommit {
             tx: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
-        }
+        })
     }
 
     /// Commits what was handed in and stops the thread (releasing its handle on the store);
