@@ -1042,7 +1042,7 @@ pub fn human_run(v: &Value) -> String {
         "run {} ({}) · agent {} · {} · created {} · updated {}\nresult: {}\n",
         v["id"],
         s(&v["kind"]),
-        s(&v["agent"]["name"]),
+        s(v.pointer("/agent/name").unwrap_or(&Value::Null)),
         s(&v["status"]),
         s(&v["created_at"]),
         s(&v["updated_at"]),

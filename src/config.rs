@@ -847,7 +847,10 @@ impl Settings {
         }
         let public_url = self
             .public_url
-            .or_else(|| acme.as_ref().map(|a| format!("https://{}", a.domains[0])))
+            .or_else(|| {
+                let first = acme.as_ref().and_then(|a| a.domains.first());
+                first.map(|d| format!("https://{d}"))
+            })
             .map(|u| normalize_public_url(&u))
             .transpose()?;
         let data_dir = self.data_dir.unwrap_or_else(|| PathBuf::from("data"));

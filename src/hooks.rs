@@ -10,7 +10,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::app::App;
 use crate::http::error::JsonError;
@@ -55,10 +55,10 @@ fn outcome_of(e: &TriggerError) -> &'static str {
 }
 
 fn skipped(skip: Skip, key: Option<&str>) -> Response {
-    let mut body = json!({"skipped": skip.as_str()});
-    if let Some(k) = key {
-        body["key"] = Value::String(k.to_owned());
-    }
+    let body = match key {
+        Some(k) => json!({"skipped": skip.as_str(), "key": k}),
+        None => json!({"skipped": skip.as_str()}),
+    };
     (StatusCode::OK, axum::Json(body)).into_response()
 }
 

@@ -4,7 +4,18 @@
 //! The binary (`src/main.rs`) only parses the command line and calls into this library; the
 //! integration tests drive the same library and binary.
 
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic,
+        clippy::unreachable,
+        clippy::todo,
+        clippy::unimplemented
+    )
+)]
 
 pub mod admin;
 pub mod agents;

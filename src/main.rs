@@ -2,7 +2,14 @@
 //! but `serve` is a row of [`operation`]: what it asks (an admin operation, or a restore) and
 //! how its answer is shown; [`run`] does the rest the same way for all.
 
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+// The library's rule (src/lib.rs) holds in this crate too; it has no tests to exempt.
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::unreachable
+)]
+#![deny(clippy::indexing_slicing, clippy::todo, clippy::unimplemented)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;

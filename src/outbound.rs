@@ -14,11 +14,6 @@
 //! `callback_allow_http_loopback`, `oidc_allow_http_loopback`) an `http://127.0.0.1:<port>/…`
 //! URL may be used.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 

@@ -8,11 +8,6 @@
 //! purged as the map grows, keys are normalised ([`LimitKey`]: IPv6 by /64, long strings by
 //! their hash), and at [`MAX_KEYS`] every further new key shares one overflow window.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::{IpAddr, Ipv6Addr};

@@ -120,11 +120,14 @@ async fn healthz(State(app): State<Arc<App>>) -> impl IntoResponse {
         let at = (expiry > 0)
             .then(|| jiff::Timestamp::from_second(expiry).ok())
             .flatten();
-        body["certificate"] = serde_json::json!({
+        let certificate = serde_json::json!({
             "source": if app.config.acme.is_some() { "acme" } else { "files" },
             "expiresAt": at.map(|t| t.to_string()),
             "daysLeft": at.map(|t| t.duration_since(app.clock.now()).as_secs() / 86_400),
         });
+        if let Some(o) = body.as_object_mut() {
+            o.insert("certificate".into(), certificate);
+        }
     }
     let status = if ok {
         StatusCode::OK

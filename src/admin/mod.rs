@@ -460,7 +460,9 @@ pub fn execute(
                 })
                 .count();
             let mut v = org_json(&org);
-            v["members_who_may_connect"] = json!(connecting);
+            if let Some(o) = v.as_object_mut() {
+                o.insert("members_who_may_connect".into(), json!(connecting));
+            }
             v
         }
         AdminRequest::UserAdd {

@@ -10,11 +10,6 @@
 //! back (or after a generous bound, logged, so a stuck call cannot stop a removal). Then the
 //! batch writer is flushed and the sweeps find everything.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use std::collections::{HashMap, HashSet};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};

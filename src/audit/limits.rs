@@ -3,11 +3,6 @@
 //! refused, so only calls that succeed use up the budget; a refusal says when the oldest counted
 //! call leaves the hour.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 

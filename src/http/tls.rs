@@ -24,13 +24,12 @@ pub fn acceptor(files: &TlsFiles) -> Result<(TlsAcceptor, Option<i64>), String> 
         .map_err(|e| format!("tls_cert {}: {e}", files.cert.display()))?
         .collect::<Result<_, _>>()
         .map_err(|e| format!("tls_cert {}: {e}", files.cert.display()))?;
-    if certs.is_empty() {
+    let Some(certs_first) = certs.first().cloned() else {
         return Err(format!(
             "tls_cert {}: no certificate found",
             files.cert.display()
         ));
-    }
-    let certs_first = certs[0].clone();
+    };
     let key = PrivateKeyDer::from_pem_file(&files.key)
         .map_err(|e| format!("tls_key {}: {e}", files.key.display()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());

@@ -14,11 +14,6 @@
 //!   others wait up to [`HASH_WAIT`] and are then refused as busy (503), so parallel logins
 //!   cannot grow memory without bound. Unknown emails hash too (same time), inside the pool.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use std::net::IpAddr;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, PoisonError};

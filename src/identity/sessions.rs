@@ -3,11 +3,6 @@
 //! or the second factor is reset (whoever held a stolen session loses it). The cookie carries
 //! a `kb_sess_` token; the store keeps its SHA-256 only.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 

@@ -8,11 +8,6 @@
 //! Paths are checked again before anything is written (kb paths are validated when stored,
 //! but a file outside the target must be impossible whatever the store holds).
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};

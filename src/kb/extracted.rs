@@ -11,11 +11,6 @@
 //! `kb_extraction`, shown to admins), so a file is never tried twice by the backlog. Storing
 //! the text logs a change for the document, so the index picks it up.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use std::collections::{HashSet, VecDeque};
 
 use jiff::Timestamp;

@@ -2,11 +2,6 @@
 //! line by line, before tantivy sees any text: tantivy's ASCII folding does not fold decomposed
 //! input, and folding after n-gramming would change gram lengths.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use unicode_normalization::UnicodeNormalization;
 use unicode_normalization::char::{decompose_compatible, is_combining_mark};
 

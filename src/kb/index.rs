@@ -223,7 +223,7 @@ pub fn term_grams(term: &str) -> TermGrams {
         _ => {
             let mut grams: Vec<String> = chars
                 .windows(3)
-                .filter(|w| w[0] != ' ' && w[2] != ' ')
+                .filter(|w| matches!(w, [a, _, c] if *a != ' ' && *c != ' '))
                 .map(|w| w.iter().collect())
                 .collect();
             grams.sort();

@@ -1,11 +1,6 @@
 //! Document paths: validated and NFC-normalised at the edge, before anything is looked up or
 //! stored.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use unicode_normalization::UnicodeNormalization;
 
 use super::KbError;

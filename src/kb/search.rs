@@ -2,11 +2,6 @@
 //! index (see [`super::index`]) only proposes candidates; the verifier decides, so what is
 //! found is exactly what the rules select.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use memchr::memmem::Finder;
 use serde::Serialize;
 

@@ -9,11 +9,6 @@
 //! it. Every change logs the path in the change log, so the search index forgets (or finds)
 //! the document before the call returns.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use std::collections::HashSet;
 
 use jiff::Timestamp;

@@ -2,11 +2,6 @@
 //! order RFC 6749 §4.1.2.1 asks, used by the consent page (portal) on both its GET and POST.
 //! Nothing about a pending authorization is stored; the parameters are checked again on submit.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use std::collections::HashMap;
 
 use super::redirect::matches_registered;

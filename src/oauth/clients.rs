@@ -1,11 +1,6 @@
 //! Dynamic client registration (RFC 7591), the registration rules Client ID Metadata
 //! Documents share (see `cimd`), and client authentication at `/token`.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;

@@ -7,11 +7,6 @@
 //! Here, and not in `identity`, because grants are this module's and `identity` imports
 //! nothing above it; the password rules themselves stay in `identity`.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use std::net::IpAddr;
 
 use jiff::Timestamp;

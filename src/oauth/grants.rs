@@ -6,11 +6,6 @@
 //! comparison, so no secret is ever compared byte by byte in a data-dependent way; PKCE
 //! verifiers and client secrets are compared with `subtle`.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;

@@ -13,11 +13,6 @@
 //! Every code, token and client secret is random 256-bit base64url with a readable prefix and
 //! is stored only as its SHA-256.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 pub mod authorize;
 pub mod bearer_cache;
 pub mod cimd;

@@ -5,11 +5,6 @@
 //! [`super::check_bearer`]'s `kb_pat_` branch) re-checks the person on every call exactly as
 //! for a grant, plus the organisation's `personal_tokens` setting.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 

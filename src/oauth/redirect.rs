@@ -5,11 +5,6 @@
 //! Parsing goes through the `url` crate so that tricks such as `..` segments, user info and
 //! upper-case hosts are normalised before the shape is judged.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use url::Url;
 
 use crate::config::RedirectAllowList;

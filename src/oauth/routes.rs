@@ -4,11 +4,6 @@
 //! answer here, with `http::error`'s [`ToProblem`]: their RFC 6749 / 6750 codes, and the RFC
 //! 6749 JSON form of [`oauth_error`].
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;

@@ -1,10 +1,5 @@
 //! The portal's start page and the account page (password, second factor, terms).
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use std::sync::Arc;
 
 use axum::extract::State;

@@ -2,11 +2,6 @@
 //! the login as the `next` URL and through the consent form as hidden fields, and are checked
 //! again on submit, so nothing about a pending authorization is stored.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use std::collections::HashMap;
 use std::sync::Arc;
 

@@ -1,11 +1,6 @@
 //! Login, second factor (with first-time enrolment), terms, logout. The checks and their
 //! limits are the domain's (`identity::LoginGuard`); these handlers parse and render.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use std::collections::HashMap;
 use std::sync::Arc;
 

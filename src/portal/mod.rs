@@ -21,11 +21,6 @@
 //! Sessions: cookie [`SESSION_COOKIE`] holds a `kb_sess_` token; the store keeps its SHA-256
 //! only. Cookies are HttpOnly, SameSite=Lax, and Secure when the public URL is https.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 mod account;
 mod apps;
 mod connections;

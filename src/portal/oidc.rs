@@ -4,11 +4,6 @@
 //! order and limits are the domain's (`identity::oidc`); these handlers parse and render. A
 //! refused sign-in gets a page saying why and no session.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use std::collections::HashMap;
 use std::sync::Arc;
 

@@ -2,11 +2,6 @@
 //! deliberately not reachable through the connector: files and configuration that people share
 //! with the team do not flow to an assistant.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 

@@ -10,11 +10,6 @@
 //! (`delivered`) or [`MAX_ATTEMPTS`] attempts in a row failed (`failed`). "Send again" makes a
 //! delivered or failed callback pending once more, with the same webhook id.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 

@@ -325,7 +325,7 @@ fn check_answers(r: &Request, answers: &[NewAnswer]) -> Result<Vec<Answer>, Requ
                     known.join(", ")
                 ));
             }
-            if a.option_ids[..i].contains(o) {
+            if a.option_ids.iter().take(i).any(|p| p == o) {
                 return bad(format!("option `{o}` is given twice for question {qid}"));
             }
         }

@@ -2,7 +2,6 @@
 //! snapshot, so the server keeps writing meanwhile) into a fresh redb file, beside a manifest
 //! of BLAKE3 sums. A raw copy of a live redb file could be torn; this cannot.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableHandle};
@@ -339,16 +338,7 @@ fn stage(
 fn hash_file(path: &Path) -> Result<(u64, String), StoreError> {
     let mut file = std::fs::File::open(path).map_err(io_err(path))?;
     let mut hasher = blake3::Hasher::new();
-    let mut buf = vec![0u8; 1 << 16];
-    let mut size = 0u64;
-    loop {
-        let n = file.read(&mut buf).map_err(io_err(path))?;
-        if n == 0 {
-            break;
-        }
-        size += n as u64;
-        hasher.update(&buf[..n]);
-    }
+    let size = std::io::copy(&mut file, &mut hasher).map_err(io_err(path))?;
     Ok((size, hasher.finalize().to_hex().to_string()))
 }
 

@@ -139,7 +139,7 @@ fn part_key(key: &[u8], i: u32) -> Vec<u8> {
 }
 
 fn is_part(key: &[u8], head: &[u8], i: u32) -> bool {
-    key.len() == head.len() + 4 && key.starts_with(head) && key[head.len()..] == i.to_be_bytes()
+    key.strip_prefix(head) == Some(&i.to_be_bytes()[..])
 }
 
 /// A stored form of one part (`encode`'s) as the rows it is kept in: itself when it is at most

@@ -9,11 +9,6 @@
 //! The dictionary is part of the format: records compressed with it can only be read with it,
 //! byte for byte. A better one would get its own first byte, beside this one.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use std::borrow::Cow;
 use std::sync::{LazyLock, Mutex, PoisonError};
 

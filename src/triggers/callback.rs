@@ -14,11 +14,6 @@
 //! dead receiver holds only its own organisation's share and never a worker, a hook request or
 //! another organisation's callbacks.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;

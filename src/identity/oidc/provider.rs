@@ -14,11 +14,6 @@
 //! there are several audiences or one is named), `exp` (and `nbf` when present) against the
 //! service's clock with [`LEEWAY_SECS`], `nonce` the one this sign-in sent.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 use std::str::FromStr;
 use std::time::Duration;
 

@@ -15,11 +15,6 @@
 //! order, each introduced by its name on a line; slides in order, a text box's paragraphs as
 //! lines; never two empty lines in a row.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
-)]
-
 mod archive;
 mod confine;
 mod epub;
