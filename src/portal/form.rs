@@ -18,7 +18,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::response::{IntoResponse, Response};
 
-use super::{csrf_rejected, field, form_pairs, load_session, store_failed, verify_csrf};
+use super::{csrf_rejected, field, form_pairs, request_session, store_failed, verify_csrf};
 use crate::app::App;
 
 /// The CSRF token of the request's session, left in the request's extensions by the
@@ -51,13 +51,10 @@ impl FromRequest<Arc<App>> for CsrfForm {
     async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, Response> {
         let expected = match req.extensions().get::<SessionCsrf>() {
             Some(SessionCsrf(t)) => Some(t.clone()),
-            None => {
-                let headers = req.headers().clone();
-                app.blocking(move |app| load_session(app, &headers))
-                    .await
-                    .map_err(|e| store_failed(None, &e))?
-                    .map(|s| s.csrf)
-            }
+            None => request_session(app, req.extensions().get(), req.headers())
+                .await
+                .map_err(|e| store_failed(None, &e))?
+                .map(|s| s.csrf),
         };
         let form = UncheckedForm::from_request(req, app).await?;
         match expected {

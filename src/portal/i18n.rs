@@ -233,18 +233,17 @@ pub fn status_badge(value: &str) -> maud::Markup {
 
 /// Decides the language of each portal request: the logged-in person's choice, else
 /// `Accept-Language`. Also tells caches that the answer depends on `Accept-Language`.
-pub async fn middleware(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
-    let headers = req.headers().clone();
-    let chosen = {
-        let h = headers.clone();
-        // A store that fails here fails the page too, which says so: the language falls back.
-        app.blocking(move |app| super::load_session(app, &h))
-            .await
-            .ok()
-            .flatten()
-            .and_then(|s| s.person.language.as_deref().and_then(Lang::parse))
-    };
-    let lang = chosen.unwrap_or_else(|| from_headers(&headers));
+pub async fn middleware(State(app): State<Arc<App>>, mut req: Request, next: Next) -> Response {
+    // A store that fails here fails the page too, which says so: the language falls back.
+    let read = super::request_session(&app, None, req.headers()).await.ok();
+    let chosen = read
+        .as_ref()
+        .and_then(|s| s.as_ref())
+        .and_then(|s| s.person.language.as_deref().and_then(Lang::parse));
+    let lang = chosen.unwrap_or_else(|| from_headers(req.headers()));
+    if let Some(s) = read {
+        req.extensions_mut().insert(super::ReadSession(s));
+    }
     let mut resp = CURRENT.scope(lang, next.run(req)).await;
     resp.headers_mut()
         .append(header::VARY, header::ACCEPT_LANGUAGE.into());

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::extract::{FromRequestParts, Query, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
@@ -13,9 +14,9 @@ use maud::{Markup, PreEscaped, html};
 use super::form::SessionCsrf;
 use super::i18n::{t, ta};
 use super::{
-    AnySession, CsrfForm, SESSION_COOKIE, UncheckedForm, append_cookie, csrf_field, csrf_rejected,
-    csrf_token_for, layout, limited_page, load_session, login_step, page, problem_page, safe_next,
-    see_other, set_cookie, store_failed, with_next,
+    AnySession, CsrfForm, ReadSession, SESSION_COOKIE, UncheckedForm, append_cookie, csrf_field,
+    csrf_rejected, csrf_token_for, layout, limited_page, login_step, page, problem_page,
+    request_session, safe_next, see_other, set_cookie, store_failed, with_next,
 };
 use crate::app::App;
 use crate::http::client_ip::CallerIp;
@@ -122,9 +123,12 @@ fn refused(title: &str, e: &impl ToProblem) -> Response {
 }
 
 /// The request's session, if any; a store that fails answers with its error page.
-async fn session(app: &Arc<App>, headers: &HeaderMap) -> Result<Option<AnySession>, Response> {
-    let headers = headers.clone();
-    app.blocking(move |app| load_session(app, &headers))
+async fn session(
+    app: &Arc<App>,
+    read: Option<&ReadSession>,
+    headers: &HeaderMap,
+) -> Result<Option<AnySession>, Response> {
+    request_session(app, read, headers)
         .await
         .map_err(|e| store_failed(None, &e))
 }
@@ -149,7 +153,7 @@ impl FromRequestParts<Arc<App>> for LoginStep {
                 .last()
         });
         let next = safe_next(next.as_deref());
-        let Some(s) = session(app, &parts.headers).await? else {
+        let Some(s) = session(app, parts.extensions.get(), &parts.headers).await? else {
             return Err(see_other(&with_next("/login", &next)));
         };
         parts.extensions.insert(SessionCsrf(s.csrf.clone()));
@@ -297,10 +301,11 @@ pub(super) async fn terms_submit(
 
 pub(super) async fn logout(
     State(app): State<Arc<App>>,
+    read: Option<Extension<ReadSession>>,
     headers: HeaderMap,
     form: UncheckedForm,
 ) -> Response {
-    let s = match session(&app, &headers).await {
+    let s = match session(&app, read.as_deref(), &headers).await {
         Ok(Some(s)) => s,
         Ok(None) => return see_other("/login"),
         Err(failed) => return failed,

@@ -462,6 +462,25 @@ fn load_session(app: &App, headers: &HeaderMap) -> Result<Option<AnySession>, St
     }))
 }
 
+/// The session the language middleware read for this request: the page's extractors use the
+/// same read instead of a second one. Absent when that read failed (an extractor then reads
+/// again, and a failure is the page's answer) or outside the middleware's routes.
+#[derive(Debug, Clone)]
+struct ReadSession(Option<AnySession>);
+
+/// The request's session: the one the middleware read, else read now.
+async fn request_session(
+    app: &Arc<App>,
+    read: Option<&ReadSession>,
+    headers: &HeaderMap,
+) -> Result<Option<AnySession>, StoreError> {
+    if let Some(ReadSession(s)) = read {
+        return Ok(s.clone());
+    }
+    let headers = headers.clone();
+    app.blocking(move |app| load_session(app, &headers)).await
+}
+
 /// The page for a store that failed under a page (`problem()` logs it); `user` is who the
 /// header names, if the session could be read.
 pub fn store_failed(user: Option<&PortalUser>, e: &StoreError) -> Response {
@@ -540,9 +559,7 @@ impl FromRequestParts<Arc<App>> for PortalUser {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Response> {
-        let headers = parts.headers.clone();
-        let s = app
-            .blocking(move |app| load_session(app, &headers))
+        let s = request_session(app, parts.extensions.get(), &parts.headers)
             .await
             .map_err(|e| store_failed(None, &e))?;
         let s = match (login_step(app, s.as_ref(), &here(parts)), s) {
