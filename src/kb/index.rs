@@ -509,14 +509,28 @@ impl SearchIndex {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The last change-log sequence number the index has applied.
+    /// The last change-log sequence number the index has applied: 0 for a new index, and for
+    /// one whose commit cannot say (its metadata unreadable, its payload damaged), so that the
+    /// whole change log is applied again — slow, but applying a change twice is harmless, and
+    /// the next commit writes a sound payload. That case is logged.
     pub fn applied(&self) -> u64 {
-        self.index
-            .load_metas()
-            .ok()
-            .and_then(|m| m.payload)
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(0)
+        let payload = match self.index.load_metas() {
+            Ok(metas) => metas.payload,
+            Err(e) => {
+                tracing::warn!(error = %e, "the search index's metadata cannot be read; the whole change log is applied again");
+                return 0;
+            }
+        };
+        let Some(payload) = payload else {
+            return 0;
+        };
+        payload.parse().unwrap_or_else(|_| {
+            tracing::warn!(
+                payload = %payload.chars().take(40).collect::<String>(),
+                "the search index's commit does not say how far it followed the change log; the whole log is applied again"
+            );
+            0
+        })
     }
 
     /// Applies every change the store logged after [`applied`](Self::applied); returns how

@@ -682,22 +682,19 @@ async fn import_reindex_and_catching_up_after_a_crash() {
     t.stop().await;
 
     // Documents written while no server ran (the index missed them) are found after a start.
-    let store = kennis::store::Store::open(&data).unwrap();
-    kennis::kb::store_document(
-        &store,
-        s.org.id,
-        "later/gemist.md",
-        b"kozijn gemist",
-        None,
-        jiff::Timestamp::now(),
-    )
-    .unwrap();
-    drop(store);
-    let mut t2 = TestServer::start_with(kennis::config::Settings {
-        data_dir: Some(data.clone()),
-        ..Default::default()
-    })
-    .await;
+    let write_offline = |path: &str, text: &str| {
+        let store = kennis::store::Store::open(&data).unwrap();
+        let now = jiff::Timestamp::now();
+        kennis::kb::store_document(&store, s.org.id, path, text.as_bytes(), None, now).unwrap();
+    };
+    let start = || {
+        TestServer::start_with(kennis::config::Settings {
+            data_dir: Some(data.clone()),
+            ..Default::default()
+        })
+    };
+    write_offline("later/gemist.md", "kozijn gemist");
+    let mut t2 = start().await;
     let mcp2 = t2.mcp(&t2.grant(&s, &["kennisbank"]));
     let out = mcp2
         .ok("kennisbank_search", json!({"query": "kozijn gemist"}))
@@ -705,20 +702,50 @@ async fn import_reindex_and_catching_up_after_a_crash() {
     assert_eq!(out["results"][0]["path"], "later/gemist.md");
     t2.stop().await;
 
+    // An index whose last commit does not say how far it followed the change log (a damaged
+    // payload) applies the whole log again at the start: what was written meanwhile is found,
+    // nothing is found twice, and the next commit says how far it is again.
+    let meta = data.join("index").join("meta.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&meta).unwrap()).unwrap();
+    assert!(m["payload"].as_str().unwrap().parse::<u64>().is_ok(), "{m}");
+    m["payload"] = json!("kapot");
+    std::fs::write(&meta, serde_json::to_vec(&m).unwrap()).unwrap();
+    write_offline("later/hersteld.md", "kozijn hersteld");
+    let mut t2b = start().await;
+    let mcp2b = t2b.mcp(&t2b.grant(&s, &["kennisbank"]));
+    let out = mcp2b
+        .ok("kennisbank_search", json!({"query": "kozijn"}))
+        .await;
+    let mut paths: Vec<&str> = out["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["path"].as_str().unwrap())
+        .collect();
+    paths.sort();
+    assert_eq!(
+        paths,
+        [
+            "import/map/een.md",
+            "import/twee.txt",
+            "later/gemist.md",
+            "later/hersteld.md"
+        ]
+    );
+    t2b.stop().await;
+    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(&meta).unwrap()).unwrap();
+    assert!(m["payload"].as_str().unwrap().parse::<u64>().is_ok(), "{m}");
+
     // `kennis reindex` rebuilds a lost index from the store (no server running).
     std::fs::remove_dir_all(data.join("index")).unwrap();
     let v = run(vec!["reindex".into(), "--json".into()]).await.unwrap();
-    assert_eq!(v["documents"], 4, "{v}");
-    let mut t3 = TestServer::start_with(kennis::config::Settings {
-        data_dir: Some(data.clone()),
-        ..Default::default()
-    })
-    .await;
+    assert_eq!(v["documents"], 5, "{v}");
+    let mut t3 = start().await;
     let mcp3 = t3.mcp(&t3.grant(&s, &["kennisbank"]));
     let out = mcp3
         .ok("kennisbank_search", json!({"query": "kozijn"}))
         .await;
-    assert_eq!(out["results"].as_array().unwrap().len(), 3);
+    assert_eq!(out["results"].as_array().unwrap().len(), 4);
     t3.stop().await;
     drop(t);
 }
