@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::admin::{self, AdminContext, AdminError, AdminRequest};
 use crate::clock;
-use crate::config::{Config, ConfigError, LogFormat, Settings};
+use crate::config::{Config, ConfigError, Settings};
 use crate::identity::{ConnectorAccess, Role};
 use crate::store::{self, Store};
 
@@ -652,22 +652,6 @@ pub fn load_config(global: &GlobalArgs, flags: Settings) -> Result<Config, CliEr
         .validate()?)
 }
 
-/// Sets up logging on stderr.
-pub fn init_logging(format: LogFormat, default_level: &str) {
-    use tracing_subscriber::EnvFilter;
-    let filter =
-        EnvFilter::try_from_env("KENNIS_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder
-            .with_ansi(std::io::stderr().is_terminal())
-            .try_init(),
-    };
-}
-
 /// Runs `req` through the running server's admin socket, or on the store directly when no
 /// server runs on this data directory.
 pub fn run_admin(config: &Config, req: AdminRequest) -> Result<Value, CliError> {
@@ -1123,7 +1107,7 @@ const SERVE_LOG: &str = "info,rmcp=warn";
 
 /// `kennis serve`.
 pub fn serve(config: Config, demo: bool) -> Result<(), CliError> {
-    init_logging(config.log_format, SERVE_LOG);
+    crate::logging::init(config.log_format, SERVE_LOG);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -33,6 +33,7 @@ pub mod housekeeping;
 pub mod http;
 pub mod identity;
 pub mod kb;
+pub mod logging;
 pub mod metrics;
 pub mod oauth;
 pub mod outbound;

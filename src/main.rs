@@ -100,7 +100,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         return serve(&global, args);
     }
     let config = cli::load_config(&global, Settings::default())?;
-    cli::init_logging(config.log_format, "warn");
+    kennis::logging::init(config.log_format, "warn");
     let Operation { request, shown } = operation(command)?;
     let answer = match request {
         Request::Admin(req) => cli::run_admin(&config, req)?,

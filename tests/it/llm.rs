@@ -1431,6 +1431,7 @@ fn files_under(dir: &std::path::Path, out: &mut Vec<(std::path::PathBuf, Vec<u8>
 
 #[test]
 fn the_key_never_reaches_the_data_directory_backups_or_logs() {
+    const FORGED: &str = "\r\n2026-01-01T00:00:00.000000Z ERROR kennis::server: vervalst";
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -1438,11 +1439,12 @@ fn the_key_never_reaches_the_data_directory_backups_or_logs() {
         .unwrap();
     let key = format!("sk-proj-{}", uuid::Uuid::new_v4().simple());
     let echoed = key.clone();
-    // The endpoint refuses the key and echoes it, as OpenAI's 401 body does.
+    // The endpoint refuses the key and echoes it, as OpenAI's 401 body does; its message also
+    // holds a line break and what would read as a line of the server's log.
     let model = rt.block_on(StandIn::start(Box::new(move |_, _| {
         api_error(
             401,
-            &format!("Incorrect API key provided: {echoed}. You can find your API key at https://platform.openai.com/account/api-keys."),
+            &format!("Incorrect API key provided: {echoed}. You can find your API key at https://platform.openai.com/account/api-keys.{FORGED}"),
             "invalid_request_error",
             vec![],
         )
@@ -1515,6 +1517,18 @@ fn the_key_never_reaches_the_data_directory_backups_or_logs() {
     assert!(
         log_text.contains("DEBUG") || log_text.contains("INFO"),
         "logs were written"
+    );
+    // The endpoint's line break reached the log escaped, inside the line that names the
+    // failure: no line of the log is the endpoint's.
+    assert!(
+        log_text.contains("\\r\\n2026-01-01T00:00:00.000000Z ERROR kennis::server: vervalst"),
+        "{log_text}"
+    );
+    assert!(
+        !log_text
+            .lines()
+            .any(|l| l.starts_with("2026-01-01T00:00:00")),
+        "{log_text}"
     );
     let needle = key.as_bytes();
     for (path, bytes) in &files {
