@@ -99,8 +99,9 @@ impl Executor {
     }
 }
 
-/// A URL without its user, password, query and fragment (what may carry a secret).
-fn without_secrets(url: &str) -> String {
+/// A URL without its user, password, query and fragment (what may carry a secret): how an
+/// agent's address is shown and logged.
+pub fn without_secrets(url: &str) -> String {
     match url::Url::parse(url) {
         Ok(mut u) => {
             let _ = u.set_username("");

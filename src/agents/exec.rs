@@ -426,6 +426,7 @@ async fn post_job(url: &str, job: &Job, sink: &mut dyn EventSink, limit: Duratio
         Ok(reply.events)
     };
     let failed = |reason: String| {
+        let url = crate::roster::without_secrets(url);
         tracing::warn!(job = job.job_id, %url, %reason, "an http agent's job failed");
         Outcome::Failed(reason)
     };

@@ -509,7 +509,8 @@ async fn complete(
     let endpoint = format!("{}/chat/completions", target.url);
     let shown = &target.shown;
     let gave_up = |reason: String| {
-        tracing::warn!(job = call.job, url = %endpoint, %reason, "a model request gave up");
+        let url = crate::roster::without_secrets(&endpoint);
+        tracing::warn!(job = call.job, %url, %reason, "a model request gave up");
         reason
     };
     let mut backoff = BACKOFF_START;
