@@ -1078,10 +1078,22 @@ async fn an_org_admin_chooses_among_the_operators_endpoints_and_the_key_goes_now
         "{v}"
     );
     assert_eq!(offered.requests().len(), before);
+    // An agent the operator gave an address of its own, with a user, a password and a query:
+    // the organisation's admins see the address without them.
+    add_llm(
+        &x,
+        LlmAgent::new("http://operator:geheim-wachtwoord@127.0.0.1:9/v1?sleutel=abc"),
+    );
     let mut b = Browser::new(&x.t);
     b.login(&x.s, "/portal").await;
     let page = b.get(&format!("/portal/o/{}/triggers", x.s.org.slug)).await;
     assert!(page.body.contains("id=\"no-endpoints\"") && !page.body.contains("id=\"agent-form\""));
+    assert!(
+        page.body.contains("<code>http://127.0.0.1:9/v1</code>"),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains("geheim-wachtwoord") && !page.body.contains("sleutel"));
 }
 
 /// A failed run says why without the operator's configuration: not an endpoint's or an
