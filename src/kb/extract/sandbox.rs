@@ -248,10 +248,10 @@ fn spawn(program: &Path) -> Result<Child, ExtractError> {
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| {
-            ExtractError::Crashed(format!(
-                "the worker {} cannot be started ({e})",
-                program.display()
-            ))
+            // The reason is shown to an organisation's admins: the server's path goes to the
+            // log only.
+            tracing::warn!(program = %program.display(), error = %e, "the extraction worker cannot be started");
+            ExtractError::Crashed(format!("the worker cannot be started ({})", e.kind()))
         })
 }
 
