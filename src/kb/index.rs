@@ -509,10 +509,11 @@ impl SearchIndex {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The last change-log sequence number the index has applied: 0 for a new index, and for
-    /// one whose commit cannot say (its metadata unreadable, its payload damaged), so that the
-    /// whole change log is applied again — slow, but applying a change twice is harmless, and
-    /// the next commit writes a sound payload. That case is logged.
+    /// The last change-log sequence number the index's files say it has applied (read from
+    /// disk: at open, after which [`visible`](Self::visible) follows every commit): 0 for a new
+    /// index, and for one whose commit cannot say (its metadata unreadable, its payload
+    /// damaged), so that the whole change log is applied again — slow, but applying a change
+    /// twice is harmless, and the next commit writes a sound payload. That case is logged.
     pub fn applied(&self) -> u64 {
         let payload = match self.index.load_metas() {
             Ok(metas) => metas.payload,
@@ -533,7 +534,7 @@ impl SearchIndex {
         })
     }
 
-    /// Applies every change the store logged after [`applied`](Self::applied); returns how
+    /// Applies every change the store logged after [`visible`](Self::visible); returns how
     /// many were applied. Serialised by the writer lock, so concurrent callers are safe.
     pub fn catch_up(&self, store: &Store) -> Result<usize, KbError> {
         self.follow(store, true)
@@ -545,7 +546,7 @@ impl SearchIndex {
     /// from where this one stopped; after a crash the next start replays from the last commit.
     pub fn follow(&self, store: &Store, commit: bool) -> Result<usize, KbError> {
         let mut writer = self.writer();
-        let mut applied = writer.pending.unwrap_or_else(|| self.applied());
+        let mut applied = writer.pending.unwrap_or_else(|| self.visible());
         let mut count = 0;
         loop {
             let batch: Vec<(Vec<u8>, Change)> =
@@ -701,7 +702,7 @@ impl SearchIndex {
             }
         }
         // The change log's end: everything up to it is reflected by the rebuild.
-        let last = store.read(super::last_change)?.max(self.applied());
+        let last = store.read(super::last_change)?.max(self.visible());
         let prefix = org.map(|id| key::id(id).to_vec()).unwrap_or_default();
         let docs: Vec<(Vec<u8>, Document)> = store.read(|tx| tx.scan(KB_DOCS, &prefix))?;
         let total = docs.len() as u64;
@@ -786,7 +787,7 @@ impl SearchIndex {
     /// leaves the files at the next [`compact`](Self::compact).
     pub fn remove_org(&self, org_id: u64) -> Result<(), KbError> {
         let mut guard = self.writer();
-        let applied = guard.pending.take().unwrap_or_else(|| self.applied());
+        let applied = guard.pending.take().unwrap_or_else(|| self.visible());
         guard
             .tantivy
             .delete_query(Box::new(TermQuery::new(
