@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::fixture::{TestServer, status_before_body};
+use crate::fixture::{McpClient, Seeded, TestServer, status_before_body};
 use kennis::identity::{self, ConnectorAccess};
 
 const INIT: &str = "initialize";
@@ -306,14 +306,10 @@ async fn tools_outside_the_grants_scopes_do_not_exist() {
     t.stop().await;
 }
 
-/// A tool that fails inside the server (here a document's record that cannot be read) answers
-/// an error result with the code `internal` and says no more: not the table, not what could
-/// not be read — that goes to the server's log. Neither does the audit log, which an
-/// organisation's admins read. Once the record reads again, so does the tool.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failure_inside_the_server_is_not_described_to_the_caller() {
-    use kennis::store::KB_DOCS;
-    let mut t = TestServer::start().await;
+/// A server with one organisation whose admin is connected (`kennisbank`) and has written
+/// `aangeleverd/a.md` ("hallo") through the connector.
+async fn with_one_document() -> (TestServer, Seeded, McpClient) {
+    let t = TestServer::start().await;
     let s = t.seed("Bouw BV", "annie@example.org");
     let token = t.grant(&s, &["kennisbank"]);
     let mcp = t.mcp(&token);
@@ -322,6 +318,17 @@ async fn a_failure_inside_the_server_is_not_described_to_the_caller() {
         json!({"path": "aangeleverd/a.md", "content": "hallo"}),
     )
     .await;
+    (t, s, mcp)
+}
+
+/// A tool that fails inside the server (here a document's record that cannot be read) answers
+/// an error result with the code `internal` and says no more: not the table, not what could
+/// not be read — that goes to the server's log. Neither does the audit log, which an
+/// organisation's admins read. Once the record reads again, so does the tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_inside_the_server_is_not_described_to_the_caller() {
+    use kennis::store::KB_DOCS;
+    let (mut t, s, mcp) = with_one_document().await;
     let k = kennis::kb::doc_key(s.org.id, "aangeleverd/a.md");
     let kept = t.damage_record(KB_DOCS, &k);
     let r = mcp
@@ -355,15 +362,7 @@ async fn a_failure_inside_the_server_is_not_described_to_the_caller() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_tool_call_is_audited() {
-    let mut t = TestServer::start().await;
-    let s = t.seed("Bouw BV", "annie@example.org");
-    let token = t.grant(&s, &["kennisbank"]);
-    let mcp = t.mcp(&token);
-    mcp.ok(
-        "kennisbank_write",
-        json!({"path": "aangeleverd/a.md", "content": "hallo"}),
-    )
-    .await;
+    let (mut t, s, mcp) = with_one_document().await;
     mcp.err(
         "kennisbank_write",
         json!({"path": "elders/a.md", "content": "hallo"}),
