@@ -74,27 +74,20 @@ impl Executor {
         }
     }
 
-    /// What the executor runs or where it sends the conversation, as an audit record names it
-    /// for the organisation's admins: never a key (only the variable's name or the file's
-    /// path), no command arguments, no credentials or query in a URL.
+    /// The executor as the organisation's audit names it (`agent.add`): what its admins are
+    /// shown of the agent on the Triggers page and no more. An operator's endpoint by its id,
+    /// a model address of the agent's own without user, password or query; never a key, the
+    /// variable or file it is read from, a program's path or an `http` agent's address —
+    /// the operator's configuration, which the server's log and `kennis agent list` show.
     pub fn describe(&self) -> String {
         match self {
             Executor::Echo => "exec=echo".into(),
-            Executor::Command { program, .. } => format!("exec=command program={program}"),
-            Executor::Http { url } => format!("exec=http url={}", without_secrets(url)),
-            Executor::Llm(l) => {
-                let key = match (&l.endpoint, &l.api_key_env, &l.api_key_file) {
-                    (Some(id), _, _) => format!(" endpoint={id}"),
-                    (None, Some(env), _) => format!(" api_key_env={env}"),
-                    (None, None, Some(file)) => format!(" api_key_file={file}"),
-                    (None, None, None) => String::new(),
-                };
-                format!(
-                    "exec=llm url={} model={}{key}",
-                    without_secrets(&l.url),
-                    l.model
-                )
-            }
+            Executor::Command { .. } => "exec=command".into(),
+            Executor::Http { .. } => "exec=http".into(),
+            Executor::Llm(l) => match &l.endpoint {
+                Some(id) => format!("exec=llm endpoint={id} model={}", l.model),
+                None => format!("exec=llm url={} model={}", without_secrets(&l.url), l.model),
+            },
         }
     }
 }
@@ -613,16 +606,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_executor_is_described_without_secrets() {
+    fn an_executor_is_described_without_the_operators_configuration() {
         let http = Executor::Http {
             url: "https://user:geheim@agent.example/run?token=geheim#x".into(),
         };
-        assert_eq!(http.describe(), "exec=http url=https://agent.example/run");
+        assert_eq!(http.describe(), "exec=http");
         let cmd = Executor::Command {
-            program: "/usr/bin/agent".into(),
+            program: "/opt/agents/geheim".into(),
             args: vec!["--token".into(), "geheim".into()],
             env: vec!["GEHEIM".into()],
         };
-        assert_eq!(cmd.describe(), "exec=command program=/usr/bin/agent");
+        assert_eq!(cmd.describe(), "exec=command");
+        let llm = |endpoint: Option<&str>| {
+            Executor::Llm(LlmSettings {
+                url: "https://user:geheim@10.0.0.5:11434/v1?key=geheim".into(),
+                model: "m".into(),
+                api_key_env: Some("GEHEIM_KEY".into()),
+                api_key_file: Some("/etc/kennis/geheim.key".into()),
+                max_steps: 1,
+                max_tokens: 1,
+                system_prompt: None,
+                endpoint: endpoint.map(str::to_owned),
+            })
+        };
+        assert_eq!(
+            llm(Some("huis")).describe(),
+            "exec=llm endpoint=huis model=m"
+        );
+        assert_eq!(
+            llm(None).describe(),
+            "exec=llm url=https://10.0.0.5:11434/v1 model=m"
+        );
     }
 }

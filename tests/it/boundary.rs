@@ -830,10 +830,7 @@ async fn every_portal_admin_action_is_audited_with_the_admin_as_actor() {
             "org.set",
             "connector_access=selected_members require_second_factor=true".into(),
         ),
-        (
-            "agent.add",
-            "exec=llm url=http://127.0.0.1:9/v1 model=m endpoint=huis".into(),
-        ),
+        ("agent.add", "exec=llm endpoint=huis model=m".into()),
         ("trigger.add", format!("trigger {tid} Offerte")),
         ("trigger.pause", format!("trigger {tid} Offerte")),
         ("trigger.resume", format!("trigger {tid} Offerte")),

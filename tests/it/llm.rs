@@ -1237,6 +1237,51 @@ async fn a_failed_run_shows_no_address_or_path_of_the_operators_configuration() 
         refusing.requests().len() >= 2,
         "both refusing agents asked it"
     );
+    // The organisation's audit names each agent added as its Triggers page shows it: an
+    // operator's endpoint by its id, and no program, key file or `http` agent's address. An
+    // agent with a model address and key file of its own is shown with the address alone.
+    roster::add_agent_full(
+        &app.store,
+        &kennis::audit::Actor::Operator,
+        &x.s.org.slug,
+        &NewAgent {
+            name: "Eigen sleutel".into(),
+            kind: AgentKind::Generic,
+            exec: "llm".into(),
+            program: None,
+            args: vec![],
+            url: Some("http://127.0.0.1:9/v1".into()),
+            timeout_secs: Some(30),
+        },
+        &roster::AgentExtras {
+            llm: Some(&LlmOptions {
+                model: "gpt-4.1-mini".into(),
+                api_key_env: None,
+                api_key_file: Some(key_file.to_string_lossy().into_owned()),
+                max_steps: None,
+                max_tokens: None,
+                system_prompt: None,
+                endpoint: None,
+            }),
+            endpoints: &endpoints,
+            ..Default::default()
+        },
+        app.clock.now(),
+    )
+    .unwrap();
+    let audit = b.get(&format!("/portal/o/{}/audit", x.s.org.slug)).await;
+    assert_eq!(audit.status, 200);
+    for shown in [
+        "exec=llm endpoint=dood model=gpt-4.1-mini",
+        "exec=command",
+        "exec=http",
+        "exec=llm url=http://127.0.0.1:9/v1 model=gpt-4.1-mini",
+    ] {
+        assert!(audit.body.contains(shown), "the audit page lacks {shown}");
+    }
+    for h in &hidden {
+        assert!(!audit.body.contains(h.as_str()), "the audit page shows {h}");
+    }
 }
 
 #[test]
