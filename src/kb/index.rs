@@ -27,8 +27,8 @@ use std::sync::Mutex;
 use rustc_hash::FxHasher;
 use tantivy::collector::{Count, TopDocs};
 use tantivy::query::{
-    BooleanQuery, BoostQuery, ConstScoreQuery, EnableScoring, Occur, Query, QueryClone, TermQuery,
-    Weight,
+    BooleanQuery, BoostQuery, ConstScoreQuery, EnableScoring, Occur, Query, QueryClone, Scorer,
+    TermQuery, Weight,
 };
 use tantivy::schema::{
     Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
@@ -878,7 +878,7 @@ impl SearchIndex {
         let searcher = self.reader.searcher();
         let plan = self.plan(&searcher, org_id, folder, terms, pairs)?;
         let k = max.min(searcher.num_docs() as usize).max(1);
-        let asked = k.min(FIRST_RANKED);
+        let asked = k.min(first_ranked(terms));
         let docs = rank(&searcher, &plan, asked)?;
         Ok(Ranked {
             through,
@@ -1242,16 +1242,32 @@ fn pick_in_segment(
     whole: (&Term, usize),
 ) -> tantivy::Result<(Vec<DocId>, Vec<DocId>)> {
     let alive = |doc: DocId| !reader.is_deleted(doc);
+    // Making the filter's scorer finds its first document: for a rare combination of common
+    // grams, a walk through their lists to the end of the segment. So it is made once, and
+    // again only for a second pass over the documents.
+    let first = filter.scorer(reader, 1.0)?;
+    if first.doc() == TERMINATED {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let mut unused = Some(first);
+    let mut filter_scorer = || -> tantivy::Result<Box<dyn Scorer>> {
+        match unused.take() {
+            Some(s) => Ok(s),
+            None => filter.scorer(reader, 1.0),
+        }
+    };
     let mut exact_docs: Vec<DocId> = Vec::new();
     if let Some(exact) = exact {
         let mut titles = exact.scorer(reader, 1.0)?;
-        let mut filtered = filter.scorer(reader, 1.0)?;
         let mut doc = titles.doc();
-        while doc != TERMINATED {
-            if alive(doc) && filtered.doc() <= doc && filtered.seek(doc) == doc {
-                exact_docs.push(doc);
+        if doc != TERMINATED {
+            let mut filtered = filter_scorer()?;
+            while doc != TERMINATED {
+                if alive(doc) && filtered.doc() <= doc && filtered.seek(doc) == doc {
+                    exact_docs.push(doc);
+                }
+                doc = titles.advance();
             }
-            doc = titles.advance();
         }
     }
     // An organisation with few documents in the segment, among many others', is ranked whole:
@@ -1260,7 +1276,7 @@ fn pick_in_segment(
     // documents deleted since the segment was written: an upper bound, one lookup.)
     let (org, rank_whole) = whole;
     if reader.inverted_index(org.field())?.doc_freq(org)? as usize <= rank_whole {
-        let mut filtered = filter.scorer(reader, 1.0)?;
+        let mut filtered = filter_scorer()?;
         let mut all: Vec<DocId> = Vec::new();
         let mut doc = filtered.doc();
         while doc != TERMINATED {
@@ -1273,7 +1289,7 @@ fn pick_in_segment(
     }
     let mut best = Best::new(k);
     if let Some(words) = words {
-        let mut filtered = filter.scorer(reader, 1.0)?;
+        let mut filtered = filter_scorer()?;
         let floor = floor.map_or(Score::MIN, |f| f - f.abs() * SCORE_SLACK);
         words.for_each_pruning(floor, reader, &mut |doc, score| {
             if alive(doc)
@@ -1283,6 +1299,11 @@ fn pick_in_segment(
             {
                 best.push(score, doc);
             }
+            // No document after this one passes the filter: a threshold nothing reaches ends
+            // the walk.
+            if filtered.doc() == TERMINATED {
+                return Score::INFINITY;
+            }
             best.threshold().max(floor)
         })?;
     }
@@ -1291,7 +1312,7 @@ fn pick_in_segment(
     // Fewer than k documents have a word of the query: the rest score 0, in index order.
     if picked.len() < k && floor.is_none() {
         let scored = picked.clone();
-        let mut filtered = filter.scorer(reader, 1.0)?;
+        let mut filtered = filter_scorer()?;
         let mut doc = filtered.doc();
         let mut zero = 0;
         while doc != TERMINATED && scored.len() + zero < k {
@@ -1323,6 +1344,19 @@ const RANK_WHOLE: usize = 2048;
 /// How many candidates are ranked at first: most searches have their results among them.
 /// A search that needs more ranks again, up to its budget (the first ones come out the same).
 const FIRST_RANKED: usize = 64;
+
+/// How many candidates a search ranks at first: [`FIRST_RANKED`], or its whole budget for a
+/// query of several terms. The rule that all terms stand within three lines turns many of
+/// those candidates down (at 100 MB three of the benchmark's five such queries verified 68–125,
+/// at 1 GB 142–200), and ranking again repeats the first ranking's work: a fifth of such a
+/// search's time (`docs/performance.md`).
+fn first_ranked(terms: &[String]) -> usize {
+    if terms.len() > 1 {
+        usize::MAX
+    } else {
+        FIRST_RANKED
+    }
+}
 
 /// The best `k` documents of the plan's filter, best first.
 fn rank(searcher: &tantivy::Searcher, plan: &Plan, k: usize) -> Result<Vec<DocAddress>, KbError> {
