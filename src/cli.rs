@@ -701,6 +701,7 @@ pub fn run_admin(config: &Config, req: AdminRequest) -> Result<Value, CliError> 
         extractor: crate::app::extractor(config),
         llm_endpoints: config.llm.endpoints.clone(),
         callback_allow_http_loopback: config.callback_allow_http_loopback,
+        terms_version: config.terms_version.clone(),
     };
     Ok(admin::execute(&ctx, req, &mut progress)?)
 }
@@ -837,6 +838,21 @@ impl Shown {
             let _ = writeln!(std::io::stdout().lock(), "{text}");
         }
     }
+}
+
+/// `token create` for people: the token, and why every call with it is refused for now when
+/// the person cannot connect yet.
+pub fn human_token(v: &Value) -> String {
+    let mut out = fill(
+        "{token}\n(token {id}; shown only now: store it where your script reads it)",
+        v,
+    );
+    if let Some(why) = v["refused"].as_str() {
+        out.push_str(&format!(
+            "\nnote: every call with it is refused until this changes — {why}"
+        ));
+    }
+    out
 }
 
 /// `template` with each `{field}` (a name of letters, digits and `_`) replaced by that field

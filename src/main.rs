@@ -576,8 +576,12 @@ fn operation(command: Command) -> Result<Operation, CliError> {
                     expires_in_days,
                 },
                 json,
-                Say("{token}\n(token {id}; shown only now: store it where your script reads it)"),
-            ),
+                Text(cli::human_token),
+            )
+            .map(|mut op| {
+                op.shown.only = Some(&["id", "token"]);
+                op
+            }),
             TokenCommand::List(a) => admin(
                 A::TokenList { org: a.org },
                 a.json,

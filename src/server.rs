@@ -269,6 +269,7 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
         extractor: app.extractor.clone(),
         llm_endpoints: app.config.llm.endpoints.clone(),
         callback_allow_http_loopback: app.config.callback_allow_http_loopback,
+        terms_version: app.config.terms_version.clone(),
         // Weak: the admin task must not keep the store open past shutdown.
         wake_jobs: Some({
             let app = Arc::downgrade(&app);

@@ -306,6 +306,9 @@ pub struct AdminContext {
     pub llm_endpoints: Vec<crate::config::LlmEndpoint>,
     /// Tests only: trigger callback URLs may be `http://127.0.0.1:<port>/…`.
     pub callback_allow_http_loopback: bool,
+    /// The terms people must have accepted to connect (`terms_version`): `token create` says
+    /// when the token it made is refused until the person does something.
+    pub terms_version: String,
 }
 
 impl From<agents::CancelError> for AdminError {
@@ -817,7 +820,14 @@ pub fn execute(
                 expires_in_days,
             };
             let (token, secret) = pats::create(store, &OPERATOR, new, now)?;
-            json!({"id": token.id, "token": secret})
+            // A token is checked like a grant at every call: one for a person who cannot
+            // connect yet (most often: never signed in, so the terms are not accepted) works
+            // only once they do. Said to people; `--json` shows `id` and `token` alone.
+            let refused = store
+                .read(|tx| identity::connector_access(tx, org.id, p.id, &ctx.terms_version))?
+                .err()
+                .map(|why| format!("{why}: {}", identity::access_remedy(&why)));
+            json!({"id": token.id, "token": secret, "refused": refused})
         }
         AdminRequest::TokenList { org } => {
             let org = identity::find_org(store, &org)?;

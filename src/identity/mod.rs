@@ -275,6 +275,26 @@ pub enum AccessDenied {
     PersonalTokensOff,
 }
 
+/// What ends an [`AccessDenied`], for the operator who made a token that is refused.
+pub fn access_remedy(why: &AccessDenied) -> &'static str {
+    match why {
+        AccessDenied::NotMember => "the person is no member of the organisation",
+        AccessDenied::ConnectingNotAllowed => {
+            "the organisation lets selected members connect: `kennis member set ORG EMAIL --may-connect true`, or `kennis org set ORG --connector-access all_members`"
+        }
+        AccessDenied::SecondFactorRequired => {
+            "the organisation asks for a second factor: the person sets one up when they sign in to the portal"
+        }
+        AccessDenied::TermsNotAccepted => {
+            "the person has not accepted the current terms: they sign in to the portal once and accept them"
+        }
+        AccessDenied::Disabled => "the account is disabled: `kennis user enable EMAIL`",
+        AccessDenied::PersonalTokensOff => {
+            "the organisation does not allow personal access tokens: `kennis org set ORG --personal-tokens allow`"
+        }
+    }
+}
+
 /// Sets (or with `None` clears) the portal language a person chose.
 pub fn set_language(
     store: &Store,

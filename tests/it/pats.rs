@@ -205,6 +205,92 @@ async fn a_token_acts_as_its_person_with_its_scopes_and_is_audited() {
     t.stop().await;
 }
 
+/// A token made on the command line for someone who cannot connect yet (added there, never
+/// signed in) is refused at every call: the command says so, and why, in its text for people;
+/// `--json` stays `{id, token}`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_for_someone_who_cannot_connect_yet_says_why() {
+    let mut t = TestServer::start().await;
+    let s = t.seed("Bouw BV", "annie@example.org");
+    let slug = s.org.slug.clone();
+    let email = "bram@example.org";
+    {
+        let app = t.app();
+        let now = app.clock.now();
+        identity::add_person(
+            &app.store,
+            identity::NewPerson {
+                email,
+                name: None,
+                password: crate::fixture::SEED_PASSWORD,
+            },
+            now,
+        )
+        .unwrap();
+        identity::add_member(&app.store, &slug, email, Role::Member, true, now).unwrap();
+    }
+    let make = |t: &TestServer| {
+        let dir = t.data_dir().to_owned();
+        let slug = slug.clone();
+        async move {
+            let out = tokio::task::spawn_blocking(move || {
+                run(
+                    &dir,
+                    &["token", "create", &slug, email, "--name", "ci"],
+                    None,
+                )
+            })
+            .await
+            .unwrap();
+            assert!(out.status.success(), "{}", stderr(&out));
+            let text = String::from_utf8(out.stdout).unwrap();
+            let token = text.lines().next().unwrap().to_owned();
+            assert!(token.starts_with("kb_pat_"), "{text}");
+            (token, text)
+        }
+    };
+    // The organisation asks for a second factor (the default), and the terms are not accepted.
+    let (first, text) = make(&t).await;
+    assert!(
+        text.contains("note: every call with it is refused until this changes — second factor required: the organisation asks for a second factor"),
+        "{text}"
+    );
+    assert_eq!(
+        try_list(&t, &first).await,
+        (401, "second factor required".into())
+    );
+    let person = {
+        let store = &t.app().store;
+        identity::reset_totp(store, email).unwrap();
+        let person = identity::find_person(store, email).unwrap();
+        identity::confirm_totp_unchecked(store, person.id).unwrap();
+        person
+    };
+    let (_, text) = make(&t).await;
+    assert!(
+        text.contains("terms not accepted: the person has not accepted the current terms: they sign in to the portal once and accept them"),
+        "{text}"
+    );
+    assert_eq!(
+        try_list(&t, &first).await,
+        (401, "terms not accepted".into())
+    );
+    identity::accept_terms(&t.app().store, person.id, &t.app().config.terms_version).unwrap();
+    let (third, text) = make(&t).await;
+    assert!(!text.contains("note:"), "{text}");
+    assert_eq!(try_list(&t, &first).await.0, 200);
+    assert_eq!(try_list(&t, &third).await.0, 200);
+    // `--json`: the token and its id, nothing else, whether it works yet or not.
+    identity::accept_terms(&t.app().store, person.id, "0").unwrap();
+    let made = cli_json(
+        &t,
+        &["token", "create", &slug, email, "--name", "n8n", "--json"],
+    )
+    .await;
+    assert_eq!(sorted_keys(&made), vec!["id", "token"], "{made}");
+    t.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_token_requests_are_refused_and_store_nothing() {
     let mut t = TestServer::start().await;
