@@ -33,6 +33,20 @@ async fn cli_json(t: &TestServer, args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("kennis {args:?}: {e}"))
 }
 
+/// A person with the seed's password, and nothing else: no second factor, no terms accepted.
+fn add_person(store: &kennis::store::Store, email: &str, now: jiff::Timestamp) -> identity::Person {
+    identity::add_person(
+        store,
+        identity::NewPerson {
+            email,
+            name: None,
+            password: crate::fixture::SEED_PASSWORD,
+        },
+        now,
+    )
+    .unwrap()
+}
+
 /// A token for `s` made through the library, with `scopes` and `days`.
 fn token_for(t: &TestServer, s: &Seeded, scopes: &[&str], days: Option<i64>) -> (u64, String) {
     let app = t.app();
@@ -217,16 +231,7 @@ async fn a_token_for_someone_who_cannot_connect_yet_says_why() {
     {
         let app = t.app();
         let now = app.clock.now();
-        identity::add_person(
-            &app.store,
-            identity::NewPerson {
-                email,
-                name: None,
-                password: crate::fixture::SEED_PASSWORD,
-            },
-            now,
-        )
-        .unwrap();
+        add_person(&app.store, email, now);
         identity::add_member(&app.store, &slug, email, Role::Member, true, now).unwrap();
     }
     let make = |t: &TestServer| {
@@ -582,16 +587,7 @@ fn seed_offline(data: &Path) -> (String, String) {
     let now = jiff::Timestamp::now();
     let org = identity::create_org(&store, "Bouw BV", now).unwrap();
     let email = "annie@example.org";
-    let person = identity::add_person(
-        &store,
-        identity::NewPerson {
-            email,
-            name: None,
-            password: crate::fixture::SEED_PASSWORD,
-        },
-        now,
-    )
-    .unwrap();
+    let person = add_person(&store, email, now);
     identity::reset_totp(&store, email).unwrap();
     identity::confirm_totp_unchecked(&store, person.id).unwrap();
     identity::accept_terms(&store, person.id, "1").unwrap();
