@@ -567,21 +567,21 @@ fn operation(command: Command) -> Result<Operation, CliError> {
                 scopes,
                 expires_in_days,
                 json,
-            } => admin(
-                A::TokenCreate {
-                    org,
-                    email,
-                    name,
-                    scopes,
-                    expires_in_days,
-                },
-                json,
-                Text(cli::human_token),
-            )
-            .map(|mut op| {
+            } => {
+                let mut op = admin(
+                    A::TokenCreate {
+                        org,
+                        email,
+                        name,
+                        scopes,
+                        expires_in_days,
+                    },
+                    json,
+                    Text(cli::human_token),
+                )?;
                 op.shown.only = Some(&["id", "token"]);
-                op
-            }),
+                Ok(op)
+            }
             TokenCommand::List(a) => admin(
                 A::TokenList { org: a.org },
                 a.json,

@@ -84,10 +84,10 @@ impl Executor {
             Executor::Echo => "exec=echo".into(),
             Executor::Command { .. } => "exec=command".into(),
             Executor::Http { .. } => "exec=http".into(),
-            Executor::Llm(l) => match &l.endpoint {
-                Some(id) => format!("exec=llm endpoint={id} model={}", l.model),
-                None => format!("exec=llm url={} model={}", without_secrets(&l.url), l.model),
-            },
+            Executor::Llm(l) => {
+                let (what, target) = l.shown_target();
+                format!("exec=llm {what}={target} model={}", l.model)
+            }
         }
     }
 }
@@ -130,6 +130,16 @@ pub struct LlmSettings {
 }
 
 impl LlmSettings {
+    /// Where the conversation goes, as the organisation is shown it (the Triggers page, the
+    /// audit): an operator's endpoint by its id (`endpoint`), an address of the agent's own
+    /// without user, password or query (`url`).
+    pub fn shown_target(&self) -> (&'static str, String) {
+        match &self.endpoint {
+            Some(id) => ("endpoint", id.clone()),
+            None => ("url", without_secrets(&self.url)),
+        }
+    }
+
     /// The settings as `agent add` would take them back (for listings).
     pub fn options(&self) -> LlmOptions {
         LlmOptions {

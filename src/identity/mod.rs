@@ -278,7 +278,7 @@ pub enum AccessDenied {
 /// What ends an [`AccessDenied`], for the operator who made a token that is refused.
 pub fn access_remedy(why: &AccessDenied) -> &'static str {
     match why {
-        AccessDenied::NotMember => "the person is no member of the organisation",
+        AccessDenied::NotMember => "the person is not a member of the organisation",
         AccessDenied::ConnectingNotAllowed => {
             "the organisation lets selected members connect: `kennis member set ORG EMAIL --may-connect true`, or `kennis org set ORG --connector-access all_members`"
         }

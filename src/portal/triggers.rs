@@ -135,7 +135,7 @@ fn list_page(
         div.table-wrap { table #agents {
             thead { tr { th scope="col" .num { (t("col-id")) } th scope="col" { (t("col-name")) } th scope="col" { (t("col-kind")) } th scope="col" { (t("col-executor")) } th scope="col" .num { (t("col-timeout")) } } }
             tbody { @for a in &d.agents {
-                tr { td.num { (a.id) } td { (a.name) } td { @if a.kind == AgentKind::Generic { (t("agent-generic")) } @else { (t("agent-feature")) } } td { (a.executor.name()) @if let roster::Executor::Llm(l) = &a.executor { " · " (l.model) " · " code { (l.endpoint.clone().unwrap_or_else(|| roster::without_secrets(&l.url))) } } } td.num { (seconds(a.timeout_secs)) } }
+                tr { td.num { (a.id) } td { (a.name) } td { @if a.kind == AgentKind::Generic { (t("agent-generic")) } @else { (t("agent-feature")) } } td { (a.executor.name()) @if let roster::Executor::Llm(l) = &a.executor { " · " (l.model) " · " code { (l.shown_target().1) } } } td.num { (seconds(a.timeout_secs)) } }
             } }
         } }
         h2 { (t("agent-new")) }

@@ -234,28 +234,16 @@ async fn a_token_for_someone_who_cannot_connect_yet_says_why() {
         add_person(&app.store, email, now);
         identity::add_member(&app.store, &slug, email, Role::Member, true, now).unwrap();
     }
-    let make = |t: &TestServer| {
-        let dir = t.data_dir().to_owned();
-        let slug = slug.clone();
-        async move {
-            let out = tokio::task::spawn_blocking(move || {
-                run(
-                    &dir,
-                    &["token", "create", &slug, email, "--name", "ci"],
-                    None,
-                )
-            })
-            .await
-            .unwrap();
-            assert!(out.status.success(), "{}", stderr(&out));
-            let text = String::from_utf8(out.stdout).unwrap();
-            let token = text.lines().next().unwrap().to_owned();
-            assert!(token.starts_with("kb_pat_"), "{text}");
-            (token, text)
-        }
+    let make = || async {
+        let out = cli(&t, &["token", "create", &slug, email, "--name", "ci"]).await;
+        assert!(out.status.success(), "{}", stderr(&out));
+        let text = String::from_utf8(out.stdout).unwrap();
+        let token = text.lines().next().unwrap().to_owned();
+        assert!(token.starts_with("kb_pat_"), "{text}");
+        (token, text)
     };
     // The organisation asks for a second factor (the default), and the terms are not accepted.
-    let (first, text) = make(&t).await;
+    let (first, text) = make().await;
     assert!(
         text.contains("note: every call with it is refused until this changes — second factor required: the organisation asks for a second factor"),
         "{text}"
@@ -271,7 +259,7 @@ async fn a_token_for_someone_who_cannot_connect_yet_says_why() {
         identity::confirm_totp_unchecked(store, person.id).unwrap();
         person
     };
-    let (_, text) = make(&t).await;
+    let (_, text) = make().await;
     assert!(
         text.contains("terms not accepted: the person has not accepted the current terms: they sign in to the portal once and accept them"),
         "{text}"
@@ -281,7 +269,7 @@ async fn a_token_for_someone_who_cannot_connect_yet_says_why() {
         (401, "terms not accepted".into())
     );
     identity::accept_terms(&t.app().store, person.id, &t.app().config.terms_version).unwrap();
-    let (third, text) = make(&t).await;
+    let (third, text) = make().await;
     assert!(!text.contains("note:"), "{text}");
     assert_eq!(try_list(&t, &first).await.0, 200);
     assert_eq!(try_list(&t, &third).await.0, 200);
