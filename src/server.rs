@@ -254,6 +254,21 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
             }
         })
     });
+    // The search vocabulary is read now rather than by the first search.
+    workers.push({
+        let app = app.clone();
+        tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            match app.kb_index.prepare_search() {
+                Ok(words) => tracing::info!(
+                    words,
+                    ms = started.elapsed().as_millis() as u64,
+                    "search vocabulary read"
+                ),
+                Err(e) => tracing::warn!(error = %e, "could not read the search vocabulary ahead; the first search will"),
+            }
+        })
+    });
     if app.kb_index.with_extracted() {
         workers.push(extraction::start(&app, stop_rx.clone()));
     }

@@ -14,6 +14,7 @@ pub mod link;
 pub mod path;
 pub mod search;
 pub mod trash;
+pub mod vocabulary;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};

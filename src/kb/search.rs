@@ -289,9 +289,9 @@ pub fn search(
     let ranked = index.ranked(req.org_id, req.folder, terms, max, PairTerms::Adaptive)?;
     let loose = ranked.loose();
     let out = verify_ranked(store, index, req, ranked)?;
-    // A 2-character term that most of the index's documents hold was left to the verifier,
+    // A term that many words in most of the index's documents hold was left to the verifier,
     // and the budget ran out: in this organisation it may be rare (another language than
-    // the others'). Searched again, filtering through every gram that begins with it.
+    // the others'). Searched again, filtering through every word that holds it.
     if loose && out.not_searched.is_some() {
         let ranked = index.ranked(req.org_id, req.folder, terms, max, PairTerms::Filtered)?;
         return verify_ranked(store, index, req, ranked);
