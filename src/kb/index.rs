@@ -311,11 +311,10 @@ impl Tokenizer for LongWords {
             }
             if let Some(from) = start.take()
                 && i - from >= vocabulary::LONG_WORD
+                && let Some(word) = text.get(from..i)
             {
-                let word = &text[from..i];
                 for piece in vocabulary::pieces(word) {
-                    let at = from + (piece.as_ptr() as usize - word.as_ptr() as usize);
-                    rest.push((at, at + piece.len()));
+                    rest.push((from + piece.start, from + piece.end));
                 }
             }
         }
@@ -437,11 +436,15 @@ impl SearchIndex {
     /// otherwise (a third of a second at 1 GB): the server does it as it starts. Returns how
     /// many words it holds.
     pub fn prepare_search(&self) -> Result<usize, KbError> {
-        let searcher = self.reader.searcher();
-        self.vocabulary
-            .ensure(&searcher, &[self.fields.words, self.fields.long])
-            .map_err(index_err)?;
+        self.read_vocabulary(&self.reader.searcher())?;
         Ok(self.vocabulary.len())
+    }
+
+    /// Takes the words of `searcher`'s segments into the vocabulary (those not read before).
+    fn read_vocabulary(&self, searcher: &tantivy::Searcher) -> Result<(), KbError> {
+        self.vocabulary
+            .ensure(searcher, &[self.fields.words, self.fields.long])
+            .map_err(index_err)
     }
 
     /// Whether text extracted from binary files is searched.
@@ -908,31 +911,26 @@ impl SearchIndex {
             ));
         }
         // Each run of each term: one of the words holding it.
-        self.vocabulary
-            .ensure(searcher, &[f.words, f.long])
-            .map_err(index_err)?;
+        self.read_vocabulary(searcher)?;
         let mut unfiltered = false;
         let mut runs: Vec<Run> = terms.iter().flat_map(|t| runs(t)).collect();
-        runs.sort_by(|a, b| {
-            a.text
-                .cmp(&b.text)
-                .then(a.starts.cmp(&b.starts))
-                .then(a.ends.cmp(&b.ends))
-        });
+        runs.sort();
         runs.dedup();
         for run in &runs {
-            let (words, postings) = match self.vocabulary.find(run) {
+            let (ids, postings) = match self.vocabulary.find(run) {
                 Words::Any => continue,
-                Words::Some(words, postings) => (words, postings),
+                Words::Some { ids, postings } => (ids, postings),
             };
             if pairs == PairTerms::Adaptive
-                && words.len() > FEW_RUN_WORDS
+                && ids.len() > FEW_RUN_WORDS
                 && postings > searcher.num_docs()
             {
                 unfiltered = true;
                 continue;
             }
-            let terms: Vec<Term> = words
+            let terms: Vec<Term> = self
+                .vocabulary
+                .words(&ids)
                 .iter()
                 .map(|w| {
                     let field = if w.len() >= vocabulary::LONG_WORD {

@@ -11,6 +11,7 @@
 //! term dictionaries (no file of its own), segment by segment as a searcher first shows one,
 //! and only grows: a word whose documents are all gone still names no document.
 
+use std::ops::Range;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use rustc_hash::FxHashMap;
@@ -28,7 +29,7 @@ pub const PIECE_OVERLAP: usize = 200;
 
 /// One run of letters and digits of a query term, and whether the term holds something else
 /// just before (`starts`: the run begins a word) or just after it (`ends`: it ends one).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Run {
     pub text: String,
     pub starts: bool,
@@ -69,9 +70,18 @@ pub fn runs(term: &str) -> Vec<Run> {
 pub enum Words {
     /// Nothing the vocabulary can narrow (one character inside a word): the verifier decides.
     Any,
-    /// A word among these (none: no document holds the run), and how many documents their
-    /// lists hold together (deleted ones included).
-    Some(Vec<String>, u64),
+    /// A word among these, by number ([`Vocabulary::words`]; none: no document holds the
+    /// run), and how many entries their lists hold together (deleted documents included).
+    Some { ids: Vec<u32>, postings: u64 },
+}
+
+impl Words {
+    fn none() -> Words {
+        Words::Some {
+            ids: Vec::new(),
+            postings: 0,
+        }
+    }
 }
 
 /// The vocabulary ([`module`](self)); shared by every search.
@@ -135,8 +145,11 @@ impl Inner {
         // A whole word: one lookup (a word this short is never a long word's piece).
         if run.starts && run.ends && run.text.len() < LONG_WORD {
             return match self.known.get(run.text.as_str()) {
-                Some(id) => Words::Some(vec![run.text.clone()], self.postings_of(*id)),
-                None => Words::Some(Vec::new(), 0),
+                Some(id) => Words::Some {
+                    ids: vec![*id],
+                    postings: self.postings_of(*id),
+                },
+                None => Words::none(),
             };
         }
         let lists: Vec<&[u32]> = match chars.len() {
@@ -150,7 +163,7 @@ impl Inner {
                 for g in grams {
                     match self.grams.get(&g) {
                         Some(l) => lists.push(l.as_slice()),
-                        None => return Words::Some(Vec::new(), 0),
+                        None => return Words::none(),
                     }
                 }
                 lists.sort_by_key(|l| l.len());
@@ -158,7 +171,7 @@ impl Inner {
             }
         };
         let Some((shortest, others)) = lists.split_first() else {
-            return Words::Some(Vec::new(), 0);
+            return Words::none();
         };
         let mut out = Vec::new();
         let mut postings = 0;
@@ -181,11 +194,11 @@ impl Inner {
                 }
             };
             if holds {
-                out.push(word.to_string());
+                out.push(id);
                 postings += self.postings_of(id);
             }
         }
-        Words::Some(out, postings)
+        Words::Some { ids: out, postings }
     }
 }
 
@@ -276,6 +289,15 @@ impl Vocabulary {
         self.read().find(run)
     }
 
+    /// The words of these numbers (from [`find`](Self::find): words are never taken out).
+    pub fn words(&self, ids: &[u32]) -> Vec<String> {
+        let inner = self.read();
+        ids.iter()
+            .filter_map(|id| inner.words.get(*id as usize))
+            .map(|w| w.to_string())
+            .collect()
+    }
+
     /// How many words it holds.
     pub fn len(&self) -> usize {
         self.read().words.len()
@@ -286,18 +308,19 @@ impl Vocabulary {
     }
 }
 
-/// The pieces of a long word ([`PIECE_CHARS`]): the word itself when it is short enough.
-pub fn pieces(word: &str) -> Vec<&str> {
+/// The pieces of a long word ([`PIECE_CHARS`]), as byte ranges of it: the word itself when
+/// it is short enough.
+pub fn pieces(word: &str) -> Vec<Range<usize>> {
     let starts: Vec<usize> = word.char_indices().map(|(i, _)| i).collect();
     if starts.len() <= PIECE_CHARS {
-        return vec![word];
+        return std::iter::once(0..word.len()).collect();
     }
     let at = |i: usize| starts.get(i).copied().unwrap_or(word.len());
     let mut out = Vec::new();
     let mut from = 0;
     loop {
         let to = from + PIECE_CHARS;
-        out.extend(word.get(at(from)..at(to)));
+        out.push(at(from)..at(to));
         if to >= starts.len() {
             return out;
         }
@@ -331,9 +354,16 @@ mod tests {
 
     fn found(v: &Inner, run: &Run) -> Vec<String> {
         match v.find(run) {
-            Words::Some(words, _) => words,
+            Words::Some { ids, .. } => ids
+                .iter()
+                .map(|id| v.words[*id as usize].to_string())
+                .collect(),
             Words::Any => panic!("{run:?} narrows nothing"),
         }
+    }
+
+    fn pieces_of(word: &str) -> Vec<&str> {
+        pieces(word).into_iter().map(|r| &word[r]).collect()
     }
 
     #[test]
@@ -379,7 +409,7 @@ mod tests {
         let long: String = (0..3000)
             .map(|i| char::from(b'a' + (i % 26) as u8))
             .collect();
-        let ps = pieces(&long);
+        let ps = pieces_of(&long);
         assert_eq!(ps.len(), 4);
         assert!(ps.iter().all(|p| p.chars().count() <= PIECE_CHARS));
         // Every substring of at most 200 characters is wholly in one piece.
@@ -390,6 +420,6 @@ mod tests {
         let v = vocabulary(&ps);
         let sub = long[1500..1520].to_string();
         assert!(!found(&v, &run(&sub, false, false)).is_empty());
-        assert_eq!(pieces("kort"), vec!["kort"]);
+        assert_eq!(pieces_of("kort"), vec!["kort"]);
     }
 }

@@ -46,10 +46,16 @@ struct Fixture {
     folded: Vec<(String, Vec<String>)>,
 }
 
-fn load(docs: Vec<(String, String)>) -> Fixture {
+/// A store and its index in a new directory (kept while the directory lives).
+fn empty() -> (tempfile::TempDir, Store, SearchIndex) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let index = SearchIndex::open(&dir.path().join("index"), true).unwrap();
+    (dir, store, index)
+}
+
+fn load(docs: Vec<(String, String)>) -> Fixture {
+    let (dir, store, index) = empty();
     let now = jiff::Timestamp::now();
     for (path, text) in &docs {
         kennis::kb::store_document(&store, ORG, path, text.as_bytes(), None, now).unwrap();
@@ -286,6 +292,49 @@ fn a_term_no_word_holds_has_no_candidates() {
     assert_eq!(compare(&f, "\"ak en za\""), 1);
 }
 
+/// The vocabulary counts each word's documents segment by segment; once segments are merged,
+/// their counts go and the merged one's come in their place, so a run's count stays what it
+/// was and the run still filters (counted twice, 34 entries for 20 documents would leave it to
+/// the verifier).
+#[test]
+fn a_merge_leaves_the_vocabulary_s_counts_as_they_were() {
+    let (_dir, store, index) = empty();
+    let now = jiff::Timestamp::now();
+    // 17 words hold `kwa` (more than a run filters through however common), in 17 of 20
+    // documents, written in two commits: two segments at least.
+    for i in 0..20u8 {
+        let text = if i < 17 {
+            format!("kwa{} tekst", char::from(b'a' + i))
+        } else {
+            "andere tekst".to_owned()
+        };
+        kennis::kb::store_document(&store, ORG, &format!("d{i}.md"), text.as_bytes(), None, now)
+            .unwrap();
+        if i == 9 {
+            index.catch_up(&store).unwrap();
+        }
+    }
+    index.catch_up(&store).unwrap();
+    assert!(index.segments().unwrap().len() >= 2);
+    let kwa = ["kwa".to_owned()];
+    let ranked = || {
+        index
+            .ranked(ORG, None, &kwa, 200, PairTerms::Adaptive)
+            .unwrap()
+    };
+    let before = ranked();
+    assert!(!before.loose());
+    assert_eq!(before.total().unwrap(), 17);
+    index.compact(true).unwrap();
+    assert_eq!(index.segments().unwrap().len(), 1);
+    let after = ranked();
+    assert!(
+        !after.loose(),
+        "the merged segment's words were counted twice"
+    );
+    assert_eq!(after.total().unwrap(), 17);
+}
+
 /// Documents of 8 KB and more: past the first candidates, a search verifies them in batches
 /// of 256 KB and more, half on a second thread (`kb::search::verify_ahead`) — and finds
 /// exactly what the reference finds, every line where it stands.
@@ -370,9 +419,7 @@ fn a_common_two_character_term_leaves_the_choice_to_the_verifier() {
 /// few that hold it; the search then filters through the words and finds exactly those.
 #[test]
 fn a_term_common_elsewhere_but_rare_here_is_still_found_in_full() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
-    let index = SearchIndex::open(&dir.path().join("index"), true).unwrap();
+    let (_dir, store, index) = empty();
     let now = jiff::Timestamp::now();
     let (dutch, english) = (1, 2);
     let put = |org: u64, path: &str, text: &str| {
@@ -412,9 +459,7 @@ fn a_term_common_elsewhere_but_rare_here_is_still_found_in_full() {
 #[test]
 fn pruned_ranking_equals_the_exhaustive_ranking() {
     let mut rng = StdRng::seed_from_u64(27);
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
-    let index = SearchIndex::open(&dir.path().join("index"), true).unwrap();
+    let (_dir, store, index) = empty();
     let now = jiff::Timestamp::now();
     let mut paths = Vec::new();
     // Several batches, each committed on its own: several segments.
