@@ -228,21 +228,69 @@ pub enum PairTerms {
 pub fn joins(text: &str) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     let mut seen: HashSet<(char, char, char), BuildHasherDefault<FxHasher>> = HashSet::default();
-    let mut last: [(usize, char); 2] = [(0, ' '); 2];
-    for (i, c) in text.char_indices() {
-        let [(start, a), (_, b)] = last;
-        if !a.is_whitespace()
-            && !b.is_alphanumeric()
+    // Byte by byte: letters, digits and spaces (nearly all of a text) are passed over without
+    // decoding; a sign between two ASCII characters is read from the bytes; only a character
+    // beyond ASCII (its first byte; the bytes continuing it are passed over) or beside one is
+    // decoded.
+    let bytes = text.as_bytes();
+    for (i, &byte) in bytes.iter().enumerate() {
+        let sign = match ASCII_CLASS.get(usize::from(byte)) {
+            Some(&SIGN) => true,
+            Some(_) => continue,
+            None if byte >= 0xC0 => false,
+            None => continue,
+        };
+        if sign
+            && let (Some(&a), Some(&c)) = (bytes.get(i.wrapping_sub(1)), bytes.get(i + 1))
+            && a.is_ascii()
+            && c.is_ascii()
+        {
+            let spaced = |x: u8| ASCII_CLASS.get(usize::from(x)) == Some(&SPACE);
+            if !spaced(a) && !spaced(c) && seen.insert((a.into(), byte.into(), c.into())) {
+                out.push((i - 1, i + 2));
+            }
+            continue;
+        }
+        let (Some(before), Some(rest)) = (text.get(..i), text.get(i..)) else {
+            continue;
+        };
+        let mut after = rest.chars();
+        let (Some(b), Some(c), Some(a)) = (after.next(), after.next(), before.chars().next_back())
+        else {
+            continue;
+        };
+        if !b.is_alphanumeric()
             && !b.is_whitespace()
+            && !a.is_whitespace()
             && !c.is_whitespace()
             && seen.insert((a, b, c))
         {
-            out.push((start, i + c.len_utf8()));
+            out.push((i - a.len_utf8(), i + b.len_utf8() + c.len_utf8()));
         }
-        last = [last[1], (i, c)];
     }
     out
 }
+
+const WORD: u8 = 0;
+const SPACE: u8 = 1;
+const SIGN: u8 = 2;
+/// What each ASCII character is to [`joins`]: a letter or digit, white space (as
+/// `char::is_whitespace` has it: tab to carriage return and the space) or a sign.
+// Indexed while the program is built: an index out of bounds fails the build, never a run.
+#[allow(clippy::indexing_slicing)]
+const ASCII_CLASS: [u8; 128] = {
+    let mut table = [SIGN; 128];
+    let mut b = 0;
+    while b < 128 {
+        if (b as u8).is_ascii_alphanumeric() {
+            table[b] = WORD;
+        } else if matches!(b, 9..=13 | 32) {
+            table[b] = SPACE;
+        }
+        b += 1;
+    }
+    table
+};
 
 /// Tokenizer of the `joins` field ([`joins`]), each gram once.
 #[derive(Clone)]
@@ -301,28 +349,89 @@ impl Tokenizer for LongWords {
     type TokenStream<'a> = PieceStream<'a>;
 
     fn token_stream<'a>(&'a mut self, text: &'a str) -> PieceStream<'a> {
-        let mut rest = Vec::new();
-        let mut start: Option<usize> = None;
-        let bounds = text.char_indices().chain([(text.len(), ' ')]);
-        for (i, c) in bounds {
-            if c.is_alphanumeric() && i < text.len() {
-                start.get_or_insert(i);
-                continue;
-            }
-            if let Some(from) = start.take()
-                && i - from >= vocabulary::LONG_WORD
-                && let Some(word) = text.get(from..i)
-            {
-                for piece in vocabulary::pieces(word) {
-                    rest.push((from + piece.start, from + piece.end));
-                }
-            }
-        }
+        let mut rest = long_words(text);
         rest.reverse();
         PieceStream {
             text,
             rest,
             current: Token::default(),
+        }
+    }
+}
+
+/// The pieces of `text`'s words of at least [`vocabulary::LONG_WORD`] bytes, as byte ranges.
+/// Every word lies between two ASCII bytes that are neither letters nor digits (such a byte is
+/// never inside a character of more bytes), and few such stretches are long enough to hold a
+/// long word: only those are read character by character.
+fn long_words(text: &str) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    // Most texts have no such stretch: a first pass without branches says so.
+    let bytes = text.as_bytes();
+    let mut run = 0u32;
+    let mut longest = 0u32;
+    for &byte in bytes {
+        run = (run + 1) & KEEPS_RUN.get(usize::from(byte)).copied().unwrap_or(0);
+        longest = longest.max(run);
+    }
+    if (longest as usize) < vocabulary::LONG_WORD {
+        return out;
+    }
+    let mut from = 0;
+    for (i, &byte) in bytes.iter().enumerate() {
+        if splits_words(byte) {
+            if i - from >= vocabulary::LONG_WORD {
+                long_words_in(text, from..i, &mut out);
+            }
+            from = i + 1;
+        }
+    }
+    if text.len() - from >= vocabulary::LONG_WORD {
+        long_words_in(text, from..text.len(), &mut out);
+    }
+    out
+}
+
+/// Whether `byte` is an ASCII character that is neither a letter nor a digit.
+fn splits_words(byte: u8) -> bool {
+    byte.is_ascii() && !byte.is_ascii_alphanumeric()
+}
+
+/// Per byte: all ones where it may be part of a word, none where it [`splits_words`] (a
+/// table: the first pass of [`long_words`] reads every byte through it, without branches).
+// Indexed while the program is built: an index out of bounds fails the build, never a run.
+#[allow(clippy::indexing_slicing)]
+const KEEPS_RUN: [u32; 256] = {
+    let mut table = [u32::MAX; 256];
+    let mut b = 0;
+    while b < 128 {
+        if !(b as u8).is_ascii_alphanumeric() {
+            table[b] = 0;
+        }
+        b += 1;
+    }
+    table
+};
+
+/// [`long_words`] within `stretch` of `text`, character by character.
+fn long_words_in(text: &str, stretch: std::ops::Range<usize>, out: &mut Vec<(usize, usize)>) {
+    let Some(part) = text.get(stretch.clone()) else {
+        return;
+    };
+    let base = stretch.start;
+    let mut start: Option<usize> = None;
+    let bounds = part.char_indices().chain([(part.len(), ' ')]);
+    for (i, c) in bounds {
+        if c.is_alphanumeric() && i < part.len() {
+            start.get_or_insert(i);
+            continue;
+        }
+        if let Some(from) = start.take()
+            && i - from >= vocabulary::LONG_WORD
+            && let Some(word) = part.get(from..i)
+        {
+            for piece in vocabulary::pieces(word) {
+                out.push((base + from + piece.start, base + from + piece.end));
+            }
         }
     }
 }
@@ -1452,7 +1561,7 @@ impl Ranked {
 mod tests {
     use super::*;
 
-    fn long_words(text: &str) -> Vec<String> {
+    fn long_tokens(text: &str) -> Vec<String> {
         let mut t = LongWords;
         let mut stream = t.token_stream(text);
         let mut out = Vec::new();
@@ -1502,6 +1611,62 @@ mod tests {
         assert_eq!(grams("€-€ é.é"), vec!["€-€", "é.é"]);
     }
 
+    /// The joins and long words as first written, a character at a time: the byte scans
+    /// must find exactly these.
+    fn joins_by_characters(text: &str) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        let mut last: [(usize, char); 2] = [(0, ' '); 2];
+        for (i, c) in text.char_indices() {
+            let [(start, a), (_, b)] = last;
+            if !a.is_whitespace()
+                && !b.is_alphanumeric()
+                && !b.is_whitespace()
+                && !c.is_whitespace()
+                && seen.insert((a, b, c))
+            {
+                out.push((start, i + c.len_utf8()));
+            }
+            last = [last[1], (i, c)];
+        }
+        out
+    }
+
+    fn long_words_by_characters(text: &str) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        long_words_in(text, 0..text.len(), &mut out);
+        out
+    }
+
+    #[test]
+    fn the_byte_scans_agree_with_reading_character_by_character() {
+        use rand::{Rng, SeedableRng};
+        // Letters and digits in and beyond ASCII, white space in and beyond it (a vertical
+        // tab, a no-break and an ideographic space), signs in and beyond it.
+        let alphabet: Vec<char> = "aaaaeeeeé9ĳ漢 \t\n\u{b}\u{a0}\u{3000}-./:€–\u{301}"
+            .chars()
+            .collect();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(27);
+        for round in 0..2000 {
+            let len = if round % 10 == 0 { 400 } else { 30 };
+            let text: String = (0..rng.gen_range(0..len))
+                .map(|_| alphabet[rng.gen_range(0..alphabet.len())])
+                .collect();
+            // Now and then a word long enough for the long field.
+            let text = if round % 7 == 0 {
+                text.replacen(' ', &"ab".repeat(rng.gen_range(15..40)), 1)
+            } else {
+                text
+            };
+            assert_eq!(joins(&text), joins_by_characters(&text), "{text:?}");
+            assert_eq!(
+                long_words(&text),
+                long_words_by_characters(&text),
+                "{text:?}"
+            );
+        }
+    }
+
     #[test]
     fn only_long_words_are_in_the_long_field_in_pieces() {
         let forty = "a".repeat(40);
@@ -1510,14 +1675,14 @@ mod tests {
             "b".repeat(39),
             "c".repeat(2000)
         );
-        let got = long_words(&text);
+        let got = long_tokens(&text);
         assert_eq!(got.len(), 1 + vocabulary::pieces(&"c".repeat(2000)).len());
         assert_eq!(got[0], forty);
         assert!(got[1..].iter().all(|p| p.chars().all(|c| c == 'c')));
-        assert!(long_words("de kat krabt").is_empty());
+        assert!(long_tokens("de kat krabt").is_empty());
         // Letters beyond ASCII count by their bytes, as the words field's limit does.
-        assert_eq!(long_words(&"é".repeat(20)), vec!["é".repeat(20)]);
-        assert!(long_words(&"é".repeat(19)).is_empty());
+        assert_eq!(long_tokens(&"é".repeat(20)), vec!["é".repeat(20)]);
+        assert!(long_tokens(&"é".repeat(19)).is_empty());
     }
 
     #[test]
