@@ -228,6 +228,26 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
     if let Some(t) = file_expiry {
         app.metrics.tls_cert_expiry.set(t);
     }
+    // The search vocabulary is read before the server answers (0.3 s at 1 GB): read by the
+    // first search instead, it held every search of the first moments back that long (a
+    // hundred assistants' search p99 went from 3.5 to 100 ms in the capacity benchmark).
+    {
+        let app = app.clone();
+        let started = std::time::Instant::now();
+        match tokio::task::spawn_blocking(move || app.kb_index.prepare_search()).await {
+            Ok(Ok(words)) => tracing::info!(
+                words,
+                ms = started.elapsed().as_millis() as u64,
+                "search vocabulary read"
+            ),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not read the search vocabulary ahead; the first search will")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the search vocabulary stopped; the first search will read it")
+            }
+        }
+    }
     let (stop, stop_rx) = watch::channel(false);
     let mut workers = crate::agents::start_workers(&app, stop_rx.clone())?;
     if let Some(acme_tls) = acme_tls {
@@ -251,21 +271,6 @@ pub async fn start(config: Config, clock: SharedClock) -> Result<RunningServer, 
                 Ok(0) => {}
                 Ok(n) => tracing::info!(removals = n, "finished interrupted removals"),
                 Err(e) => tracing::error!(error = %e, "could not finish an interrupted removal"),
-            }
-        })
-    });
-    // The search vocabulary is read now rather than by the first search.
-    workers.push({
-        let app = app.clone();
-        tokio::task::spawn_blocking(move || {
-            let started = std::time::Instant::now();
-            match app.kb_index.prepare_search() {
-                Ok(words) => tracing::info!(
-                    words,
-                    ms = started.elapsed().as_millis() as u64,
-                    "search vocabulary read"
-                ),
-                Err(e) => tracing::warn!(error = %e, "could not read the search vocabulary ahead; the first search will"),
             }
         })
     });

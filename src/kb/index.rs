@@ -542,11 +542,17 @@ impl SearchIndex {
     }
 
     /// Reads the vocabulary of every segment the searches see now, as the first search would
-    /// otherwise (a third of a second at 1 GB): the server does it as it starts. Returns how
-    /// many words it holds.
+    /// otherwise (a third of a second at 1 GB): the server does it as it starts, before it
+    /// answers. Returns how many words it holds.
     pub fn prepare_search(&self) -> Result<usize, KbError> {
         self.read_vocabulary(&self.reader.searcher())?;
         Ok(self.vocabulary.len())
+    }
+
+    /// How many words the vocabulary holds so far ([`prepare_search`](Self::prepare_search)),
+    /// without waiting: `None` while words are being read in.
+    pub fn vocabulary_words(&self) -> Option<usize> {
+        self.vocabulary.len_now()
     }
 
     /// Takes the words of `searcher`'s segments into the vocabulary (those not read before).

@@ -303,6 +303,15 @@ impl Vocabulary {
         self.read().words.len()
     }
 
+    /// [`len`](Self::len) without waiting: `None` while words are being read in.
+    pub fn len_now(&self) -> Option<usize> {
+        match self.inner.try_read() {
+            Ok(inner) => Some(inner.words.len()),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner().words.len()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
