@@ -300,13 +300,7 @@ impl Tokenizer for Joins {
     type TokenStream<'a> = PieceStream<'a>;
 
     fn token_stream<'a>(&'a mut self, text: &'a str) -> PieceStream<'a> {
-        let mut rest = joins(text);
-        rest.reverse();
-        PieceStream {
-            text,
-            rest,
-            current: Token::default(),
-        }
+        PieceStream::new(text, joins(text))
     }
 }
 
@@ -321,6 +315,18 @@ struct PieceStream<'a> {
     /// The pieces, in reverse order: `advance` pops.
     rest: Vec<(usize, usize)>,
     current: Token,
+}
+
+impl<'a> PieceStream<'a> {
+    /// The pieces of `text` at these byte ranges, in this order.
+    fn new(text: &'a str, mut pieces: Vec<(usize, usize)>) -> Self {
+        pieces.reverse();
+        PieceStream {
+            text,
+            rest: pieces,
+            current: Token::default(),
+        }
+    }
 }
 
 impl TokenStream for PieceStream<'_> {
@@ -349,13 +355,7 @@ impl Tokenizer for LongWords {
     type TokenStream<'a> = PieceStream<'a>;
 
     fn token_stream<'a>(&'a mut self, text: &'a str) -> PieceStream<'a> {
-        let mut rest = long_words(text);
-        rest.reverse();
-        PieceStream {
-            text,
-            rest,
-            current: Token::default(),
-        }
+        PieceStream::new(text, long_words(text))
     }
 }
 
@@ -392,7 +392,7 @@ fn long_words(text: &str) -> Vec<(usize, usize)> {
 }
 
 /// Whether `byte` is an ASCII character that is neither a letter nor a digit.
-fn splits_words(byte: u8) -> bool {
+const fn splits_words(byte: u8) -> bool {
     byte.is_ascii() && !byte.is_ascii_alphanumeric()
 }
 
@@ -403,8 +403,8 @@ fn splits_words(byte: u8) -> bool {
 const KEEPS_RUN: [u32; 256] = {
     let mut table = [u32::MAX; 256];
     let mut b = 0;
-    while b < 128 {
-        if !(b as u8).is_ascii_alphanumeric() {
+    while b < 256 {
+        if splits_words(b as u8) {
             table[b] = 0;
         }
         b += 1;

@@ -32,25 +32,11 @@ async fn healthz_and_metrics_answer() {
 async fn the_search_vocabulary_is_read_before_the_server_answers() {
     let mut t = TestServer::start().await;
     let s = t.seed("Acme", "ann@example.org");
-    let app = t.app().clone();
     // Enough words that reading them takes a while (tens of milliseconds here).
     let text: String = (0..40_000u32)
         .map(|i| format!("w{:x}q{} ", i.wrapping_mul(2_654_435_761), i % 97))
         .collect();
-    kennis::kb::write(
-        &app.store,
-        &app.kb_index,
-        kennis::kb::NewVersion {
-            org_id: s.org.id,
-            path: "woorden.md",
-            bytes: text.as_bytes(),
-            expect: kennis::kb::Expect::Any,
-            by: Some(s.person.id),
-            now: app.clock.now(),
-        },
-    )
-    .unwrap();
-    drop(app);
+    t.put_doc(&s, "woorden.md", &text);
     t.restart().await;
     // No search has run in the new server: its words were read as it started, so the first
     // searches do not wait for them.
