@@ -55,6 +55,7 @@ pub const TABLES: &[(&str, &str)] = &[
         "kb_content",
         "content its versions name that no other organisation's do",
     ),
+    ("kb_content_data", "the content kb_content locates, with it"),
     ("kb_text", "as kb_content"),
     ("kb_extraction", "as kb_content"),
     ("kb_changes", "org_id"),

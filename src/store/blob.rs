@@ -15,13 +15,22 @@
 //! its pages unused, parts of at most 1 KB about 15 % (measured in `docs/performance.md`).
 //! A value of one part is the form kennis always wrote, so stores written before need no
 //! migration; `kennis compact` splits their long values as it rewrites the file.
+//!
+//! Content is keyed by its hash, which is random: values written under their hashes land on
+//! pages all over the table, and a large import left those pages about two thirds full
+//! until the file was rewritten. So content is kept in the order it is written: its rows
+//! (head and parts as above) under a number counting up in a table of rows
+//! ([`rows_table`]), and under its hash only a location, [`AT`] and that number. redb packs
+//! the last page full when a key greater than every other arrives, so the rows' pages are
+//! full as they are written; the locations are small. Content written before under its
+//! hash itself is read as before.
 
 use std::borrow::Cow;
 use std::cell::RefCell;
 
 use redb::{ReadableTable, Table as RedbTable, TableHandle};
 
-use super::{StoreError, Table};
+use super::{KB_CONTENT, KB_CONTENT_DATA, StoreError, Table};
 
 const RAW: u8 = 0;
 const ZSTD: u8 = 1;
@@ -29,6 +38,8 @@ const ZSTD: u8 = 1;
 /// then the first part.
 const PARTS: u8 = 2;
 const HEAD: usize = 1 + 4 + 8;
+/// A location: the value's key in the table of rows (a u64, big-endian) follows.
+const AT: u8 = 3;
 /// The longest part. Rows of about a quarter of a page fill pages well without many rows per
 /// document (`docs/performance.md`, stop 35).
 pub const PART: usize = 1000;
@@ -175,12 +186,51 @@ pub(super) fn is_head(stored: &[u8]) -> bool {
     stored.first() == Some(&PARTS)
 }
 
-/// The bytes kept under `key` in `t`: its parts joined, then decoded.
+/// The table that holds the rows of `table`'s values in the order they were written, when
+/// `table` keeps only where they are: content.
+pub(super) fn rows_table(table: &Table) -> Option<Table> {
+    (table.name() == KB_CONTENT.name()).then_some(KB_CONTENT_DATA)
+}
+
+/// What a location points to is not there (or is a location itself).
+pub(super) fn misplaced(table: &Table) -> StoreError {
+    corrupt(
+        table.name(),
+        "a value is missing from where it was kept".into(),
+    )
+}
+
+/// What is kept under a key: the value, or where it is.
+#[derive(Debug)]
+pub(super) enum Held {
+    Bytes(Vec<u8>),
+    /// The value's key in the table of rows.
+    At([u8; 8]),
+}
+
+impl Held {
+    /// The bytes; a location has none.
+    pub(super) fn into_bytes(self) -> Vec<u8> {
+        match self {
+            Held::Bytes(bytes) => bytes,
+            Held::At(_) => Vec::new(),
+        }
+    }
+}
+
+fn location(stored: &[u8]) -> Option<[u8; 8]> {
+    match stored.split_first() {
+        Some((&AT, at)) => at.try_into().ok(),
+        _ => None,
+    }
+}
+
+/// What is kept under `key` in `t`: its parts joined, then decoded, or where it is.
 pub(super) fn read_in(
     t: &impl ReadableTable<&'static [u8], &'static [u8]>,
     table: &Table,
     key: &[u8],
-) -> Result<Option<Vec<u8>>, StoreError> {
+) -> Result<Option<Held>, StoreError> {
     let name = table.name();
     let corrupt = |message: &str| corrupt(name, message.into());
     // One descent: the head, then its parts, which follow it in key order.
@@ -196,8 +246,11 @@ pub(super) fn read_in(
         None => return Ok(None),
     };
     let head = head.value();
+    if let Some(at) = location(head) {
+        return Ok(Some(Held::At(at)));
+    }
     if !is_head(head) {
-        return Ok(Some(decode_in(name, head)?.into_owned()));
+        return Ok(Some(Held::Bytes(decode_in(name, head)?.into_owned())));
     }
     let (Some(count), Some(total), Some(first)) = (
         head.get(1..5)
@@ -239,12 +292,12 @@ pub(super) fn read_in(
     }
     if joined.first() == Some(&RAW) {
         joined.remove(0);
-        return Ok(Some(joined));
+        return Ok(Some(Held::Bytes(joined)));
     }
     if is_head(&joined) {
         return Err(corrupt("a value in parts holds parts"));
     }
-    Ok(Some(decode_in(name, &joined)?.into_owned()))
+    Ok(Some(Held::Bytes(decode_in(name, &joined)?.into_owned())))
 }
 
 /// Keeps `bytes` under `key` in `t` in their stored form, in place of what was there.
@@ -259,6 +312,63 @@ pub(super) fn write_in(
         insert_row(t, key, i, row)?;
     }
     Ok(())
+}
+
+/// Keeps `bytes` in their stored form in `rows`, under the number after the greatest there,
+/// and under `key` in `index` where they are, in place of what was there.
+pub(super) fn write_located(
+    index: &mut RedbTable<'_, &'static [u8], &'static [u8]>,
+    rows: &mut RedbTable<'_, &'static [u8], &'static [u8]>,
+    key: &[u8],
+    bytes: &[u8],
+) -> Result<(), StoreError> {
+    remove_located(index, rows, key)?;
+    // The greatest key is a value's own or one of its parts: its first eight bytes say whose.
+    let next = match rows.last()? {
+        None => 1,
+        Some((k, _)) => k
+            .value()
+            .get(..8)
+            .and_then(|n| <[u8; 8]>::try_from(n).ok())
+            .map(u64::from_be_bytes)
+            .and_then(|n| n.checked_add(1))
+            .ok_or_else(|| {
+                corrupt(
+                    rows.name(),
+                    "a key in the table of rows is not a number".into(),
+                )
+            })?,
+    };
+    let at = next.to_be_bytes();
+    let stored = encode(bytes);
+    for (i, row) in split(&stored)?.iter().enumerate() {
+        insert_row(rows, &at, i, row)?;
+    }
+    let mut here = [AT; 9];
+    here[1..].copy_from_slice(&at);
+    index.insert(key, here.as_slice())?;
+    Ok(())
+}
+
+/// Removes the value under `key` in `index`, with its rows in `rows` (or, written before
+/// values were located, its parts beside it); whether there was one.
+pub(super) fn remove_located(
+    index: &mut RedbTable<'_, &'static [u8], &'static [u8]>,
+    rows: &mut RedbTable<'_, &'static [u8], &'static [u8]>,
+    key: &[u8],
+) -> Result<bool, StoreError> {
+    let at = match index.get(key)? {
+        None => return Ok(false),
+        Some(here) => location(here.value()),
+    };
+    match at {
+        Some(at) => {
+            index.remove(key)?;
+            remove_in(rows, &at)?;
+            Ok(true)
+        }
+        None => remove_in(index, key),
+    }
 }
 
 /// Copies a row of another file's table of blobs into `t` (a compaction): a long value written
@@ -355,7 +465,7 @@ mod tests {
         }
     }
 
-    use crate::store::{KB_CONTENT, KB_TEXT, Store, key};
+    use crate::store::{KB_CONTENT, KB_CONTENT_DATA, KB_TEXT, Store, key};
 
     /// Text that compresses about as well as documents do, `n` bytes long.
     fn words(n: usize, seed: u64) -> Vec<u8> {
@@ -375,20 +485,26 @@ mod tests {
         out
     }
 
-    fn rows_of(store: &Store, k: &[u8]) -> Vec<(Vec<u8>, usize)> {
+    /// The rows under keys starting with `k` in `table`, and their lengths.
+    fn rows_in(store: &Store, table: Table, k: &[u8]) -> Vec<(Vec<u8>, usize)> {
         store
             .read(|tx| {
                 Ok::<_, StoreError>(
-                    tx.scan_keys(KB_CONTENT, k, usize::MAX)?
+                    tx.scan_keys(table, k, usize::MAX)?
                         .into_iter()
                         .map(|key| {
-                            let len = tx.get_raw(KB_CONTENT, &key).unwrap().unwrap().len();
+                            let len = tx.get_raw(table, &key).unwrap().unwrap().len();
                             (key, len)
                         })
                         .collect(),
                 )
             })
             .unwrap()
+    }
+
+    /// Extracted text keeps its values under their own keys.
+    fn rows_of(store: &Store, k: &[u8]) -> Vec<(Vec<u8>, usize)> {
+        rows_in(store, KB_TEXT, k)
     }
 
     #[test]
@@ -406,14 +522,14 @@ mod tests {
         store
             .write(|tx| {
                 for (i, bytes) in cases.iter().enumerate() {
-                    tx.put_blob(KB_CONTENT, &key::id(i as u64), bytes)?;
+                    tx.put_blob(KB_TEXT, &key::id(i as u64), bytes)?;
                 }
                 Ok::<_, StoreError>(())
             })
             .unwrap();
         for (i, bytes) in cases.iter().enumerate() {
             let k = key::id(i as u64);
-            let back = store.read(|tx| tx.get_blob(KB_CONTENT, &k)).unwrap();
+            let back = store.read(|tx| tx.get_blob(KB_TEXT, &k)).unwrap();
             assert_eq!(back.as_deref(), Some(bytes.as_slice()), "case {i}");
             let rows = rows_of(&store, &k);
             // Every row fits a quarter of a page; only what is longer than a part is split.
@@ -425,7 +541,7 @@ mod tests {
             }
         }
         assert_eq!(
-            store.read(|tx| tx.get_blob(KB_CONTENT, b"absent")).unwrap(),
+            store.read(|tx| tx.get_blob(KB_TEXT, b"absent")).unwrap(),
             None
         );
     }
@@ -438,40 +554,30 @@ mod tests {
         let long = words(30_000, 4);
         store
             .write(|tx| {
-                tx.put_blob(KB_CONTENT, &a, &long)?;
-                tx.put_blob(KB_CONTENT, &b, &long)
+                tx.put_blob(KB_TEXT, &a, &long)?;
+                tx.put_blob(KB_TEXT, &b, &long)
             })
             .unwrap();
         let parts = rows_of(&store, &a).len();
         assert!(parts > 3, "{parts}");
         // Shorter now: one row, none of the old parts left over.
-        store
-            .write(|tx| tx.put_blob(KB_CONTENT, &a, b"kort"))
-            .unwrap();
+        store.write(|tx| tx.put_blob(KB_TEXT, &a, b"kort")).unwrap();
         assert_eq!(rows_of(&store, &a).len(), 1);
         assert_eq!(
-            store
-                .read(|tx| tx.get_blob(KB_CONTENT, &a))
-                .unwrap()
-                .unwrap(),
+            store.read(|tx| tx.get_blob(KB_TEXT, &a)).unwrap().unwrap(),
             b"kort"
         );
-        store
-            .write(|tx| tx.put_blob(KB_CONTENT, &a, &long))
-            .unwrap();
-        assert!(store.write(|tx| tx.delete_blob(KB_CONTENT, &a)).unwrap());
-        assert!(!store.write(|tx| tx.delete_blob(KB_CONTENT, &a)).unwrap());
+        store.write(|tx| tx.put_blob(KB_TEXT, &a, &long)).unwrap();
+        assert!(store.write(|tx| tx.delete_blob(KB_TEXT, &a)).unwrap());
+        assert!(!store.write(|tx| tx.delete_blob(KB_TEXT, &a)).unwrap());
         assert!(rows_of(&store, &a).is_empty());
         // The neighbour is whole.
         assert_eq!(rows_of(&store, &b).len(), parts);
         assert_eq!(
-            store
-                .read(|tx| tx.get_blob(KB_CONTENT, &b))
-                .unwrap()
-                .unwrap(),
+            store.read(|tx| tx.get_blob(KB_TEXT, &b)).unwrap().unwrap(),
             long
         );
-        assert_eq!(store.read(|tx| tx.count(KB_TEXT)).unwrap(), 0);
+        assert_eq!(store.read(|tx| tx.count(KB_CONTENT)).unwrap(), 0);
     }
 
     #[test]
@@ -483,37 +589,37 @@ mod tests {
         let put = |f: &dyn Fn(&mut crate::store::WriteTx) -> Result<(), StoreError>| {
             store
                 .write(|tx| {
-                    tx.delete_blob(KB_CONTENT, &k)?;
-                    tx.put_blob(KB_CONTENT, &k, &long)?;
+                    tx.delete_blob(KB_TEXT, &k)?;
+                    tx.put_blob(KB_TEXT, &k, &long)?;
                     f(tx)
                 })
                 .unwrap();
-            store.read(|tx| tx.get_blob(KB_CONTENT, &k))
+            store.read(|tx| tx.get_blob(KB_TEXT, &k))
         };
         assert_eq!(put(&|_| Ok(())).unwrap().unwrap(), long);
         let head =
-            |tx: &crate::store::WriteTx| tx.get_raw(KB_CONTENT, &k).map(Option::unwrap_or_default);
+            |tx: &crate::store::WriteTx| tx.get_raw(KB_TEXT, &k).map(Option::unwrap_or_default);
         type Damage<'a> = Box<dyn Fn(&mut crate::store::WriteTx) -> Result<(), StoreError> + 'a>;
         let damaged: Vec<Damage<'_>> = vec![
             // A part gone.
-            Box::new(|tx| tx.delete(KB_CONTENT, &part_key(&k, 2)).map(drop)),
+            Box::new(|tx| tx.delete(KB_TEXT, &part_key(&k, 2)).map(drop)),
             // The last part gone.
-            Box::new(|tx| tx.delete(KB_CONTENT, &part_key(&k, 5)).map(drop)),
+            Box::new(|tx| tx.delete(KB_TEXT, &part_key(&k, 5)).map(drop)),
             // A part longer than the head says.
-            Box::new(|tx| tx.put_raw(KB_CONTENT, &part_key(&k, 1), &[1; 1_200])),
+            Box::new(|tx| tx.put_raw(KB_TEXT, &part_key(&k, 1), &[1; 1_200])),
             // A part shorter.
-            Box::new(|tx| tx.put_raw(KB_CONTENT, &part_key(&k, 3), &[1; 10])),
+            Box::new(|tx| tx.put_raw(KB_TEXT, &part_key(&k, 3), &[1; 10])),
             // The head cut short, claiming more parts, claiming a huge length.
-            Box::new(|tx| tx.put_raw(KB_CONTENT, &k, &[PARTS, 9, 0])),
+            Box::new(|tx| tx.put_raw(KB_TEXT, &k, &[PARTS, 9, 0])),
             Box::new(move |tx| {
                 let mut h = head(tx)?;
                 h[1] = 200;
-                tx.put_raw(KB_CONTENT, &k, &h)
+                tx.put_raw(KB_TEXT, &k, &h)
             }),
             Box::new(move |tx| {
                 let mut h = head(tx)?;
                 h[5..13].copy_from_slice(&u64::MAX.to_le_bytes());
-                tx.put_raw(KB_CONTENT, &k, &h)
+                tx.put_raw(KB_TEXT, &k, &h)
             }),
         ];
         for (i, damage) in damaged.iter().enumerate() {
@@ -533,7 +639,7 @@ mod tests {
                 tx.put_raw(KB_CONTENT, &key::id(4), &encode(&short))
             })
             .unwrap();
-        assert_eq!(rows_of(&store, &k).len(), 1);
+        assert_eq!(rows_in(&store, KB_CONTENT, &k).len(), 1);
         let read = |k: &[u8]| {
             store
                 .read(|tx| tx.get_blob(KB_CONTENT, k))
@@ -543,7 +649,7 @@ mod tests {
         assert_eq!(read(&k), long);
         store.compact(std::time::Duration::from_secs(1)).unwrap();
         assert_eq!(
-            rows_of(&store, &k).len(),
+            rows_in(&store, KB_CONTENT, &k).len(),
             encode(&long).len().div_ceil(PART)
         );
         assert_eq!(read(&k), long);
@@ -552,8 +658,170 @@ mod tests {
         store.compact(std::time::Duration::from_secs(1)).unwrap();
         assert_eq!(read(&k), long);
         assert_eq!(
-            rows_of(&store, &k).len(),
+            rows_in(&store, KB_CONTENT, &k).len(),
             encode(&long).len().div_ceil(PART)
+        );
+    }
+
+    /// Where content under `k` is kept: the number its location names.
+    fn located(store: &Store, k: &[u8]) -> [u8; 8] {
+        let here = store.read(|tx| tx.get_raw(KB_CONTENT, k)).unwrap().unwrap();
+        assert_eq!(here.len(), 9, "{here:?}");
+        assert_eq!(here[0], AT);
+        location(&here).unwrap()
+    }
+
+    #[test]
+    fn content_is_kept_in_write_order_and_found_by_its_hash() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        // Keys as random as hashes; some values long enough for parts, one empty.
+        let values: Vec<(Vec<u8>, Vec<u8>)> = (0..300u64)
+            .map(|i| {
+                let k = blake3::hash(&i.to_le_bytes()).as_bytes().to_vec();
+                let n = [0, 40, 900, 2_500, 9_000][i as usize % 5];
+                (k, words(n, i))
+            })
+            .collect();
+        for batch in values.chunks(37) {
+            store
+                .write(|tx| {
+                    batch
+                        .iter()
+                        .try_for_each(|(k, v)| tx.put_blob(KB_CONTENT, k, v))
+                })
+                .unwrap();
+        }
+        let content = |k: &[u8]| store.read(|tx| tx.get_blob(KB_CONTENT, k)).unwrap();
+        // The numbers count up in write order, whatever the hashes are.
+        let at: Vec<u64> = values
+            .iter()
+            .map(|(k, _)| u64::from_be_bytes(located(&store, k)))
+            .collect();
+        assert_eq!(at, (1..=300).collect::<Vec<_>>());
+        let mut rows = 0;
+        for (k, v) in &values {
+            let here = located(&store, k);
+            assert_eq!(content(k).as_ref(), Some(v));
+            let kept = rows_in(&store, KB_CONTENT_DATA, &here);
+            assert_eq!(
+                kept.len(),
+                encode(v).len().div_ceil(PART).max(1),
+                "{kept:?}"
+            );
+            assert!(kept.iter().all(|(_, len)| *len <= PART + HEAD), "{kept:?}");
+            rows += kept.len();
+        }
+        assert_eq!(store.read(|tx| tx.count(KB_CONTENT)).unwrap(), 300);
+        assert_eq!(
+            store.read(|tx| tx.count(KB_CONTENT_DATA)).unwrap(),
+            rows as u64
+        );
+
+        // Replaced: the old rows go, the new ones come last.
+        let (k, _) = &values[3];
+        let old = located(&store, k);
+        store
+            .write(|tx| tx.put_blob(KB_CONTENT, k, &words(5_000, 99)))
+            .unwrap();
+        assert!(rows_in(&store, KB_CONTENT_DATA, &old).is_empty());
+        assert_eq!(u64::from_be_bytes(located(&store, k)), 301);
+        assert_eq!(content(k), Some(words(5_000, 99)));
+        // Removed: its location and every row.
+        let here = located(&store, k);
+        assert!(store.write(|tx| tx.delete_blob(KB_CONTENT, k)).unwrap());
+        assert!(!store.write(|tx| tx.delete_blob(KB_CONTENT, k)).unwrap());
+        assert!(rows_in(&store, KB_CONTENT_DATA, &here).is_empty());
+        assert_eq!(content(k), None);
+        // The neighbours are whole.
+        for (k, v) in values.iter().skip(4).take(5) {
+            assert_eq!(content(k).as_ref(), Some(v));
+        }
+    }
+
+    #[test]
+    fn content_written_in_batches_fills_its_pages() {
+        use redb::{ReadableDatabase, ReadableTableMetadata};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        // As an import writes it: documents of a few KB under random hashes, in batches.
+        for batch in 0..20u64 {
+            store
+                .write(|tx| {
+                    (0..100u64).try_for_each(|i| {
+                        let n = batch * 100 + i;
+                        let k = blake3::hash(&n.to_le_bytes());
+                        let v = words(1_000 + (n as usize * 37) % 4_000, n);
+                        tx.put_blob(KB_CONTENT, k.as_bytes(), &v)?;
+                        // The same kept under the hashes themselves, to compare.
+                        tx.put_blob(KB_TEXT, k.as_bytes(), &v)
+                    })
+                })
+                .unwrap();
+        }
+        let db = store.db();
+        let txn = db.begin_read().unwrap();
+        let filled = |table| {
+            let stats = txn.open_table(table).unwrap().stats().unwrap();
+            stats.stored_bytes() as f64 / (stats.leaf_pages() * 4096) as f64
+        };
+        let (in_order, by_hash) = (filled(KB_CONTENT_DATA), filled(KB_TEXT));
+        assert!(in_order > 0.85, "{in_order:.2}");
+        // Keyed by the hashes themselves, pages end about two thirds full.
+        assert!(by_hash < 0.8, "{by_hash:.2}");
+    }
+
+    #[test]
+    fn damaged_locations_are_errors_not_panics() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let (k, other) = (key::id(1), key::id(2));
+        let long: Vec<u8> = (0..5_000).map(|_| rand::random::<u8>()).collect();
+        store
+            .write(|tx| {
+                tx.put_blob(KB_CONTENT, &k, &long)?;
+                tx.put_blob(KB_CONTENT, &other, b"ander")
+            })
+            .unwrap();
+        let here = located(&store, &k);
+        let read = || store.read(|tx| tx.get_blob(KB_CONTENT, &k));
+        assert_eq!(read().unwrap().unwrap(), long);
+        let mut nowhere = [AT; 9];
+        nowhere[1..].copy_from_slice(&77u64.to_be_bytes());
+        let mut to_location = [AT; 9];
+        to_location[1..].copy_from_slice(&9u64.to_be_bytes());
+        for damage in [
+            // Pointing where nothing is.
+            nowhere.to_vec(),
+            // Cut short.
+            vec![AT, 0, 0, 1],
+            // Pointing at a location.
+            to_location.to_vec(),
+        ] {
+            store
+                .write(|tx| {
+                    tx.put_raw(KB_CONTENT_DATA, &9u64.to_be_bytes(), &nowhere)?;
+                    tx.put_raw(KB_CONTENT, &k, &damage)
+                })
+                .unwrap();
+            assert!(read().is_err(), "{damage:?}");
+        }
+        // A part of the rows gone.
+        store
+            .write(|tx| {
+                let mut back = [AT; 9];
+                back[1..].copy_from_slice(&here);
+                tx.put_raw(KB_CONTENT, &k, &back)?;
+                tx.delete(KB_CONTENT_DATA, &part_key(&here, 2)).map(drop)
+            })
+            .unwrap();
+        assert!(read().is_err());
+        assert_eq!(
+            store
+                .read(|tx| tx.get_blob(KB_CONTENT, &other))
+                .unwrap()
+                .unwrap(),
+            b"ander"
         );
     }
 }

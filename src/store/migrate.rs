@@ -5,7 +5,11 @@ use redb::ReadableTable;
 use super::{ALL_TABLES, KB_CONTENT, META, Store, StoreError, Table, blob, decode, encode};
 
 /// The schema version this binary writes.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
+
+/// Migrations from a version below this one leave space to give back (the file is compacted
+/// after them); the later ones change nothing already written.
+const LAST_FREEING: u32 = 4;
 
 const VERSION_KEY: &[u8] = b"schema_version";
 
@@ -18,6 +22,7 @@ const MIGRATIONS: &[Migration] = &[
     compress_content,
     compact_records,
     content_in_parts,
+    content_located,
 ];
 
 fn create_tables(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
@@ -61,6 +66,13 @@ fn content_in_parts(_txn: &redb::WriteTransaction) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Version 5 keeps new content in the order it is written and only its location under its
+/// hash ([`blob`]), which a version-4 binary would read as damaged: the version says so.
+/// Content written before stays under its hash, readable as ever.
+fn content_located(_txn: &redb::WriteTransaction) -> Result<(), StoreError> {
+    Ok(())
+}
+
 /// Brings the store to [`SCHEMA_VERSION`], or refuses a store from a newer binary. Returns
 /// whether an existing store was migrated (its file then has space to give back).
 pub(super) fn migrate(store: &Store) -> Result<bool, StoreError> {
@@ -94,7 +106,7 @@ pub(super) fn migrate(store: &Store) -> Result<bool, StoreError> {
     }
     drop(meta);
     txn.commit()?;
-    Ok(found > 0 && found < SCHEMA_VERSION)
+    Ok(found > 0 && found < LAST_FREEING)
 }
 
 /// Test hook: pretend a newer binary wrote this store.
@@ -220,6 +232,19 @@ mod tests {
         let back = store.read(|tx| tx.get_blob(KB_CONTENT, b"h1")).unwrap();
         assert_eq!(back.as_deref(), Some(text.as_bytes()));
         let v: Option<u32> = store.read(|tx| tx.get(META, VERSION_KEY)).unwrap();
-        assert_eq!(v, Some(4));
+        assert_eq!(v, Some(SCHEMA_VERSION));
+        // Content written now is located; the old value still reads beside it.
+        store
+            .write(|tx| tx.put_blob(KB_CONTENT, b"h2", text.as_bytes()))
+            .unwrap();
+        let located = store
+            .read(|tx| tx.get_raw(KB_CONTENT, b"h2"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(located.len(), 9);
+        for k in [&b"h1"[..], b"h2"] {
+            let back = store.read(|tx| tx.get_blob(KB_CONTENT, k)).unwrap();
+            assert_eq!(back.as_deref(), Some(text.as_bytes()));
+        }
     }
 }

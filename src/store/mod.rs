@@ -60,8 +60,13 @@ pub const KB_DOCS: Table = Table::new("kb_docs");
 /// Document versions by (org id, path, NUL, version).
 pub const KB_VERSIONS: Table = Table::new("kb_versions");
 /// Document content by BLAKE3 hash of the raw bytes, shared by every version with that
-/// content; stored compressed (`kb::blob`).
+/// content: where in [`KB_CONTENT_DATA`] it is (content written before stop 46 is kept here
+/// itself, compressed, as [`blob`] says).
 pub const KB_CONTENT: Table = Table::new("kb_content");
+/// Document content in the order it was written, under a number counting up, compressed and
+/// in parts ([`blob`]): a large import appends to the table's last page instead of writing
+/// into pages all over it, so its pages end full without the file being rewritten.
+pub const KB_CONTENT_DATA: Table = Table::new("kb_content_data");
 /// Text extracted from binary content (PDF, Office, …) by the content's BLAKE3 hash, stored
 /// compressed like content (`kb::blob`).
 pub const KB_TEXT: Table = Table::new("kb_text");
@@ -144,11 +149,11 @@ pub const CONTENT_SWEEP_DUE: &[u8] = b"content_sweep_due";
 
 /// The tables of bytes rather than records (content, extracted text, attachments): kept as
 /// their own formats say, never as records.
-pub const BLOB_TABLES: &[Table] = &[KB_CONTENT, KB_TEXT, ATTACHMENT_CONTENT];
+pub const BLOB_TABLES: &[Table] = &[KB_CONTENT, KB_CONTENT_DATA, KB_TEXT, ATTACHMENT_CONTENT];
 
 /// The tables of [`blob`]s: written with [`WriteTx::put_blob`], read with [`Read::get_blob`]
 /// (compressed, long values in parts).
-pub const PARTED_TABLES: &[Table] = &[KB_CONTENT, KB_TEXT];
+pub const PARTED_TABLES: &[Table] = &[KB_CONTENT, KB_CONTENT_DATA, KB_TEXT];
 
 /// Every table, in the order backups copy them.
 pub const ALL_TABLES: &[Table] = &[
@@ -166,6 +171,7 @@ pub const ALL_TABLES: &[Table] = &[
     KB_DOCS,
     KB_VERSIONS,
     KB_CONTENT,
+    KB_CONTENT_DATA,
     KB_TEXT,
     KB_EXTRACTION,
     KB_TRASH,
@@ -705,7 +711,16 @@ pub trait Read: sealed::Open {
     /// The bytes kept under `key` in a table of [`blob`]s (content, extracted text), as
     /// [`WriteTx::put_blob`] was given them.
     fn get_blob(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        with_table!(self.open(table)?, t => blob::read_in(t, &table, key))
+        let held = with_table!(self.open(table)?, t => blob::read_in(t, &table, key))?;
+        let Some(blob::Held::At(at)) = held else {
+            return Ok(held.map(blob::Held::into_bytes));
+        };
+        // Kept elsewhere: in the table of rows, where the location says.
+        let rows = blob::rows_table(&table).ok_or_else(|| blob::misplaced(&table))?;
+        match with_table!(self.open(rows)?, t => blob::read_in(t, &rows, &at))? {
+            Some(blob::Held::Bytes(bytes)) => Ok(Some(bytes)),
+            _ => Err(blob::misplaced(&rows)),
+        }
     }
 
     /// Up to `limit` keys starting with `prefix`.
@@ -868,13 +883,34 @@ impl WriteTx {
     /// parts when long, in place of whatever was there.
     pub fn put_blob(&mut self, table: Table, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
         self.touch(table);
-        blob::write_in(&mut self.txn.open_table(table)?, key, bytes)
+        match blob::rows_table(&table) {
+            None => blob::write_in(&mut self.txn.open_table(table)?, key, bytes),
+            Some(rows) => {
+                self.touch(rows);
+                blob::write_located(
+                    &mut self.txn.open_table(table)?,
+                    &mut self.txn.open_table(rows)?,
+                    key,
+                    bytes,
+                )
+            }
+        }
     }
 
     /// Removes a value [`put_blob`](Self::put_blob) kept, with its parts; whether there was one.
     pub fn delete_blob(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
         self.touch(table);
-        blob::remove_in(&mut self.txn.open_table(table)?, key)
+        match blob::rows_table(&table) {
+            None => blob::remove_in(&mut self.txn.open_table(table)?, key),
+            Some(rows) => {
+                self.touch(rows);
+                blob::remove_located(
+                    &mut self.txn.open_table(table)?,
+                    &mut self.txn.open_table(rows)?,
+                    key,
+                )
+            }
+        }
     }
 
     pub fn put<R: Serialize>(

@@ -805,31 +805,36 @@ async fn a_schema_1_data_directory_is_migrated_and_searched() {
     let s = t.seed("Bouw BV", "annie@example.org");
     let text = "# Onderhoud\nDe kozijnen worden elk voorjaar geschilderd.\n".repeat(20);
     t.put_doc(&s, "handboek/onderhoud.md", &text);
+    // The content by its hash, as this kennis keeps it.
+    let rows: Vec<(Vec<u8>, Vec<u8>)> = t
+        .app()
+        .store
+        .read(|tx| {
+            tx.scan_keys(kennis::store::KB_CONTENT, b"", usize::MAX)?
+                .into_iter()
+                .map(|k| {
+                    let bytes = tx
+                        .get_blob(kennis::store::KB_CONTENT, &k)?
+                        .unwrap_or_default();
+                    Ok((k, bytes))
+                })
+                .collect::<Result<_, kennis::store::StoreError>>()
+        })
+        .unwrap();
+    assert!(!rows.is_empty());
     t.stop().await;
-    // Make it what the previous kennis wrote: raw content, a folded copy, schema 1, and an
-    // index of the old format.
+    // Make it what the previous kennis wrote: raw content under its hash, a folded copy,
+    // schema 1, and an index of the old format.
     {
-        use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+        use redb::TableDefinition;
         const CONTENT: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kb_content");
+        const CONTENT_DATA: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kb_content_data");
         const FOLDED: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kb_folded");
         const META: TableDefinition<&[u8], &[u8]> = TableDefinition::new("meta");
         let db = redb::Database::create(t.data_dir().join("kennis.redb")).unwrap();
-        let rows: Vec<(Vec<u8>, Vec<u8>)> = {
-            let r = db.begin_read().unwrap();
-            let table = r.open_table(CONTENT).unwrap();
-            table
-                .iter()
-                .unwrap()
-                .map(|row| {
-                    let (k, v) = row.unwrap();
-                    (k.value().to_vec(), v.value().to_vec())
-                })
-                .collect()
-        };
-        assert!(!rows.is_empty());
         let w = db.begin_write().unwrap();
-        for (k, v) in rows {
-            let raw = kennis::store::blob::decode(&v).unwrap().into_owned();
+        w.delete_table(CONTENT_DATA).unwrap();
+        for (k, raw) in rows {
             w.open_table(CONTENT)
                 .unwrap()
                 .insert(k.as_slice(), raw.as_slice())
