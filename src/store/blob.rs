@@ -208,16 +208,6 @@ pub(super) enum Held {
     At([u8; 8]),
 }
 
-impl Held {
-    /// The bytes; a location has none.
-    pub(super) fn into_bytes(self) -> Vec<u8> {
-        match self {
-            Held::Bytes(bytes) => bytes,
-            Held::At(_) => Vec::new(),
-        }
-    }
-}
-
 fn location(stored: &[u8]) -> Option<[u8; 8]> {
     match stored.split_first() {
         Some((&AT, at)) => at.try_into().ok(),

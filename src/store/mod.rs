@@ -711,9 +711,10 @@ pub trait Read: sealed::Open {
     /// The bytes kept under `key` in a table of [`blob`]s (content, extracted text), as
     /// [`WriteTx::put_blob`] was given them.
     fn get_blob(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        let held = with_table!(self.open(table)?, t => blob::read_in(t, &table, key))?;
-        let Some(blob::Held::At(at)) = held else {
-            return Ok(held.map(blob::Held::into_bytes));
+        let at = match with_table!(self.open(table)?, t => blob::read_in(t, &table, key))? {
+            None => return Ok(None),
+            Some(blob::Held::Bytes(bytes)) => return Ok(Some(bytes)),
+            Some(blob::Held::At(at)) => at,
         };
         // Kept elsewhere: in the table of rows, where the location says.
         let rows = blob::rows_table(&table).ok_or_else(|| blob::misplaced(&table))?;
