@@ -241,7 +241,10 @@ pub fn joins(text: &str) -> Vec<(usize, usize)> {
             None => continue,
         };
         if sign
-            && let (Some(&a), Some(&c)) = (bytes.get(i.wrapping_sub(1)), bytes.get(i + 1))
+            && let (Some(&a), Some(&c)) = (
+                i.checked_sub(1).and_then(|before| bytes.get(before)),
+                bytes.get(i + 1),
+            )
             && a.is_ascii()
             && c.is_ascii()
         {

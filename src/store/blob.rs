@@ -290,29 +290,23 @@ pub(super) fn read_in(
     Ok(Some(Held::Bytes(decode_in(name, &joined)?.into_owned())))
 }
 
-/// Keeps `bytes` under `key` in `t` in their stored form, in place of what was there.
-pub(super) fn write_in(
-    t: &mut RedbTable<'_, &'static [u8], &'static [u8]>,
-    key: &[u8],
-    bytes: &[u8],
-) -> Result<(), StoreError> {
-    remove_in(t, key)?;
-    let stored = encode(bytes);
-    for (i, row) in split(&stored)?.iter().enumerate() {
-        insert_row(t, key, i, row)?;
-    }
-    Ok(())
-}
+/// A table of blobs opened for writing.
+pub(super) type BlobTable<'t> = RedbTable<'t, &'static [u8], &'static [u8]>;
 
-/// Keeps `bytes` in their stored form in `rows`, under the number after the greatest there,
-/// and under `key` in `index` where they are, in place of what was there.
-pub(super) fn write_located(
-    index: &mut RedbTable<'_, &'static [u8], &'static [u8]>,
-    rows: &mut RedbTable<'_, &'static [u8], &'static [u8]>,
+/// Keeps `bytes` under `key` in `t` in their stored form, in place of what was there: with
+/// `rows` (`t`'s [`rows_table`]), in `rows` under the number after the greatest there and
+/// under `key` where they are; without, under `key` itself.
+pub(super) fn write(
+    t: &mut BlobTable<'_>,
+    rows: Option<&mut BlobTable<'_>>,
     key: &[u8],
     bytes: &[u8],
 ) -> Result<(), StoreError> {
-    remove_located(index, rows, key)?;
+    let Some(rows) = rows else {
+        remove(t, None, key)?;
+        return insert_value(t, key, bytes);
+    };
+    remove(t, Some(&mut *rows), key)?;
     // The greatest key is a value's own or one of its parts: its first eight bytes say whose.
     let next = match rows.last()? {
         None => 1,
@@ -330,44 +324,25 @@ pub(super) fn write_located(
             })?,
     };
     let at = next.to_be_bytes();
-    let stored = encode(bytes);
-    for (i, row) in split(&stored)?.iter().enumerate() {
-        insert_row(rows, &at, i, row)?;
-    }
+    insert_value(rows, &at, bytes)?;
     let mut here = [AT; 9];
     here[1..].copy_from_slice(&at);
-    index.insert(key, here.as_slice())?;
+    t.insert(key, here.as_slice())?;
     Ok(())
 }
 
-/// Removes the value under `key` in `index`, with its rows in `rows` (or, written before
-/// values were located, its parts beside it); whether there was one.
-pub(super) fn remove_located(
-    index: &mut RedbTable<'_, &'static [u8], &'static [u8]>,
-    rows: &mut RedbTable<'_, &'static [u8], &'static [u8]>,
-    key: &[u8],
-) -> Result<bool, StoreError> {
-    let at = match index.get(key)? {
-        None => return Ok(false),
-        Some(here) => location(here.value()),
-    };
-    match at {
-        Some(at) => {
-            index.remove(key)?;
-            remove_in(rows, &at)?;
-            Ok(true)
-        }
-        None => remove_in(index, key),
+/// `bytes` in their stored form under `key` in `t`: one row, or a head and its parts.
+fn insert_value(t: &mut BlobTable<'_>, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
+    let stored = encode(bytes);
+    for (i, row) in split(&stored)?.iter().enumerate() {
+        insert_row(t, key, i, row)?;
     }
+    Ok(())
 }
 
 /// Copies a row of another file's table of blobs into `t` (a compaction): a long value written
 /// in one piece before parts existed is split on the way; every other row is copied as it is.
-pub(super) fn copy_in(
-    t: &mut RedbTable<'_, &'static [u8], &'static [u8]>,
-    key: &[u8],
-    stored: &[u8],
-) -> Result<(), StoreError> {
+pub(super) fn copy_in(t: &mut BlobTable<'_>, key: &[u8], stored: &[u8]) -> Result<(), StoreError> {
     // Parts are at most PART long and heads say so: only a value of one piece is longer.
     if stored.len() <= PART || is_head(stored) {
         t.insert(key, stored)?;
@@ -379,12 +354,7 @@ pub(super) fn copy_in(
     Ok(())
 }
 
-fn insert_row(
-    t: &mut RedbTable<'_, &'static [u8], &'static [u8]>,
-    key: &[u8],
-    i: usize,
-    row: &[u8],
-) -> Result<(), StoreError> {
+fn insert_row(t: &mut BlobTable<'_>, key: &[u8], i: usize, row: &[u8]) -> Result<(), StoreError> {
     if i == 0 {
         t.insert(key, row)?;
     } else {
@@ -395,20 +365,26 @@ fn insert_row(
     Ok(())
 }
 
-/// Removes the value under `key` from `t`, with its parts; whether there was one.
-pub(super) fn remove_in(
-    t: &mut RedbTable<'_, &'static [u8], &'static [u8]>,
+/// Removes the value under `key` from `t`, with its parts, or with its rows in `rows` where
+/// `t` keeps only its location; whether there was one.
+pub(super) fn remove(
+    t: &mut BlobTable<'_>,
+    rows: Option<&mut BlobTable<'_>>,
     key: &[u8],
 ) -> Result<bool, StoreError> {
-    let Some(head) = t.remove(key)? else {
+    let Some(old) = t.remove(key)? else {
         // Parts are written and removed with their head, in one transaction.
         return Ok(false);
     };
-    if is_head(head.value()) {
-        drop(head);
+    let (at, head) = (location(old.value()), is_head(old.value()));
+    drop(old);
+    if head {
         let (from, to) = (part_key(key, 1), part_key(key, u32::MAX));
         // Every part, also any a damaged head would not count.
         t.retain_in(from.as_slice()..=to.as_slice(), |_, _| false)?;
+    }
+    if let (Some(at), Some(rows)) = (at, rows) {
+        remove(rows, None, &at)?;
     }
     Ok(true)
 }
@@ -727,6 +703,50 @@ mod tests {
         for (k, v) in values.iter().skip(4).take(5) {
             assert_eq!(content(k).as_ref(), Some(v));
         }
+    }
+
+    #[test]
+    fn content_kept_under_its_hash_before_goes_whole_when_replaced_or_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let long: Vec<u8> = (0..5_000).map(|_| rand::random::<u8>()).collect();
+        // As kennis kept content before it was located: a head and its parts under the hash.
+        let old = |k: &[u8]| {
+            store
+                .write(|tx| {
+                    let stored = encode(&long);
+                    for (i, row) in split(&stored)?.iter().enumerate() {
+                        let key = if i == 0 {
+                            k.to_vec()
+                        } else {
+                            part_key(k, i as u32)
+                        };
+                        tx.put_raw(KB_CONTENT, &key, row)?;
+                    }
+                    Ok::<_, StoreError>(())
+                })
+                .unwrap();
+            assert!(rows_in(&store, KB_CONTENT, k).len() > 3);
+        };
+        let (a, b) = (key::id(1), key::id(2));
+        old(&a);
+        old(&b);
+        // Replaced: located now, none of its old parts left.
+        store
+            .write(|tx| tx.put_blob(KB_CONTENT, &a, b"nieuw"))
+            .unwrap();
+        assert_eq!(rows_in(&store, KB_CONTENT, &a).len(), 1);
+        located(&store, &a);
+        // Removed: head and parts.
+        assert!(store.write(|tx| tx.delete_blob(KB_CONTENT, &b)).unwrap());
+        assert!(rows_in(&store, KB_CONTENT, &b).is_empty());
+        assert_eq!(
+            store
+                .read(|tx| tx.get_blob(KB_CONTENT, &a))
+                .unwrap()
+                .unwrap(),
+            b"nieuw"
+        );
     }
 
     #[test]

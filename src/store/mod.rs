@@ -883,35 +883,28 @@ impl WriteTx {
     /// Keeps `bytes` under `key` in a table of [`blob`]s: compressed when that saves space, in
     /// parts when long, in place of whatever was there.
     pub fn put_blob(&mut self, table: Table, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
-        self.touch(table);
-        match blob::rows_table(&table) {
-            None => blob::write_in(&mut self.txn.open_table(table)?, key, bytes),
-            Some(rows) => {
-                self.touch(rows);
-                blob::write_located(
-                    &mut self.txn.open_table(table)?,
-                    &mut self.txn.open_table(rows)?,
-                    key,
-                    bytes,
-                )
-            }
-        }
+        let (mut t, mut rows) = self.open_blobs(table)?;
+        blob::write(&mut t, rows.as_mut(), key, bytes)
     }
 
     /// Removes a value [`put_blob`](Self::put_blob) kept, with its parts; whether there was one.
     pub fn delete_blob(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
+        let (mut t, mut rows) = self.open_blobs(table)?;
+        blob::remove(&mut t, rows.as_mut(), key)
+    }
+
+    /// A table of blobs opened for writing, and its table of rows if it has one.
+    fn open_blobs(
+        &mut self,
+        table: Table,
+    ) -> Result<(blob::BlobTable<'_>, Option<blob::BlobTable<'_>>), StoreError> {
+        let rows = blob::rows_table(&table);
         self.touch(table);
-        match blob::rows_table(&table) {
-            None => blob::remove_in(&mut self.txn.open_table(table)?, key),
-            Some(rows) => {
-                self.touch(rows);
-                blob::remove_located(
-                    &mut self.txn.open_table(table)?,
-                    &mut self.txn.open_table(rows)?,
-                    key,
-                )
-            }
+        if let Some(rows) = rows {
+            self.touch(rows);
         }
+        let rows = rows.map(|r| self.txn.open_table(r)).transpose()?;
+        Ok((self.txn.open_table(table)?, rows))
     }
 
     pub fn put<R: Serialize>(
