@@ -46,6 +46,7 @@ use tantivy::{
 };
 
 use super::fold::fold_text;
+use super::handed::{self, Handed};
 use super::vocabulary::{self, Run, Vocabulary, Words, runs};
 use super::{Change, Document, KbError, MAX_SEARCHED_BYTES, doc_key, prefix_on_char_boundary};
 use crate::store::{KB_CHANGES, KB_DOCS, Store, key};
@@ -124,6 +125,8 @@ pub struct SearchIndex {
     /// How far in the change log the searches see: the last commit's, set once the reader
     /// has reloaded it (a searcher taken after reading this sees at least as far).
     visible: std::sync::atomic::AtomicU64,
+    /// Texts an import handed over with the documents it stored.
+    handed: Handed,
 }
 
 fn schema() -> (Schema, Fields) {
@@ -537,6 +540,7 @@ impl SearchIndex {
             with_extracted,
             rank_whole: std::sync::atomic::AtomicUsize::new(RANK_WHOLE),
             visible: std::sync::atomic::AtomicU64::new(0),
+            handed: Handed::default(),
         };
         index
             .visible
@@ -563,6 +567,23 @@ impl SearchIndex {
         self.vocabulary
             .ensure(searcher, &[self.fields.words, self.fields.long])
             .map_err(index_err)
+    }
+
+    /// Holds the texts of documents just stored (organisation, path, bytes) for the next
+    /// [`follow`](Self::follow), which then need not read them back from the store
+    /// ([`handed`]); returns how many it took.
+    pub fn hand(&self, texts: impl IntoIterator<Item = (u64, String, Vec<u8>)>) -> usize {
+        self.handed.hand(texts)
+    }
+
+    /// Lets go of the handed texts not used (an import ended).
+    pub fn forget_handed(&self) {
+        self.handed.clear();
+    }
+
+    /// Bytes of handed texts held.
+    pub fn handed_bytes(&self) -> usize {
+        self.handed.bytes()
     }
 
     /// Whether text extracted from binary files is searched.
@@ -700,11 +721,15 @@ impl SearchIndex {
         docs: &[(u64, &str)],
     ) -> Result<(), KbError> {
         for (org_id, path) in docs {
+            let handed = self.handed.take(*org_id, path);
             let found = store.read(|tx| {
                 let Some(doc) = tx.get::<Document>(KB_DOCS, &doc_key(*org_id, path))? else {
                     return Ok::<_, KbError>(None);
                 };
-                let text = super::text_of(tx, &doc, self.with_extracted)?;
+                let text = match handed.and_then(|bytes| handed::text_for(&doc, bytes)) {
+                    Some(text) => Some(text),
+                    None => super::text_of(tx, &doc, self.with_extracted)?,
+                };
                 Ok(text.map(|t| (doc, t)))
             })?;
             let Some((doc, text)) = found else {

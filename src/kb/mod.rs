@@ -9,6 +9,7 @@ pub mod export;
 pub mod extract;
 pub mod extracted;
 pub mod fold;
+pub mod handed;
 pub mod index;
 pub mod link;
 pub mod path;
@@ -364,9 +365,7 @@ pub fn text_of(
 ) -> Result<Option<DocText>, StoreError> {
     match doc.kind {
         DocKind::Text => Ok(content(tx, &doc.hash)?.map(|bytes| DocText {
-            // Valid UTF-8 (every text document) is taken as it is, without a copy.
-            text: String::from_utf8(bytes)
-                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+            text: text_from_bytes(bytes),
             extracted: false,
         })),
         DocKind::Binary if with_extracted => {
@@ -377,6 +376,12 @@ pub fn text_of(
         }
         DocKind::Binary => Ok(None),
     }
+}
+
+/// A text document's content as text: valid UTF-8 (every text document) taken as it is,
+/// without a copy.
+fn text_from_bytes(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 /// An entry of a folder listing.

@@ -868,3 +868,91 @@ async fn a_schema_1_data_directory_is_migrated_and_searched() {
         .await;
     assert_eq!(read["excerpt"], text);
 }
+
+/// The paths the index proposes for `term` in `org` (no verification against the store).
+fn proposed(index: &SearchIndex, org: u64, term: &str) -> Vec<String> {
+    let (found, _) = index.candidates(org, None, &[term.to_owned()], 50).unwrap();
+    let mut paths: Vec<String> = found.into_iter().map(|c| c.path).collect();
+    paths.sort();
+    paths
+}
+
+#[test]
+fn texts_handed_to_the_index_are_used_only_when_they_are_the_content() {
+    use kennis::store::KB_CONTENT;
+    let (_data, store, index) = offline();
+    let (org, now) = (7, jiff::Timestamp::now());
+    let put = |path: &str, text: &str| {
+        kennis::kb::store_document(&store, org, path, text.as_bytes(), None, now).unwrap();
+    };
+    put("een.md", "kozijn aanwezig");
+    put("twee.md", "kozijn opgeslagen");
+    put("plaat.png", "kozijn\u{0}binair");
+    let handed = |path: &str, text: &str| (org, path.to_owned(), text.as_bytes().to_vec());
+    assert_eq!(
+        index.hand([
+            // The very bytes stored.
+            handed("een.md", "kozijn aanwezig"),
+            // Other bytes than the document's content: not to be believed.
+            handed("twee.md", "kozijn verzonnen"),
+            // A binary document's bytes are no text, whatever they hold.
+            handed("plaat.png", "kozijn\u{0}binair"),
+        ]),
+        3
+    );
+    // een.md's content is taken out of the store: only the handed text can index it now.
+    store
+        .write(|tx| tx.delete_blob(KB_CONTENT, blake3::hash(b"kozijn aanwezig").as_bytes()))
+        .unwrap();
+    index.catch_up(&store).unwrap();
+    assert_eq!(proposed(&index, org, "aanwezig"), ["een.md"]);
+    assert_eq!(proposed(&index, org, "opgeslagen"), ["twee.md"]);
+    assert!(proposed(&index, org, "verzonnen").is_empty());
+    assert!(proposed(&index, org, "binair").is_empty());
+    // Everything handed was taken as its change was applied: nothing is held on to.
+    assert_eq!(index.handed_bytes(), 0);
+}
+
+#[test]
+fn an_import_skips_a_file_too_large_and_stores_the_rest() {
+    let data = tempfile::tempdir().unwrap();
+    let src = tempfile::tempdir().unwrap();
+    // A byte over 256 MB, without writing it: the import must not read it.
+    std::fs::File::create(src.path().join("groot.bin"))
+        .unwrap()
+        .set_len((256 << 20) + 1)
+        .unwrap();
+    for i in 0..40 {
+        std::fs::write(
+            src.path().join(format!("d{i:02}.md")),
+            format!("kozijn nummer{i}"),
+        )
+        .unwrap();
+    }
+    let org = run_json(data.path(), &["org", "create", "Groot", "--json"], None);
+    let slug = org["slug"].as_str().unwrap();
+    let v = run_json(
+        data.path(),
+        &["kb", "import", slug, src.path().to_str().unwrap(), "--json"],
+        None,
+    );
+    assert_eq!(
+        (v["files"].as_u64(), v["created"].as_u64()),
+        (Some(41), Some(40)),
+        "{v}"
+    );
+    assert_eq!(v["skipped"], json!(["groot.bin: larger than 256 MB"]));
+    let org_id = org["id"].as_u64().unwrap();
+    let store = Store::open(data.path()).unwrap();
+    let index = SearchIndex::open(&data.path().join("index"), true).unwrap();
+    assert_eq!(
+        found(&store, &index, org_id, "nummer17"),
+        [("d17.md".to_owned(), false)]
+    );
+    assert!(
+        store
+            .read(|tx| kennis::kb::get_document(tx, org_id, "groot.bin"))
+            .unwrap()
+            .is_none()
+    );
+}
