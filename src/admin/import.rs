@@ -4,10 +4,11 @@
 //! Files are stored in batches (one transaction, one sync each), the text of PDF and Office
 //! files is extracted on the way (two at a time, in sandboxed children), a thread of its own
 //! reads the next batch while one is stored, the search index catches up every few batches
-//! with the texts just stored handed to it (`kb::handed`), and a large import ends with a merge of the index and the
-//! database file's unused tail given back. The file is not rewritten: content is kept in the
-//! order it is written (`store::blob`), so its pages are full already (a rewrite took an
-//! eighth of a 100 MB import and saved 0.7 % of the file, stop 46).
+//! with the texts just stored handed to it (`kb::handed`), and a large import ends with a
+//! merge of the index and the database file's unused tail given back. The file is not
+//! rewritten: content is kept in the order it is written (`store::blob`), so its pages are
+//! full already (a rewrite took an eighth of a 100 MB import and saved 0.7 % of the file,
+//! stop 46).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
