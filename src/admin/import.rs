@@ -194,14 +194,17 @@ impl Drop for ForgetHanded<'_> {
 /// skipped on the way, and how many files of the import it reaches (for progress).
 struct Batch {
     files: Vec<(String, String, Vec<u8>)>,
+    /// Their content made ready for storing (`kb::prepare`), in the same order.
+    prepared: Vec<kb::Prepared>,
     skipped: Vec<String>,
     bytes: u64,
     done: usize,
 }
 
 /// Stores the files in batches, waking the indexer after each. A thread of its own reads the
-/// next batch while one is stored: opening and reading many small files is kernel time (a
-/// sixth of the storing thread's at 100 MB, stop 47) that need not wait for the commits.
+/// next batch while one is stored, and hashes and compresses it (`kb::prepare`): opening and
+/// reading many small files is kernel time, and compressing is most of what storing costs,
+/// neither of which need wait for the single writer (stop 47).
 #[allow(clippy::too_many_arguments)]
 fn store_batches(
     files: &[PathBuf],
@@ -220,7 +223,8 @@ fn store_batches(
     // One batch read ahead at most: memory stays at two batches.
     let (send, batches) = std::sync::mpsc::sync_channel::<Result<Batch, AdminError>>(1);
     std::thread::scope(|scope| {
-        scope.spawn(move || read_batches(files, dir, prefix, &send));
+        let store = writer.store();
+        scope.spawn(move || read_batches(files, dir, prefix, store, org_id, &send));
         // Dropping the receiver on an error ends the reading thread at its next send.
         for batch in batches {
             let batch = batch?;
@@ -237,7 +241,7 @@ fn store_batches(
                     now,
                 })
                 .collect();
-            let outcomes = writer.put_many(&versions)?;
+            let outcomes = writer.put_many_prepared(&versions, &batch.prepared)?;
             drop(versions);
             // What changed is handed to the index with its bytes, which it need not read back.
             let mut changed = Vec::new();
@@ -275,6 +279,8 @@ fn read_batches(
     files: &[PathBuf],
     dir: &Path,
     prefix: Option<&str>,
+    store: &crate::store::Store,
+    org_id: u64,
     send: &std::sync::mpsc::SyncSender<Result<Batch, AdminError>>,
 ) {
     let mut done = 0usize;
@@ -283,6 +289,7 @@ fn read_batches(
     while !rest.is_empty() {
         let mut batch = Batch {
             files: Vec::new(),
+            prepared: Vec::new(),
             skipped: Vec::new(),
             bytes: 0,
             done: 0,
@@ -315,6 +322,18 @@ fn read_batches(
             batch.files.push((rel_str, path, bytes));
         }
         batch.done = done;
+        let documents: Vec<(&str, &[u8])> = batch
+            .files
+            .iter()
+            .map(|(_, path, bytes)| (path.as_str(), bytes.as_slice()))
+            .collect();
+        match kb::prepare(store, org_id, &documents) {
+            Ok(prepared) => batch.prepared = prepared,
+            Err(e) => {
+                let _ = send.send(Err(e.into()));
+                return;
+            }
+        }
         if send.send(Ok(batch)).is_err() {
             return;
         }

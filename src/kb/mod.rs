@@ -20,6 +20,7 @@ pub mod vocabulary;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use crate::store::blob::Encoded;
 use crate::store::{
     KB_CHANGES, KB_CONTENT, KB_DOCS, KB_VERSIONS, Read, Store, StoreError, WriteTx, key,
 };
@@ -168,15 +169,21 @@ pub enum Expect {
 }
 
 /// Stores `bytes` as the next version of `path` (already normalised) in one transaction.
+/// `prepared`, when given, is `new`'s content made ready outside the transaction.
 fn put_document(
     tx: &mut WriteTx,
-    org_id: u64,
+    new: &NewVersion<'_>,
     path: &str,
-    bytes: &[u8],
-    expect: Expect,
-    by: Option<u64>,
-    now: Timestamp,
+    prepared: Option<&Prepared>,
 ) -> Result<WriteOutcome, KbError> {
+    let &NewVersion {
+        org_id,
+        bytes,
+        expect,
+        by,
+        now,
+        ..
+    } = new;
     let dkey = doc_key(org_id, path);
     let current = get_document(tx, org_id, path)?;
     if let Some(folder) = folder_conflict(tx, org_id, path)? {
@@ -215,6 +222,8 @@ fn put_document(
     }
     let hash_bytes = blake3::hash(bytes);
     let hash = hash_bytes.to_hex().to_string();
+    // Made from these very bytes, or not used (hashing is cheap beside compressing).
+    let prepared = prepared.filter(|p| p.hash == hash_bytes);
     if let Some(doc) = &current
         && doc.hash == hash
         && matches!(expect, Expect::Any)
@@ -229,7 +238,10 @@ fn put_document(
     }
     let (kind, content_type) = classify(path, bytes);
     if tx.get_raw(KB_CONTENT, hash_bytes.as_bytes())?.is_none() {
-        tx.put_blob(KB_CONTENT, hash_bytes.as_bytes(), bytes)?;
+        match prepared.and_then(|p| p.stored.as_ref()) {
+            Some(stored) => tx.put_encoded(KB_CONTENT, hash_bytes.as_bytes(), stored)?,
+            None => tx.put_blob(KB_CONTENT, hash_bytes.as_bytes(), bytes)?,
+        }
     }
     let version = current.as_ref().map_or(1, |d| d.version + 1);
     let doc = Document {
@@ -550,6 +562,22 @@ impl<'a> Writer<'a> {
         &mut self,
         batch: &[NewVersion<'_>],
     ) -> Result<Vec<Result<WriteOutcome, KbError>>, KbError> {
+        self.put_many_prepared(batch, &[])
+    }
+
+    /// [`put_many`](Self::put_many) with the batch's content made ready beforehand by
+    /// [`prepare`] (the same documents in the same order), so that the transaction only
+    /// inserts; what was not prepared from a document's very bytes is not used.
+    pub fn put_many_prepared(
+        &mut self,
+        batch: &[NewVersion<'_>],
+        prepared: &[Prepared],
+    ) -> Result<Vec<Result<WriteOutcome, KbError>>, KbError> {
+        let prepared = |i: usize| {
+            (prepared.len() == batch.len())
+                .then(|| prepared.get(i))
+                .flatten()
+        };
         let paths: Vec<Result<String, KbError>> =
             batch.iter().map(|n| path::normalize(n.path)).collect();
         let texts = match self.extractor {
@@ -566,11 +594,9 @@ impl<'a> Writer<'a> {
                 )?;
             }
             let mut out = Vec::with_capacity(batch.len());
-            for (new, path) in batch.iter().zip(paths) {
+            for (i, (new, path)) in batch.iter().zip(paths).enumerate() {
                 let r = path.and_then(|path| {
-                    let outcome = put_document(
-                        tx, new.org_id, &path, new.bytes, new.expect, new.by, new.now,
-                    )?;
+                    let outcome = put_document(tx, new, &path, prepared(i))?;
                     // Unchanged content that only now has its text (stored before, not yet
                     // extracted): the index must hear of the document all the same.
                     if !outcome.changed && !texts.is_empty() {
@@ -588,6 +614,11 @@ impl<'a> Writer<'a> {
             }
             Ok(out)
         })
+    }
+
+    /// The store it writes to.
+    pub fn store(&self) -> &'a Store {
+        self.store
     }
 
     /// What was extracted so far.
@@ -612,6 +643,57 @@ pub fn store_document(
     by: Option<u64>,
     now: Timestamp,
 ) -> Result<WriteOutcome, KbError> {
+    let new = NewVersion {
+        org_id,
+        path,
+        bytes,
+        expect: Expect::Any,
+        by,
+        now,
+    };
     let path = path::normalize(path)?;
-    store.write(|tx| put_document(tx, org_id, &path, bytes, Expect::Any, by, now))
+    store.write(|tx| put_document(tx, &new, &path, None))
+}
+
+/// A document's content made ready outside the write transaction: its hash and, unless it is
+/// the document's current content already, its stored form (compressed), so that storing a
+/// batch only inserts. An import prepares its next batch on its reading thread while one is
+/// stored ([`prepare`], [`Writer::put_many_prepared`]).
+pub struct Prepared {
+    hash: blake3::Hash,
+    stored: Option<Encoded>,
+}
+
+impl Prepared {
+    /// Whether its stored form was made (its content is not the document's already).
+    pub fn encoded(&self) -> bool {
+        self.stored.is_some()
+    }
+}
+
+/// Prepares a batch of `org_id`'s documents (path as given, bytes): each one's hash, and its
+/// stored form when it differs from the document's current content (an unchanged file of a
+/// repeated import is not compressed for nothing). Reads the store, writes nothing.
+pub fn prepare(
+    store: &Store,
+    org_id: u64,
+    batch: &[(&str, &[u8])],
+) -> Result<Vec<Prepared>, KbError> {
+    store.read(|tx| {
+        batch
+            .iter()
+            .map(|&(path, bytes)| {
+                let hash = blake3::hash(bytes);
+                let current = match path::normalize(path) {
+                    Ok(path) => get_document(tx, org_id, &path)?,
+                    Err(_) => None,
+                };
+                let unchanged = current.is_some_and(|d| d.hash == hash.to_hex().as_str());
+                Ok(Prepared {
+                    hash,
+                    stored: (!unchanged).then(|| Encoded::of(bytes)),
+                })
+            })
+            .collect()
+    })
 }

@@ -82,6 +82,20 @@ fn decompress(frame: &[u8], len: usize) -> std::io::Result<Vec<u8>> {
     })
 }
 
+/// A value in its stored form, made outside a transaction: compressing is most of what
+/// storing a document costs, and need not hold the single writer (an import compresses the
+/// next batch on its reading thread). Written with
+/// [`WriteTx::put_encoded`](super::WriteTx::put_encoded).
+#[derive(Debug, Clone)]
+pub struct Encoded(Vec<u8>);
+
+impl Encoded {
+    /// `bytes` in the form [`WriteTx::put_blob`](super::WriteTx::put_blob) would store them.
+    pub fn of(bytes: &[u8]) -> Encoded {
+        Encoded(encode(bytes))
+    }
+}
+
 /// The stored form of `bytes`.
 pub fn encode(bytes: &[u8]) -> Vec<u8> {
     if bytes.len() >= MIN_COMPRESSED
@@ -300,11 +314,11 @@ pub(super) fn write(
     t: &mut BlobTable<'_>,
     rows: Option<&mut BlobTable<'_>>,
     key: &[u8],
-    bytes: &[u8],
+    value: &Encoded,
 ) -> Result<(), StoreError> {
     let Some(rows) = rows else {
         remove(t, None, key)?;
-        return insert_value(t, key, bytes);
+        return insert_value(t, key, value);
     };
     remove(t, Some(&mut *rows), key)?;
     // The greatest key is a value's own or one of its parts: its first eight bytes say whose.
@@ -324,17 +338,16 @@ pub(super) fn write(
             })?,
     };
     let at = next.to_be_bytes();
-    insert_value(rows, &at, bytes)?;
+    insert_value(rows, &at, value)?;
     let mut here = [AT; 9];
     here[1..].copy_from_slice(&at);
     t.insert(key, here.as_slice())?;
     Ok(())
 }
 
-/// `bytes` in their stored form under `key` in `t`: one row, or a head and its parts.
-fn insert_value(t: &mut BlobTable<'_>, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
-    let stored = encode(bytes);
-    for (i, row) in split(&stored)?.iter().enumerate() {
+/// A value in its stored form under `key` in `t`: one row, or a head and its parts.
+fn insert_value(t: &mut BlobTable<'_>, key: &[u8], value: &Encoded) -> Result<(), StoreError> {
+    for (i, row) in split(&value.0)?.iter().enumerate() {
         insert_row(t, key, i, row)?;
     }
     Ok(())

@@ -883,8 +883,18 @@ impl WriteTx {
     /// Keeps `bytes` under `key` in a table of [`blob`]s: compressed when that saves space, in
     /// parts when long, in place of whatever was there.
     pub fn put_blob(&mut self, table: Table, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
+        self.put_encoded(table, key, &blob::Encoded::of(bytes))
+    }
+
+    /// [`put_blob`](Self::put_blob) with the value in its stored form already.
+    pub fn put_encoded(
+        &mut self,
+        table: Table,
+        key: &[u8],
+        value: &blob::Encoded,
+    ) -> Result<(), StoreError> {
         let (mut t, mut rows) = self.open_blobs(table)?;
-        blob::write(&mut t, rows.as_mut(), key, bytes)
+        blob::write(&mut t, rows.as_mut(), key, value)
     }
 
     /// Removes a value [`put_blob`](Self::put_blob) kept, with its parts; whether there was one.

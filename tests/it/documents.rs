@@ -956,3 +956,66 @@ fn an_import_skips_a_file_too_large_and_stores_the_rest() {
             .is_none()
     );
 }
+
+#[test]
+fn content_prepared_outside_the_transaction_is_stored_as_its_own() {
+    use kennis::kb::{Expect, NewVersion, Writer};
+    let (_data, store, index) = offline();
+    let (org, now) = (7, jiff::Timestamp::now());
+    let long = "kozijn en deur ".repeat(300);
+    let version = |path: &'static str, bytes: &'static [u8]| NewVersion {
+        org_id: org,
+        path,
+        bytes,
+        expect: Expect::Any,
+        by: None,
+        now,
+    };
+    let long: &'static [u8] = Box::leak(long.into_bytes().into_boxed_slice());
+    let batch = [version("lang.md", long), version("kort.md", b"kozijn kort")];
+    let docs: Vec<(&str, &[u8])> = batch.iter().map(|v| (v.path, v.bytes)).collect();
+    let prepared = kennis::kb::prepare(&store, org, &docs).unwrap();
+    assert!(prepared.iter().all(|p| p.encoded()));
+    let mut writer = Writer::new(&store, &index);
+    let out = writer.put_many_prepared(&batch, &prepared).unwrap();
+    assert!(out.iter().all(|o| o.as_ref().is_ok_and(|o| o.created)));
+    let content = |path: &str| {
+        store
+            .read(|tx| {
+                let doc = kennis::kb::get_document(tx, org, path)?.unwrap();
+                kennis::kb::content(tx, &doc.hash)
+            })
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(content("lang.md"), long);
+    assert_eq!(content("kort.md"), b"kozijn kort");
+
+    // Unchanged content is not compressed again for a second import.
+    let again = kennis::kb::prepare(&store, org, &docs).unwrap();
+    assert!(!again.iter().any(|p| p.encoded()));
+    let out = writer.put_many_prepared(&batch, &again).unwrap();
+    assert!(out.iter().all(|o| o.as_ref().is_ok_and(|o| !o.changed)));
+
+    // Prepared from other bytes (or for another batch): not used, the bytes given are stored.
+    let other = kennis::kb::prepare(&store, org, &[("lang.md", b"iets anders")]).unwrap();
+    let swapped = [version("kort.md", b"kozijn herzien")];
+    let out = writer.put_many_prepared(&swapped, &other).unwrap();
+    assert!(out[0].as_ref().is_ok_and(|o| o.changed && o.version == 2));
+    assert_eq!(content("kort.md"), b"kozijn herzien");
+    // A path the write will refuse is prepared all the same: refusing it is the write's.
+    let bad = kennis::kb::prepare(&store, org, &[("../uit", b"x")]).unwrap();
+    assert!(bad[0].encoded());
+    let refused = writer
+        .put_many_prepared(&[version("../uit", b"x")], &bad)
+        .unwrap();
+    assert!(
+        matches!(refused[0], Err(kennis::kb::KbError::InvalidInput(_))),
+        "{refused:?}"
+    );
+    writer.finish().unwrap();
+    assert_eq!(
+        found(&store, &index, org, "herzien"),
+        [("kort.md".to_owned(), false)]
+    );
+}
