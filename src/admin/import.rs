@@ -84,7 +84,8 @@ pub fn import_dir(
     };
     let now = ctx.clock.now();
     let mut writer = kb::Writer::new(&ctx.store, &ctx.kb_index).extracting(&ctx.extractor);
-    // Texts handed to the index and not used are let go however the import ends.
+    // Texts handed to the index and not taken (a document changed again meanwhile, an import
+    // that failed) are let go however the import ends.
     let _handed = ForgetHanded(&ctx.kb_index);
     let mut imported_bytes = 0u64;
     // The index catches up on its own thread while the next batches are stored: storing
@@ -105,7 +106,6 @@ pub fn import_dir(
             org_id,
             now,
             &mut writer,
-            &ctx.kb_index,
             &mut summary,
             &mut imported_bytes,
             &wake,
@@ -126,7 +126,6 @@ pub fn import_dir(
     // database file gives back its unused tail (neither waits for the other).
     let started = Instant::now();
     let indexed = indexed_meanwhile + ctx.kb_index.follow(&ctx.store, false)?;
-    ctx.kb_index.forget_handed();
     summary.index_updates = indexed;
     let backlog_ms = started.elapsed().as_millis() as u64;
     if imported_bytes >= COMPACT_AFTER_BYTES {
@@ -213,7 +212,6 @@ fn store_batches(
     org_id: u64,
     now: jiff::Timestamp,
     writer: &mut kb::Writer<'_>,
-    index: &kb::index::SearchIndex,
     summary: &mut ImportSummary,
     imported_bytes: &mut u64,
     wake: &std::sync::mpsc::SyncSender<()>,
@@ -259,7 +257,7 @@ fn store_batches(
                     Err(e) => summary.skipped.push(format!("{rel_str}: {e}")),
                 }
             }
-            index.hand(changed);
+            writer.index().hand(changed);
             *imported_bytes += batch.bytes;
             // Full means the indexer has a wake-up waiting already.
             let _ = wake.try_send(());

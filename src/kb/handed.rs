@@ -34,13 +34,15 @@ impl Handed {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Holds these documents' texts (organisation, path, the bytes just stored) until the
-    /// index takes them, as far as [`MAX_BYTES`] allows; returns how many it took.
+    /// Holds these documents' texts (organisation, normalised path, the bytes just stored)
+    /// until the index takes them, as far as [`MAX_BYTES`] allows; returns how many it took.
+    /// The bytes of a file whose name says it is binary (a PDF, an Office file) are no text
+    /// the index could use, and are not held.
     pub fn hand(&self, texts: impl IntoIterator<Item = (u64, String, Vec<u8>)>) -> usize {
         let mut inner = self.inner();
         let mut taken = 0;
         for (org_id, path, bytes) in texts {
-            if inner.bytes + bytes.len() > MAX_BYTES {
+            if inner.bytes + bytes.len() > MAX_BYTES || super::path::binary_type(&path).is_some() {
                 continue;
             }
             inner.bytes += bytes.len();
@@ -119,6 +121,17 @@ mod tests {
             ]),
             2
         );
+        handed.clear();
+        // A binary file's bytes are not held, whatever they hold.
+        assert_eq!(
+            handed.hand([(1, "plaat.pdf".into(), b"kozijn".to_vec())]),
+            0
+        );
+        assert_eq!((handed.bytes(), handed.take(1, "plaat.pdf")), (0, None));
+        handed.hand([
+            (1, "a.md".into(), big.clone()),
+            (1, "b.md".into(), big.clone()),
+        ]);
         assert_eq!(handed.bytes(), MAX_BYTES);
         assert_eq!(handed.take(1, "c.md"), None);
         // Per organisation: the same path elsewhere is another document.

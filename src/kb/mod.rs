@@ -573,11 +573,6 @@ impl<'a> Writer<'a> {
         batch: &[NewVersion<'_>],
         prepared: &[Prepared],
     ) -> Result<Vec<Result<WriteOutcome, KbError>>, KbError> {
-        let prepared = |i: usize| {
-            (prepared.len() == batch.len())
-                .then(|| prepared.get(i))
-                .flatten()
-        };
         let paths: Vec<Result<String, KbError>> =
             batch.iter().map(|n| path::normalize(n.path)).collect();
         let texts = match self.extractor {
@@ -596,7 +591,7 @@ impl<'a> Writer<'a> {
             let mut out = Vec::with_capacity(batch.len());
             for (i, (new, path)) in batch.iter().zip(paths).enumerate() {
                 let r = path.and_then(|path| {
-                    let outcome = put_document(tx, new, &path, prepared(i))?;
+                    let outcome = put_document(tx, new, &path, prepared.get(i))?;
                     // Unchanged content that only now has its text (stored before, not yet
                     // extracted): the index must hear of the document all the same.
                     if !outcome.changed && !texts.is_empty() {
@@ -619,6 +614,11 @@ impl<'a> Writer<'a> {
     /// The store it writes to.
     pub fn store(&self) -> &'a Store {
         self.store
+    }
+
+    /// The search index it brings up to date.
+    pub fn index(&self) -> &'a SearchIndex {
+        self.index
     }
 
     /// What was extracted so far.

@@ -888,6 +888,7 @@ fn texts_handed_to_the_index_are_used_only_when_they_are_the_content() {
     put("een.md", "kozijn aanwezig");
     put("twee.md", "kozijn opgeslagen");
     put("plaat.png", "kozijn\u{0}binair");
+    put("ruis.txt", "kozijn\u{0}ruis");
     let handed = |path: &str, text: &str| (org, path.to_owned(), text.as_bytes().to_vec());
     assert_eq!(
         index.hand([
@@ -895,8 +896,10 @@ fn texts_handed_to_the_index_are_used_only_when_they_are_the_content() {
             handed("een.md", "kozijn aanwezig"),
             // Other bytes than the document's content: not to be believed.
             handed("twee.md", "kozijn verzonnen"),
-            // A binary document's bytes are no text, whatever they hold.
+            // A binary document's bytes are no text, whatever they hold: not even held.
             handed("plaat.png", "kozijn\u{0}binair"),
+            // Binary by its content, not its name: held, and not believed by the index.
+            handed("ruis.txt", "kozijn\u{0}ruis"),
         ]),
         3
     );
@@ -909,6 +912,7 @@ fn texts_handed_to_the_index_are_used_only_when_they_are_the_content() {
     assert_eq!(proposed(&index, org, "opgeslagen"), ["twee.md"]);
     assert!(proposed(&index, org, "verzonnen").is_empty());
     assert!(proposed(&index, org, "binair").is_empty());
+    assert!(proposed(&index, org, "ruis").is_empty());
     // Everything handed was taken as its change was applied: nothing is held on to.
     assert_eq!(index.handed_bytes(), 0);
 }
@@ -963,15 +967,23 @@ fn content_prepared_outside_the_transaction_is_stored_as_its_own() {
     let (_data, store, index) = offline();
     let (org, now) = (7, jiff::Timestamp::now());
     let long = "kozijn en deur ".repeat(300);
-    let version = |path: &'static str, bytes: &'static [u8]| NewVersion {
-        org_id: org,
-        path,
-        bytes,
-        expect: Expect::Any,
-        by: None,
-        now,
-    };
-    let long: &'static [u8] = Box::leak(long.into_bytes().into_boxed_slice());
+    let long = long.as_bytes();
+    fn version<'a>(
+        org_id: u64,
+        path: &'a str,
+        bytes: &'a [u8],
+        now: jiff::Timestamp,
+    ) -> NewVersion<'a> {
+        NewVersion {
+            org_id,
+            path,
+            bytes,
+            expect: Expect::Any,
+            by: None,
+            now,
+        }
+    }
+    let version = |path, bytes| version(org, path, bytes, now);
     let batch = [version("lang.md", long), version("kort.md", b"kozijn kort")];
     let docs: Vec<(&str, &[u8])> = batch.iter().map(|v| (v.path, v.bytes)).collect();
     let prepared = kennis::kb::prepare(&store, org, &docs).unwrap();
