@@ -13,6 +13,7 @@ pub mod blob;
 pub mod by_org;
 mod group;
 pub mod key;
+pub mod memo;
 mod migrate;
 pub mod record;
 mod rewrite;
@@ -578,6 +579,18 @@ fn get_in<R: DeserializeOwned>(
     }
 }
 
+fn get_memo_in<R: DeserializeOwned + Clone>(
+    t: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    def: &Table,
+    key: &[u8],
+    memo: &memo::Memo<R>,
+) -> Result<Option<R>, StoreError> {
+    match t.get(key)? {
+        Some(v) => Ok(Some(memo.decode(def, key, v.value())?)),
+        None => Ok(None),
+    }
+}
+
 fn get_raw_in(
     t: &impl ReadableTable<&'static [u8], &'static [u8]>,
     key: &[u8],
@@ -671,6 +684,17 @@ macro_rules! with_table {
 pub trait Read: sealed::Open {
     fn get<R: DeserializeOwned>(&self, table: Table, key: &[u8]) -> Result<Option<R>, StoreError> {
         with_table!(self.open(table)?, t => get_in(t, &table, key))
+    }
+
+    /// [`get`](Read::get) for a record read again and again: decoded once while its bytes
+    /// stay the same ([`memo`]).
+    fn get_memo<R: DeserializeOwned + Clone>(
+        &self,
+        table: Table,
+        key: &[u8],
+        memo: &memo::Memo<R>,
+    ) -> Result<Option<R>, StoreError> {
+        with_table!(self.open(table)?, t => get_memo_in(t, &table, key, memo))
     }
 
     /// Every record whose key starts with `prefix`, in key order.

@@ -24,9 +24,10 @@ use crate::identity;
 use crate::requests::{self, Request, Status};
 use crate::roster::{self, AgentKind, Rollout};
 use crate::store::by_org::{self, Kind};
+use crate::store::memo::Memo;
 use crate::store::{
-    ACTIVE_RUNS, Read, Store, StoreError, TRIGGER_DELIVERIES, TRIGGER_RUNS, TRIGGER_SLOTS,
-    TRIGGERS, WriteTx, key,
+    ACTIVE_RUNS, REQUESTS, Read, Store, StoreError, TRIGGER_DELIVERIES, TRIGGER_RUNS,
+    TRIGGER_SLOTS, TRIGGERS, WriteTx, key,
 };
 
 pub use deliver::{Delivered, Delivery, RawKey, deliver, run_again};
@@ -244,9 +245,24 @@ fn slot_key(trigger: Uuid, key: Option<&str>) -> Vec<u8> {
 
 /// A trigger that is not deleted, of any organisation: for deliveries, which name a trigger
 /// by its UUID alone.
+/// Triggers as decoded, beside their stored bytes: every delivery reads its trigger, twice
+/// when it creates a run.
+static DECODED: Memo<Trigger> = Memo::new(256);
+
+/// The runs slots last started, as decoded: a delivery to a slot in cooldown reads its run.
+static SLOT_RUNS: Memo<Request> = Memo::new(256);
+
+/// The run `slot` last started, if any.
+fn slot_run(tx: &impl Read, slot: &Slot) -> Result<Option<Request>, StoreError> {
+    match slot.run_id {
+        Some(id) => tx.get_memo(REQUESTS, &key::id(id), &SLOT_RUNS),
+        None => Ok(None),
+    }
+}
+
 fn live(tx: &impl Read, id: Uuid) -> Result<Option<Trigger>, StoreError> {
     Ok(tx
-        .get::<Trigger>(TRIGGERS, id.as_bytes())?
+        .get_memo(TRIGGERS, id.as_bytes(), &DECODED)?
         .filter(|t| !t.deleted))
 }
 
@@ -318,10 +334,7 @@ pub fn precheck(
     let slot: Slot = tx
         .get(TRIGGER_SLOTS, &slot_key(trigger.id, key))?
         .unwrap_or_default();
-    let run = match slot.run_id {
-        Some(id) => requests::get(tx, id)?,
-        None => None,
-    };
+    let run = slot_run(tx, &slot)?;
     Ok(slot_skip(trigger, &slot, run.as_ref(), now).map(Fired::Skipped))
 }
 
@@ -344,10 +357,7 @@ pub fn fire_in(
     }
     let skey = slot_key(trigger_id, key.as_deref());
     let slot: Slot = tx.get(TRIGGER_SLOTS, &skey)?.unwrap_or_default();
-    let run = match slot.run_id {
-        Some(id) => requests::get(tx, id)?,
-        None => None,
-    };
+    let run = slot_run(tx, &slot)?;
     if let Some(skip) = slot_skip(&trigger, &slot, run.as_ref(), now) {
         return Ok(Fired::Skipped(skip));
     }
