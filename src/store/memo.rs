@@ -3,7 +3,8 @@
 //! about a tenth of a delivery's CPU (stop 48). A [`Memo`] keeps a few decoded records beside
 //! the exact bytes they were decoded from and hands out a copy only when the bytes just read
 //! are those bytes, so it can never answer with a record that has changed: a change is new
-//! bytes, decoded afresh. Nothing is invalidated, nothing is shared between tables.
+//! bytes, decoded afresh. Nothing is invalidated, nothing is shared between tables. Only
+//! small records are kept ([`MAX_KEPT`]): a run's record may hold a megabyte of result.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -11,6 +12,10 @@ use std::sync::{Mutex, PoisonError};
 use serde::de::DeserializeOwned;
 
 use super::{StoreError, Table, record};
+
+/// A record whose JSON is longer than this is decoded every time, not kept: at most
+/// `capacity` times this (and the stored bytes beside each) is held.
+pub const MAX_KEPT: usize = 16 << 10;
 
 /// Decoded records of one table, by key (a few: see [`Memo::new`]).
 pub struct Memo<R> {
@@ -45,7 +50,10 @@ impl<R: DeserializeOwned + Clone> Memo<R> {
         }
         // Decoded without the lock held: other keys need not wait for it.
         drop(entries);
-        let record: R = record::decode(table, stored)?;
+        let (record, json_len) = record::decode_measured::<R>(table, stored)?;
+        if json_len > MAX_KEPT {
+            return Ok(record);
+        }
         entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         let map = entries.get_or_insert_with(HashMap::new);
         if map.len() >= self.capacity && !map.contains_key(key) {
@@ -113,5 +121,11 @@ mod tests {
         // Bytes that are no record are an error, and nothing is kept for them.
         assert!(memo.decode(&T, b"d", b"{not json").is_err());
         assert_eq!(memo.len(), 2);
+        // A large record (it compresses to little) is decoded, and not kept.
+        let large = stored(&"x".repeat(MAX_KEPT / 20 + 1), 5);
+        assert!(large.len() < MAX_KEPT / 10);
+        assert_eq!(memo.decode(&T, b"b", &large).unwrap().n, 5);
+        assert_eq!(memo.len(), 2);
+        assert_eq!(memo.decode(&T, b"b", &stored("hond", 3)).unwrap().n, 3);
     }
 }

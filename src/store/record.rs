@@ -137,12 +137,21 @@ pub fn json(stored: &[u8]) -> Result<Cow<'_, [u8]>, String> {
 
 /// A stored record, read.
 pub fn decode<R: DeserializeOwned>(table: &Table, stored: &[u8]) -> Result<R, StoreError> {
+    decode_measured(table, stored).map(|(record, _)| record)
+}
+
+/// [`decode`], and the length of the record's JSON (what it holds, however well it compressed).
+pub fn decode_measured<R: DeserializeOwned>(
+    table: &Table,
+    stored: &[u8],
+) -> Result<(R, usize), StoreError> {
     let corrupt = |message: String| StoreError::Corrupt {
         table: redb::TableHandle::name(table).to_owned(),
         message,
     };
     let json = json(stored).map_err(corrupt)?;
-    serde_json::from_slice(&json).map_err(|e| corrupt(e.to_string()))
+    let record = serde_json::from_slice(&json).map_err(|e| corrupt(e.to_string()))?;
+    Ok((record, json.len()))
 }
 
 /// `bytes` (a file of the data directory, say) followed by the JSON of every compressed
