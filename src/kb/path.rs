@@ -42,7 +42,13 @@ pub fn normalize(path: &str) -> Result<String, KbError> {
     if path.contains('\\') {
         return Err(bad("contains a backslash; use / between folders"));
     }
-    let nfc: String = path.nfc().collect();
+    // ASCII is its own NFC, and most paths are ASCII: the normalizer only for the others (it
+    // was 2.6 % of a read's CPU, stop 48).
+    let nfc: String = if path.is_ascii() {
+        path.to_owned()
+    } else {
+        path.nfc().collect()
+    };
     for segment in nfc.split('/') {
         match segment {
             "" => return Err(bad("has an empty segment")),
@@ -232,5 +238,6 @@ mod tests {
     #[test]
     fn paths_are_nfc() {
         assert_eq!(normalize("caf\u{65}\u{301}.md").unwrap(), "café.md");
+        assert_eq!(normalize("map/Kozijn 2.md").unwrap(), "map/Kozijn 2.md");
     }
 }
