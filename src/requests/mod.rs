@@ -326,6 +326,16 @@ pub fn get(tx: &impl crate::store::Read, id: u64) -> Result<Option<Request>, Sto
     tx.get(REQUESTS, &key::id(id))
 }
 
+/// [`get`] for a request read again and again, decoded once while its record stays the same
+/// (`store::memo`).
+pub fn get_memo(
+    tx: &impl crate::store::Read,
+    id: u64,
+    memo: &crate::store::memo::Memo<Request>,
+) -> Result<Option<Request>, StoreError> {
+    tx.get_memo(REQUESTS, &key::id(id), memo)
+}
+
 /// Writes a changed request back (and, for a feature request, its place in the
 /// organisation's list). A run written with a final status releases its result callback in
 /// this same transaction ([`callback::release_in`]).

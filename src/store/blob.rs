@@ -86,7 +86,7 @@ fn decompress(frame: &[u8], len: usize) -> std::io::Result<Vec<u8>> {
 /// storing a document costs, and need not hold the single writer (an import compresses the
 /// next batch on its reading thread). Written with
 /// [`WriteTx::put_encoded`](super::WriteTx::put_encoded).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Encoded(Vec<u8>);
 
 impl Encoded {

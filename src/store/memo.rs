@@ -70,14 +70,10 @@ impl<R: DeserializeOwned + Clone> Memo<R> {
     }
 
     /// How many records are kept.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         entries.as_ref().map_or(0, HashMap::len)
-    }
-
-    /// Whether none is kept.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -26,8 +26,8 @@ use crate::roster::{self, AgentKind, Rollout};
 use crate::store::by_org::{self, Kind};
 use crate::store::memo::Memo;
 use crate::store::{
-    ACTIVE_RUNS, REQUESTS, Read, Store, StoreError, TRIGGER_DELIVERIES, TRIGGER_RUNS,
-    TRIGGER_SLOTS, TRIGGERS, WriteTx, key,
+    ACTIVE_RUNS, Read, Store, StoreError, TRIGGER_DELIVERIES, TRIGGER_RUNS, TRIGGER_SLOTS,
+    TRIGGERS, WriteTx, key,
 };
 
 pub use deliver::{Delivered, Delivery, RawKey, deliver, run_again};
@@ -243,8 +243,6 @@ fn slot_key(trigger: Uuid, key: Option<&str>) -> Vec<u8> {
     k
 }
 
-/// A trigger that is not deleted, of any organisation: for deliveries, which name a trigger
-/// by its UUID alone.
 /// Triggers as decoded, beside their stored bytes: every delivery reads its trigger, twice
 /// when it creates a run.
 static DECODED: Memo<Trigger> = Memo::new(256);
@@ -255,11 +253,13 @@ static SLOT_RUNS: Memo<Request> = Memo::new(256);
 /// The run `slot` last started, if any.
 fn slot_run(tx: &impl Read, slot: &Slot) -> Result<Option<Request>, StoreError> {
     match slot.run_id {
-        Some(id) => tx.get_memo(REQUESTS, &key::id(id), &SLOT_RUNS),
+        Some(id) => requests::get_memo(tx, id, &SLOT_RUNS),
         None => Ok(None),
     }
 }
 
+/// A trigger that is not deleted, of any organisation: for deliveries, which name a trigger
+/// by its UUID alone.
 fn live(tx: &impl Read, id: Uuid) -> Result<Option<Trigger>, StoreError> {
     Ok(tx
         .get_memo(TRIGGERS, id.as_bytes(), &DECODED)?
