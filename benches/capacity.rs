@@ -23,7 +23,8 @@
 //! with every assistant in one organisation, then spread over the organisations — latencies,
 //! memory and open files.
 //!
-//! Needs `rg` (Debian: `apt-get install ripgrep`). A quick check of the whole run:
+//! `KENNIS_CAPACITY_KEEP=1` keeps each size's documents and data directory (after the merge)
+//! and prints where. Needs `rg` (Debian: `apt-get install ripgrep`). A quick check of the whole run:
 //! `KENNIS_CAPACITY_MB=20 KENNIS_CAPACITY_ORGS=50 KENNIS_CAPACITY_SECS=3 cargo bench --bench capacity`.
 //! Files go to a temporary directory (`TMPDIR`); the 1 GB size needs about 3 GB there.
 
@@ -469,6 +470,11 @@ fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> Si
     let search = all_queries(&search_by_query);
     println!("search over HTTP, all queries: {}", search.line());
     let merged = (segments > 1).then(|| search_merged(&data, &listen, &token, s.rounds));
+    if std::env::var_os("KENNIS_CAPACITY_KEEP").is_some() {
+        // The documents and the data directory (merged, if it was), to profile one workload
+        // again without writing and importing them anew.
+        println!("kept: {}", work.keep().display());
+    }
     SizeRow {
         anchor,
         mb: mb(bytes),
