@@ -24,7 +24,8 @@
 //! memory and open files.
 //!
 //! `KENNIS_CAPACITY_KEEP=1` keeps each size's documents and data directory (after the merge)
-//! and prints where. Needs `rg` (Debian: `apt-get install ripgrep`). A quick check of the whole run:
+//! and prints where. Needs `rg` (Debian: `apt-get install ripgrep`). A quick check of the
+//! whole run:
 //! `KENNIS_CAPACITY_MB=20 KENNIS_CAPACITY_ORGS=50 KENNIS_CAPACITY_SECS=3 cargo bench --bench capacity`.
 //! Files go to a temporary directory (`TMPDIR`); the 1 GB size needs about 3 GB there.
 
