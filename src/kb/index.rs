@@ -127,7 +127,45 @@ pub struct SearchIndex {
     visible: std::sync::atomic::AtomicU64,
     /// Texts an import handed over with the documents it stored.
     handed: Handed,
+    /// Set while every segment is merged: tantivy starts no merges of its own ([`Pausable`]).
+    paused: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
+
+/// tantivy's default merge policy, which a merge of every segment pauses: one that began
+/// while tantivy merged some of them in the background fails when the other ends first and
+/// takes them away (seen after a 1 GB import, whose many segments tantivy was merging).
+#[derive(Debug)]
+struct Pausable {
+    inner: tantivy::merge_policy::LogMergePolicy,
+    paused: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl tantivy::merge_policy::MergePolicy for Pausable {
+    fn compute_merge_candidates(
+        &self,
+        segments: &[tantivy::index::SegmentMeta],
+    ) -> Vec<tantivy::merge_policy::MergeCandidate> {
+        if self.paused.load(std::sync::atomic::Ordering::Acquire) {
+            Vec::new()
+        } else {
+            self.inner.compute_merge_candidates(segments)
+        }
+    }
+}
+
+/// Clears the pause when a merge of every segment ends, however it ends.
+struct Paused<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// How many times a merge of every segment is started again after one of tantivy's own
+/// merges, already under way when it began, took some of its segments: tantivy starts no
+/// new ones meanwhile, so each attempt leaves fewer under way.
+const MERGE_ATTEMPTS: usize = 8;
 
 fn schema() -> (Schema, Fields) {
     let mut b = Schema::builder();
@@ -521,6 +559,11 @@ impl SearchIndex {
         let writer = index
             .writer_with_num_threads(WRITER_THREADS, WRITER_HEAP)
             .map_err(index_err)?;
+        let paused = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        writer.set_merge_policy(Box::new(Pausable {
+            inner: tantivy::merge_policy::LogMergePolicy::default(),
+            paused: paused.clone(),
+        }));
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
@@ -541,6 +584,7 @@ impl SearchIndex {
             rank_whole: std::sync::atomic::AtomicUsize::new(RANK_WHOLE),
             visible: std::sync::atomic::AtomicU64::new(0),
             handed: Handed::default(),
+            paused,
         };
         index
             .visible
@@ -827,19 +871,70 @@ impl SearchIndex {
     pub fn compact(&self, always: bool) -> Result<(), KbError> {
         let _merging = self.merging();
         let mut guard = self.writer();
-        let writer = &mut guard.tantivy;
-        let metas = self.index.searchable_segment_metas().map_err(index_err)?;
-        let counts = doc_counts(&metas);
-        let worth = metas.len() > 8 || tenth_deleted(&counts);
-        // One segment is merged too when documents were deleted from it: only a merge takes
-        // their text out of the files (an organisation's removal relies on it).
-        let deleted = counts.iter().any(|c| c.1 > 0);
-        if (metas.len() > 1 || deleted) && (always || worth) {
-            let ids: Vec<_> = metas.iter().map(|m| m.id()).collect();
-            writer.merge(&ids).wait().map_err(index_err)?;
-        }
-        writer.garbage_collect_files().wait().map_err(index_err)?;
+        self.merge_all(
+            || {
+                let metas = self.index.searchable_segment_metas().map_err(index_err)?;
+                let counts = doc_counts(&metas);
+                let worth = metas.len() > 8 || tenth_deleted(&counts);
+                // One segment is merged too when documents were deleted from it: only a merge
+                // takes their text out of the files (an organisation's removal relies on it).
+                let deleted = counts.iter().any(|c| c.1 > 0);
+                if (metas.len() > 1 || deleted) && (always || worth) {
+                    let ids: Vec<_> = metas.iter().map(|m| m.id()).collect();
+                    Ok(Some((guard.tantivy.merge(&ids), ())))
+                } else {
+                    Ok(None)
+                }
+            },
+            || (),
+        )?;
+        guard
+            .tantivy
+            .garbage_collect_files()
+            .wait()
+            .map_err(index_err)?;
         self.reader.reload().map_err(index_err)
+    }
+
+    /// Starts a merge of every segment with `start` (`None`: not worth one) and waits for it,
+    /// with tantivy's own merges paused; when one of those, already under way, took some of
+    /// its segments, starts it again (up to [`MERGE_ATTEMPTS`] times). `started`: called once
+    /// the first merge is under way. Returns what the merge's `start` returned.
+    fn merge_all<T>(
+        &self,
+        mut start: impl FnMut() -> Result<
+            Option<(
+                tantivy::FutureResult<Option<tantivy::index::SegmentMeta>>,
+                T,
+            )>,
+            KbError,
+        >,
+        started: impl FnOnce(),
+    ) -> Result<Option<T>, KbError> {
+        self.paused
+            .store(true, std::sync::atomic::Ordering::Release);
+        let _paused = Paused(&self.paused);
+        let mut started = Some(started);
+        for attempt in 1.. {
+            let Some((merging, out)) = start()? else {
+                return Ok(None);
+            };
+            if let Some(started) = started.take() {
+                started();
+            }
+            match merging.wait() {
+                Ok(_) => return Ok(Some(out)),
+                Err(tantivy::TantivyError::InvalidArgument(e)) if attempt < MERGE_ATTEMPTS => {
+                    tracing::info!(
+                        attempt,
+                        error = %e,
+                        "search index: a merge of its own took some segments; merging again"
+                    );
+                }
+                Err(e) => return Err(index_err(e)),
+            }
+        }
+        Ok(None)
     }
 
     /// How far in the change log the searches see (it moves with every commit).
@@ -869,19 +964,22 @@ impl SearchIndex {
     #[doc(hidden)]
     pub fn merge_segments_then(&self, started: impl FnOnce()) -> Result<Option<usize>, KbError> {
         let _merging = self.merging();
-        let (merging, count) = {
-            let mut guard = self.writer();
-            let metas = self.index.searchable_segment_metas().map_err(index_err)?;
-            if !merge_worth(&doc_counts(&metas)) {
-                return Ok(None);
-            }
-            let ids: Vec<_> = metas.iter().map(|m| m.id()).collect();
-            (guard.tantivy.merge(&ids), ids.len())
-        };
-        started();
-        merging.wait().map_err(index_err)?;
-        self.reader.reload().map_err(index_err)?;
-        Ok(Some(count))
+        let count = self.merge_all(
+            || {
+                let mut guard = self.writer();
+                let metas = self.index.searchable_segment_metas().map_err(index_err)?;
+                if !merge_worth(&doc_counts(&metas)) {
+                    return Ok(None);
+                }
+                let ids: Vec<_> = metas.iter().map(|m| m.id()).collect();
+                Ok(Some((guard.tantivy.merge(&ids), ids.len())))
+            },
+            started,
+        )?;
+        if count.is_some() {
+            self.reader.reload().map_err(index_err)?;
+        }
+        Ok(count)
     }
 
     /// Removes every entry of an organisation (its removal) and commits at once; the text

@@ -335,6 +335,36 @@ fn a_merge_leaves_the_vocabulary_s_counts_as_they_were() {
     assert_eq!(after.total().unwrap(), 17);
 }
 
+/// tantivy merges segments of its own in the background (eight of a similar size). A merge of
+/// every segment (`kennis compact`, the end of a large import) that begins meanwhile must still
+/// end with one segment, rather than fail when tantivy's ends first and takes some of them away.
+#[test]
+fn a_merge_of_every_segment_outlasts_tantivy_s_own_merges() {
+    let (_dir, store, index) = empty();
+    let now = jiff::Timestamp::now();
+    let mut n = 0;
+    for round in 0..10 {
+        // Eight commits of documents of a similar size: the last sets tantivy merging them.
+        for _ in 0..8 {
+            for _ in 0..30 {
+                let text = format!("# Stuk {n}\n{}", "kozijn deur raam\n".repeat(60));
+                let path = format!("d{n}.md");
+                kennis::kb::store_document(&store, ORG, &path, text.as_bytes(), None, now).unwrap();
+                n += 1;
+            }
+            index.catch_up(&store).unwrap();
+        }
+        index
+            .compact(true)
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(index.segments().unwrap().len(), 1, "round {round}");
+    }
+    let (_, total) = index
+        .candidates(ORG, None, &["kozijn".to_owned()], 1)
+        .unwrap();
+    assert_eq!(total, n);
+}
+
 /// Documents of 8 KB and more: past the first candidates, a search verifies them in batches
 /// of 256 KB and more, half on a second thread (`kb::search::verify_ahead`) — and finds
 /// exactly what the reference finds, every line where it stands.
