@@ -2,8 +2,9 @@
 //! documents in a useful order. Each searchable document's latest version (its own text, or
 //! the text extracted from a binary file) is indexed these ways, all from its folded text:
 //!
-//! - `words`: the whole words with their frequencies, for BM25 over the body; with `long`,
-//!   the index's vocabulary ([`super::vocabulary`]). A query term found as a substring
+//! - `words`: the whole words with their frequencies, for BM25 over the body, and each
+//!   occurrence's line as its position ([`super::lines`]); with `long`, the index's vocabulary
+//!   ([`super::vocabulary`]). A query term found as a substring
 //!   (kozijn in kozijnen) selects the documents through the words that hold its runs of
 //!   letters and digits; this only filters, it does not score.
 //! - `long`: the words of 40 bytes or more, which `words` leaves out, in pieces, once per
@@ -34,8 +35,8 @@ use tantivy::query::{
     Scorer, TermQuery, TermSetQuery, Weight,
 };
 use tantivy::schema::{
-    Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
-    Value,
+    FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing,
+    TextOptions, Value,
 };
 use tantivy::tokenizer::{
     RemoveLongFilter, SimpleTokenizer, TextAnalyzer, Token, TokenStream, Tokenizer,
@@ -47,6 +48,7 @@ use tantivy::{
 
 use super::fold::fold_text;
 use super::handed::{self, Handed};
+use super::lines::LineWords;
 use super::vocabulary::{self, Run, Vocabulary, Words, runs};
 use super::{Change, Document, KbError, MAX_SEARCHED_BYTES, doc_key, prefix_on_char_boundary};
 use crate::store::{KB_CHANGES, KB_DOCS, Store, key};
@@ -71,7 +73,7 @@ const MAX_TITLE_KEY: usize = 512;
 /// stored-field bytes (about 100 KB per 100 MB of documents).
 const DOCSTORE_BLOCK: usize = 2048;
 /// Bumped when the schema or what a field holds changes; a mismatch rebuilds the index.
-const INDEX_FORMAT: &str = "kennis-index-5";
+const INDEX_FORMAT: &str = "kennis-index-6";
 
 struct Fields {
     key: Field,
@@ -99,6 +101,9 @@ pub struct Candidate {
     pub size: u64,
     /// Its text was extracted from a binary file.
     pub extracted: bool,
+    /// The index's lines rule it out: no three consecutive lines hold every term of the
+    /// search ([`super::lines`]), so the verifier need not read it.
+    pub apart: bool,
 }
 
 /// The tantivy writer and how far it has followed the change log without committing.
@@ -181,7 +186,13 @@ fn schema() -> (Schema, Fields) {
             .set_index_option(IndexRecordOption::Basic)
             .set_fieldnorms(false),
     );
+    // The body's words with their lines as positions ([`super::lines`]); the title's without.
     let words_opts = TextOptions::default().set_indexing_options(
+        TextFieldIndexing::default()
+            .set_tokenizer(WORDS)
+            .set_index_option(IndexRecordOption::WithFreqsAndPositions),
+    );
+    let title_opts = TextOptions::default().set_indexing_options(
         TextFieldIndexing::default()
             .set_tokenizer(WORDS)
             .set_index_option(IndexRecordOption::WithFreqs),
@@ -194,12 +205,13 @@ fn schema() -> (Schema, Fields) {
         folders: b.add_text_field("folders", STRING),
         version: b.add_u64_field("version", STORED),
         hash: b.add_bytes_field("hash", STORED),
-        size: b.add_u64_field("size", STORED),
+        // Also a fast field: a candidate its lines rule out needs only this (for the budget).
+        size: b.add_u64_field("size", STORED | FAST),
         extracted: b.add_u64_field("extracted", STORED),
         long: b.add_text_field("long", long_opts),
         joins: b.add_text_field("joins", joins_opts),
-        words: b.add_text_field("words", words_opts.clone()),
-        title: b.add_text_field("title", words_opts),
+        words: b.add_text_field("words", words_opts),
+        title: b.add_text_field("title", title_opts),
         title_exact: b.add_text_field("title_exact", STRING),
     };
     (b.build(), fields)
@@ -555,7 +567,9 @@ impl SearchIndex {
         }
         index.tokenizers().register(LONG, LongWords);
         index.tokenizers().register(JOINS, Joins);
-        index.tokenizers().register(WORDS, words_analyzer());
+        index
+            .tokenizers()
+            .register(WORDS, LineWords(words_analyzer()));
         let writer = index
             .writer_with_num_threads(WRITER_THREADS, WRITER_HEAP)
             .map_err(index_err)?;
@@ -1050,9 +1064,14 @@ impl SearchIndex {
                 &(Count, TopDocs::with_limit(limit).order_by_score()),
             )
             .map_err(index_err)?;
-        let mut out = Vec::with_capacity(top.len());
-        for (_, addr) in top {
-            out.push(self.candidate(&searcher, addr)?);
+        let addrs: Vec<DocAddress> = top.into_iter().map(|(_, addr)| addr).collect();
+        let apart = plan.apart(&searcher, &addrs)?;
+        let mut out = Vec::with_capacity(addrs.len());
+        for (addr, apart) in addrs.into_iter().zip(apart) {
+            out.push(Candidate {
+                apart: apart.is_some(),
+                ..self.candidate(&searcher, addr)?
+            });
         }
         Ok((out, total))
     }
@@ -1087,6 +1106,7 @@ impl SearchIndex {
             k,
             asked,
             docs,
+            apart: Vec::new(),
         })
     }
 
@@ -1157,8 +1177,10 @@ impl SearchIndex {
         let mut runs: Vec<Run> = terms.iter().flat_map(|t| runs(t)).collect();
         runs.sort();
         runs.dedup();
-        for run in &runs {
-            let (ids, postings) = match self.vocabulary.find(run) {
+        let found: Vec<(&Run, Words)> = runs.iter().map(|r| (r, self.vocabulary.find(r))).collect();
+        let lines = self.line_words(terms, &found);
+        for (_, words) in found {
+            let (ids, postings) = match words {
                 Words::Any => continue,
                 Words::Some { ids, postings } => (ids, postings),
             };
@@ -1239,11 +1261,48 @@ impl SearchIndex {
         Ok(Plan {
             filter: BooleanQuery::new(filter),
             unfiltered,
+            lines,
             words,
             exact,
             org: Term::from_field_u64(f.org, org_id),
             rank_whole: self.rank_whole.load(std::sync::atomic::Ordering::Relaxed),
         })
+    }
+
+    /// For each term of a search of several, the words of the `words` field that one of its
+    /// runs lies in ([`super::lines`]): the run with the fewest, if they are few enough
+    /// ([`LINE_WORDS`]) and none is a long word's piece (those have no lines). Terms without such
+    /// a run are left to the verifier; fewer than two such terms, nothing to check.
+    fn line_words(&self, terms: &[String], found: &[(&Run, Words)]) -> Vec<Vec<Term>> {
+        if terms.len() < 2 {
+            return Vec::new();
+        }
+        let mut lines: Vec<Vec<Term>> = Vec::new();
+        for term in terms {
+            let best = runs(term)
+                .iter()
+                .filter_map(|run| match found.iter().find(|(r, _)| *r == run) {
+                    Some((_, Words::Some { ids, .. }))
+                        if !ids.is_empty() && ids.len() <= LINE_WORDS =>
+                    {
+                        let words = self.vocabulary.words(ids);
+                        words
+                            .iter()
+                            .all(|w| w.len() < vocabulary::LONG_WORD)
+                            .then_some(words)
+                    }
+                    _ => None,
+                })
+                .min_by_key(Vec::len);
+            if let Some(words) = best {
+                let f = self.fields.words;
+                lines.push(words.iter().map(|w| Term::from_field_text(f, w)).collect());
+            }
+        }
+        if lines.len() < 2 {
+            lines.clear();
+        }
+        lines
     }
 
     /// The whole words of the query's terms, as the `words` field holds them.
@@ -1289,6 +1348,7 @@ impl SearchIndex {
                 .unwrap_or_default(),
             size: num(f.size),
             extracted: num(f.extracted) == 1,
+            apart: false,
         })
     }
 }
@@ -1300,6 +1360,8 @@ struct Plan {
     filter: BooleanQuery,
     /// A run was left out of `filter` (too many words hold it, or they are in most documents).
     unfiltered: bool,
+    /// Per term checked for lines, the words of one of its runs ([`SearchIndex::line_words`]).
+    lines: Vec<Vec<Term>>,
     words: Vec<(Occur, Box<dyn Query>)>,
     exact: Option<TermQuery>,
     /// The organisation's term: a segment with at most `rank_whole` of its documents is
@@ -1343,6 +1405,47 @@ impl Plan {
 
     fn exact(&self) -> Option<TermQuery> {
         self.exact.clone()
+    }
+
+    /// For each of these documents, whether the index's lines rule it out
+    /// ([`super::lines::apart`]): if so, its size (`size`'s fast field), else `None`.
+    fn apart(
+        &self,
+        searcher: &tantivy::Searcher,
+        docs: &[DocAddress],
+    ) -> Result<Vec<Option<u64>>, KbError> {
+        let mut out = vec![None; docs.len()];
+        if self.lines.is_empty() {
+            return Ok(out);
+        }
+        // Each segment's documents in ascending order, where its lists are walked once.
+        let mut order: Vec<usize> = (0..docs.len()).collect();
+        order.sort_unstable_by_key(|&i| docs.get(i).map(|a| (a.segment_ord, a.doc_id)));
+        for group in order.chunk_by(|&a, &b| {
+            docs.get(a).map(|d| d.segment_ord) == docs.get(b).map(|d| d.segment_ord)
+        }) {
+            let Some(first) = group.first().and_then(|&i| docs.get(i)) else {
+                continue;
+            };
+            let reader = searcher.segment_reader(first.segment_ord);
+            let ids: Vec<DocId> = group
+                .iter()
+                .filter_map(|&i| docs.get(i).map(|a| a.doc_id))
+                .collect();
+            let verdicts = super::lines::apart(reader, &self.lines, &ids).map_err(index_err)?;
+            if !verdicts.contains(&true) {
+                continue;
+            }
+            let sizes = reader.fast_fields().u64("size").map_err(index_err)?;
+            for ((&i, doc), apart) in group.iter().zip(ids).zip(verdicts) {
+                if let Some(o) = out.get_mut(i)
+                    && apart
+                {
+                    *o = Some(sizes.first(doc).unwrap_or_default());
+                }
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -1537,6 +1640,10 @@ fn pick_in_segment(
     Ok((picked, exact_docs))
 }
 
+/// A run held by at most this many words can be checked for lines ([`super::lines`]); more
+/// would cost more to walk than reading the candidates.
+const LINE_WORDS: usize = 64;
+
 /// A run held by at most this many words always filters ([`PairTerms`]).
 const FEW_RUN_WORDS: usize = 16;
 /// A run held by more words than this filters through one set of their documents, read
@@ -1647,7 +1754,14 @@ pub struct Ranked {
     /// How many the ranking so far asked for.
     asked: usize,
     docs: Vec<DocAddress>,
+    /// Whether the lines rule out each of the first of `docs` (and then its size), found in
+    /// batches as the search reaches them.
+    apart: Vec<Option<u64>>,
 }
+
+/// How many candidates' lines are checked at first, where most searches find their results;
+/// past them, all the rest at once (each batch looks up every word again).
+const FIRST_APART: usize = 16;
 
 impl Ranked {
     /// The candidate at rank `i` (0-based), or `None` past the last.
@@ -1656,13 +1770,61 @@ impl Ranked {
         index: &SearchIndex,
         i: usize,
     ) -> Result<Option<Candidate>, KbError> {
+        self.candidate_as(index, i, true)
+    }
+
+    /// [`candidate`](Self::candidate) as the verifier needs it: one its lines rule out carries
+    /// only its size (no stored fields read, as it will not be read either).
+    pub fn to_verify(
+        &mut self,
+        index: &SearchIndex,
+        i: usize,
+    ) -> Result<Option<Candidate>, KbError> {
+        self.candidate_as(index, i, false)
+    }
+
+    fn candidate_as(
+        &mut self,
+        index: &SearchIndex,
+        i: usize,
+        whole: bool,
+    ) -> Result<Option<Candidate>, KbError> {
         if i >= self.docs.len() && self.docs.len() == self.asked && self.asked < self.k {
             self.docs = rank(&self.searcher, &self.plan, self.k)?;
             self.asked = self.k;
+            self.apart.clear();
         }
-        match self.docs.get(i) {
-            Some(addr) => index.candidate(&self.searcher, *addr).map(Some),
-            None => Ok(None),
+        let Some(addr) = self.docs.get(i).copied() else {
+            return Ok(None);
+        };
+        while self.apart.len() <= i {
+            let from = self.apart.len();
+            let to = if from == 0 {
+                FIRST_APART.min(self.docs.len())
+            } else {
+                self.docs.len()
+            };
+            let batch = self.docs.get(from..to).unwrap_or_default();
+            let verdicts = self.plan.apart(&self.searcher, batch)?;
+            if verdicts.is_empty() {
+                break;
+            }
+            self.apart.extend(verdicts);
+        }
+        let apart = self.apart.get(i).copied().flatten();
+        match apart {
+            Some(size) if !whole => Ok(Some(Candidate {
+                path: String::new(),
+                version: 0,
+                hash: String::new(),
+                size,
+                extracted: false,
+                apart: true,
+            })),
+            _ => Ok(Some(Candidate {
+                apart: apart.is_some(),
+                ..index.candidate(&self.searcher, addr)?
+            })),
         }
     }
 

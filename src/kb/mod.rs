@@ -11,6 +11,7 @@ pub mod extracted;
 pub mod fold;
 pub mod handed;
 pub mod index;
+pub mod lines;
 pub mod link;
 pub mod path;
 pub mod search;

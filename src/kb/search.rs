@@ -16,8 +16,7 @@ pub const MAX_TERMS: usize = 10;
 pub const DEFAULT_LIMIT: usize = 20;
 pub const MAX_LIMIT: usize = 50;
 pub const OUTPUT_CAP_CHARS: usize = 12_000;
-/// All terms must occur within this many consecutive lines.
-pub const WINDOW_LINES: usize = 3;
+pub use super::lines::WINDOW_LINES;
 /// A snippet line longer than this is shortened, so one long paragraph cannot fill the output.
 pub const SNIPPET_LINE_CHARS: usize = 600;
 
@@ -337,7 +336,7 @@ fn verify_ranked(
                 needed.saturating_mul(2).clamp(2, AHEAD)
             };
             while candidates.len() < pos + want {
-                match ranked.candidate(index, candidates.len())? {
+                match ranked.to_verify(index, candidates.len())? {
                     Some(c) => candidates.push(c),
                     None => break,
                 }
@@ -446,9 +445,10 @@ fn verify_ahead(
             .map(|c| verify(tx, req.org_id, c, finders, live))
             .collect()
     };
-    // A thread is worth starting only for enough text.
+    // A thread is worth starting only for enough text to read.
     let batch_bytes: u64 = batch
         .iter()
+        .filter(|c| !c.apart)
         .map(|c| c.size.min(MAX_SEARCHED_BYTES as u64))
         .sum();
     if batch.len() < 2 || batch_bytes < PARALLEL_BYTES {
@@ -480,6 +480,10 @@ fn verify(
     finders: &[Finder<'_>],
     live: bool,
 ) -> Result<Option<Hit>, KbError> {
+    // The index's lines show the terms only far apart: verified without reading.
+    if c.apart {
+        return Ok(None);
+    }
     // The index follows the change log a moment after each commit: a document deleted, moved
     // or rewritten meanwhile is found in it still, and its content is still kept (for the
     // trash or the older version). Only the live version counts.

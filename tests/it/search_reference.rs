@@ -207,6 +207,95 @@ fn index_search_equals_the_reference_on_generated_documents() {
     );
 }
 
+/// The index knows each word's line, so it rules out (`apart`) a candidate whose terms stand
+/// only far apart, which the verifier then need not read. For queries of whole words it does so
+/// exactly: on every candidate the rules turn down and on none they find. (That a search finds
+/// what the rules select whatever it rules out, the other tests here check.)
+#[test]
+fn the_index_s_lines_rule_out_exactly_the_candidates_whose_terms_stand_apart() {
+    let mut rng = StdRng::seed_from_u64(0x6c696e6573);
+    let f = load(generated_docs(&mut rng, 1..40));
+    let (mut apart, mut near) = (0, 0);
+    for _ in 0..300 {
+        let raw = (0..rng.gen_range(2..=3))
+            .map(|_| WORDS[rng.gen_range(0..WORDS.len())])
+            .collect::<Vec<_>>()
+            .join(" ");
+        let query = parse_query(&raw).unwrap();
+        let found: BTreeSet<String> = reference(&f.folded, &query.terms)
+            .into_iter()
+            .map(|(path, _)| path)
+            .collect();
+        let (candidates, _) = f
+            .index
+            .candidates(ORG, None, &query.terms, usize::MAX)
+            .unwrap();
+        for c in candidates {
+            assert_eq!(c.apart, !found.contains(&c.path), "{raw:?} in {}", c.path);
+            if c.apart {
+                apart += 1;
+            } else {
+                near += 1;
+            }
+        }
+    }
+    assert!(apart > 500 && near > 500, "{apart} apart, {near} near");
+}
+
+/// Where a term lies inside a word of 40 bytes or more (which the index keeps without lines),
+/// the lines rule nothing out: the document is read and found.
+#[test]
+fn a_term_inside_a_long_word_is_never_ruled_out_by_lines() {
+    let long = format!("{}kozijn{}", "x".repeat(30), "y".repeat(30));
+    let f = load(vec![
+        (
+            "lang.md".into(),
+            format!("# Lang\nhout {long}\n\n\n\n\nkozijn\n"),
+        ),
+        ("ver.md".into(), "# Ver\nhout\n\n\n\nkozijn\n".into()),
+        ("dicht.md".into(), "# Dicht\nhout\n\nkozijn\n".into()),
+    ]);
+    let query = parse_query("hout kozijn").unwrap();
+    let (candidates, _) = f.index.candidates(ORG, None, &query.terms, 10).unwrap();
+    let apart: BTreeSet<(String, bool)> = candidates
+        .iter()
+        .map(|c| (c.path.clone(), c.apart))
+        .collect();
+    // `kozijn` is also inside a long word (of lang.md): no document is checked for lines.
+    assert_eq!(
+        apart,
+        BTreeSet::from([
+            ("dicht.md".into(), false),
+            ("lang.md".into(), false),
+            ("ver.md".into(), false)
+        ])
+    );
+    let found: BTreeSet<(String, usize)> = search_all(&f, "hout kozijn", &query)
+        .results
+        .iter()
+        .map(|h| (h.path.clone(), h.line))
+        .collect();
+    assert_eq!(found, reference(&f.folded, &query.terms));
+    assert_eq!(
+        found,
+        BTreeSet::from([("dicht.md".into(), 2), ("lang.md".into(), 2)])
+    );
+    // Without the long word, the far document is ruled out and the near one is not.
+    let g = load(vec![
+        ("ver.md".into(), "# Ver\nhout\n\n\n\nkozijn\n".into()),
+        ("dicht.md".into(), "# Dicht\nhout\n\nkozijn\n".into()),
+    ]);
+    let (candidates, _) = g.index.candidates(ORG, None, &query.terms, 10).unwrap();
+    let apart: BTreeSet<(String, bool)> = candidates
+        .iter()
+        .map(|c| (c.path.clone(), c.apart))
+        .collect();
+    assert_eq!(
+        apart,
+        BTreeSet::from([("dicht.md".into(), false), ("ver.md".into(), true)])
+    );
+}
+
 /// A term is any substring of a line: across signs and spaces, inside words of 40 bytes and
 /// more (the `long` field holds them in pieces of 1,024 characters) and across those pieces'
 /// seams — found exactly where the rules say.
