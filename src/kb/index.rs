@@ -1424,10 +1424,13 @@ impl Plan {
         for group in order.chunk_by(|&a, &b| {
             docs.get(a).map(|d| d.segment_ord) == docs.get(b).map(|d| d.segment_ord)
         }) {
-            let Some(first) = group.first().and_then(|&i| docs.get(i)) else {
+            let Some(reader) = group
+                .first()
+                .and_then(|&i| docs.get(i))
+                .and_then(|d| searcher.segment_readers().get(d.segment_ord as usize))
+            else {
                 continue;
             };
-            let reader = searcher.segment_reader(first.segment_ord);
             let ids: Vec<DocId> = group
                 .iter()
                 .filter_map(|&i| docs.get(i).map(|a| a.doc_id))
@@ -1640,8 +1643,10 @@ fn pick_in_segment(
     Ok((picked, exact_docs))
 }
 
-/// A run held by at most this many words can be checked for lines ([`super::lines`]); more
-/// would cost more to walk than reading the candidates.
+/// A run held by at most this many words can be checked for lines ([`super::lines`]): each
+/// word's list is looked up and walked for the candidates (the slow pairs of the 1 GB
+/// benchmark hold 2–44 words a run), so the cost grows with the words; a run that many more
+/// words hold is a common one (2,394 words hold `de` at 1 GB), left to the verifier.
 const LINE_WORDS: usize = 64;
 
 /// A run held by at most this many words always filters ([`PairTerms`]).

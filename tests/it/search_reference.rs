@@ -242,6 +242,12 @@ fn the_index_s_lines_rule_out_exactly_the_candidates_whose_terms_stand_apart() {
     assert!(apart > 500 && near > 500, "{apart} apart, {near} near");
 }
 
+/// Each candidate of `query` and whether the index's lines rule it out.
+fn apart_flags(f: &Fixture, query: &search::Query) -> BTreeSet<(String, bool)> {
+    let (candidates, _) = f.index.candidates(ORG, None, &query.terms, 10).unwrap();
+    candidates.into_iter().map(|c| (c.path, c.apart)).collect()
+}
+
 /// Where a term lies inside a word of 40 bytes or more (which the index keeps without lines),
 /// the lines rule nothing out: the document is read and found.
 #[test]
@@ -256,14 +262,9 @@ fn a_term_inside_a_long_word_is_never_ruled_out_by_lines() {
         ("dicht.md".into(), "# Dicht\nhout\n\nkozijn\n".into()),
     ]);
     let query = parse_query("hout kozijn").unwrap();
-    let (candidates, _) = f.index.candidates(ORG, None, &query.terms, 10).unwrap();
-    let apart: BTreeSet<(String, bool)> = candidates
-        .iter()
-        .map(|c| (c.path.clone(), c.apart))
-        .collect();
     // `kozijn` is also inside a long word (of lang.md): no document is checked for lines.
     assert_eq!(
-        apart,
+        apart_flags(&f, &query),
         BTreeSet::from([
             ("dicht.md".into(), false),
             ("lang.md".into(), false),
@@ -285,13 +286,8 @@ fn a_term_inside_a_long_word_is_never_ruled_out_by_lines() {
         ("ver.md".into(), "# Ver\nhout\n\n\n\nkozijn\n".into()),
         ("dicht.md".into(), "# Dicht\nhout\n\nkozijn\n".into()),
     ]);
-    let (candidates, _) = g.index.candidates(ORG, None, &query.terms, 10).unwrap();
-    let apart: BTreeSet<(String, bool)> = candidates
-        .iter()
-        .map(|c| (c.path.clone(), c.apart))
-        .collect();
     assert_eq!(
-        apart,
+        apart_flags(&g, &query),
         BTreeSet::from([("dicht.md".into(), false), ("ver.md".into(), true)])
     );
 }
