@@ -158,8 +158,16 @@ impl tantivy::merge_policy::MergePolicy for Pausable {
     }
 }
 
-/// Clears the pause when a merge of every segment ends, however it ends.
+/// Pauses tantivy's own merges while it lives: set as a merge of every segment begins,
+/// cleared when it ends, however it ends.
 struct Paused<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl<'a> Paused<'a> {
+    fn new(flag: &'a std::sync::atomic::AtomicBool) -> Self {
+        flag.store(true, std::sync::atomic::Ordering::Release);
+        Paused(flag)
+    }
+}
 
 impl Drop for Paused<'_> {
     fn drop(&mut self) {
@@ -925,11 +933,11 @@ impl SearchIndex {
         >,
         started: impl FnOnce(),
     ) -> Result<Option<T>, KbError> {
-        self.paused
-            .store(true, std::sync::atomic::Ordering::Release);
-        let _paused = Paused(&self.paused);
+        let _paused = Paused::new(&self.paused);
         let mut started = Some(started);
-        for attempt in 1.. {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
             let Some((merging, out)) = start()? else {
                 return Ok(None);
             };
@@ -948,7 +956,6 @@ impl SearchIndex {
                 Err(e) => return Err(index_err(e)),
             }
         }
-        Ok(None)
     }
 
     /// How far in the change log the searches see (it moves with every commit).
@@ -1038,7 +1045,7 @@ impl SearchIndex {
     ) -> Result<(Vec<Candidate>, usize), KbError> {
         let mut ranked = self.ranked(org_id, folder, terms, max, PairTerms::Adaptive)?;
         let mut all = Vec::new();
-        while let Some(c) = ranked.candidate(self, all.len())? {
+        while let Some(c) = ranked.candidate(self, all.len(), true)? {
             all.push(c);
         }
         Ok((all, ranked.total()?))
@@ -1769,30 +1776,24 @@ pub struct Ranked {
 const FIRST_APART: usize = 16;
 
 impl Ranked {
-    /// The candidate at rank `i` (0-based), or `None` past the last.
-    pub fn candidate(
-        &mut self,
-        index: &SearchIndex,
-        i: usize,
-    ) -> Result<Option<Candidate>, KbError> {
-        self.candidate_as(index, i, true)
-    }
-
-    /// [`candidate`](Self::candidate) as the verifier needs it: one its lines rule out carries
-    /// only its size (no stored fields read, as it will not be read either).
+    /// The candidate at rank `i` (0-based) as the verifier needs it, or `None` past the last:
+    /// one its lines rule out carries only its size (no stored fields read, as it will not be
+    /// read either).
     pub fn to_verify(
         &mut self,
         index: &SearchIndex,
         i: usize,
     ) -> Result<Option<Candidate>, KbError> {
-        self.candidate_as(index, i, false)
+        self.candidate(index, i, false)
     }
 
-    fn candidate_as(
+    /// The candidate at rank `i`; `stored`: with its stored fields even when its lines rule it
+    /// out ([`SearchIndex::candidates`] lists them whole).
+    fn candidate(
         &mut self,
         index: &SearchIndex,
         i: usize,
-        whole: bool,
+        stored: bool,
     ) -> Result<Option<Candidate>, KbError> {
         if i >= self.docs.len() && self.docs.len() == self.asked && self.asked < self.k {
             self.docs = rank(&self.searcher, &self.plan, self.k)?;
@@ -1818,7 +1819,7 @@ impl Ranked {
         }
         let apart = self.apart.get(i).copied().flatten();
         match apart {
-            Some(size) if !whole => Ok(Some(Candidate {
+            Some(size) if !stored => Ok(Some(Candidate {
                 path: String::new(),
                 version: 0,
                 hash: String::new(),

@@ -84,8 +84,12 @@ pub fn apart(
     let mut positions: Vec<u32> = Vec::new();
     for (i, words) in terms.iter().enumerate() {
         let bit = 1u32 << i;
+        let Some(first) = words.first() else {
+            continue;
+        };
+        // One field's words (the `words` field's): its index opened once.
+        let inverted = reader.inverted_index(first.field())?;
         for word in words {
-            let inverted = reader.inverted_index(word.field())?;
             let Some(mut postings) =
                 inverted.read_postings(word, IndexRecordOption::WithFreqsAndPositions)?
             else {

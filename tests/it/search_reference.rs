@@ -242,6 +242,56 @@ fn the_index_s_lines_rule_out_exactly_the_candidates_whose_terms_stand_apart() {
     assert!(apart > 500 && near > 500, "{apart} apart, {near} near");
 }
 
+/// A candidate the lines rule out is not read, but counts against the search's budget as if it
+/// were, its bytes too (its size comes from the index): with 1 MB to read, a search over
+/// documents of 300 KB whose terms stand apart stops after three of them, as one that read
+/// them would.
+#[test]
+fn candidates_ruled_out_by_lines_count_their_bytes_against_the_budget() {
+    let filler = "vloer\n".repeat(50_000);
+    let f = load(
+        (0..6)
+            .map(|i| {
+                (
+                    format!("d{i}.md"),
+                    format!("# Stuk\nhout\n{filler}kozijn\n"),
+                )
+            })
+            .collect(),
+    );
+    let raw = "hout kozijn";
+    let query = parse_query(raw).unwrap();
+    let (candidates, total) = f.index.candidates(ORG, None, &query.terms, 10).unwrap();
+    assert_eq!(total, 6);
+    assert!(candidates.iter().all(|c| c.apart), "{candidates:?}");
+    let out = search::search(
+        &f.store,
+        &f.index,
+        &SearchRequest {
+            org_id: ORG,
+            raw_query: raw,
+            query: &query,
+            folder: None,
+            limit: 20,
+            budget: Budget {
+                max_documents: 200,
+                max_bytes: 1024 * 1024,
+            },
+            output_cap: usize::MAX,
+        },
+    )
+    .unwrap();
+    assert!(out.results.is_empty());
+    assert_eq!(out.searched_documents, 3);
+    let not_searched = out.not_searched.expect("the byte budget ran out");
+    assert_eq!(not_searched.documents, 3);
+    assert!(
+        not_searched.reason.contains("reads at most 1 MB"),
+        "{}",
+        not_searched.reason
+    );
+}
+
 /// Each candidate of `query` and whether the index's lines rule it out.
 fn apart_flags(f: &Fixture, query: &search::Query) -> BTreeSet<(String, bool)> {
     let (candidates, _) = f.index.candidates(ORG, None, &query.terms, 10).unwrap();
