@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use redb::TableHandle;
 
-use super::{Store, Table, encode, next_in};
+use super::{Store, Table, encode};
 
 /// How long a record may wait for company before its batch is committed.
 pub const MAX_DELAY: Duration = Duration::from_millis(50);
@@ -153,32 +153,24 @@ fn commit(
     batch: Vec<Msg>,
     waiters: &mut Vec<Sender<()>>,
 ) -> Result<(), super::StoreError> {
-    let db = store.db();
-    let txn = db.begin_write()?;
-    let mut touched: Vec<super::Table> = Vec::new();
-    for msg in batch {
-        match msg {
-            Msg::Append { table, key, value } => {
-                if !touched.iter().any(|t| t.name() == table.name()) {
-                    touched.push(table);
+    store.write(|tx| {
+        for msg in batch {
+            match msg {
+                Msg::Append { table, key, value } => {
+                    let key = match key {
+                        Some(k) => k,
+                        None => tx
+                            .next_id(&format!("table:{}", table.name()))?
+                            .to_be_bytes()
+                            .to_vec(),
+                    };
+                    tx.put_raw(table, &key, &value)?;
                 }
-                let key = match key {
-                    Some(k) => k,
-                    None => next_in(&txn, &format!("table:{}", table.name()))?
-                        .to_be_bytes()
-                        .to_vec(),
-                };
-                txn.open_table(table)?
-                    .insert(key.as_slice(), value.as_slice())?;
+                Msg::Flush(w) => waiters.push(w),
             }
-            Msg::Flush(w) => waiters.push(w),
         }
-    }
-    let committed = txn.commit();
-    drop(db);
-    store.committed(&touched);
-    committed?;
-    Ok(())
+        Ok(())
+    })
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ mod rewrite;
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
@@ -396,12 +397,12 @@ impl Store {
     ) -> Result<T, E> {
         let db = self.db();
         let txn = db.begin_write().map_err(StoreError::from)?;
-        let mut tx = WriteTx {
-            txn,
-            touched: Vec::new(),
+        let (out, touched) = {
+            let mut tx = WriteTx::new(&txn);
+            let out = f(&mut tx)?;
+            // Its tables close here, before the commit.
+            (out, tx.touched)
         };
-        let out = f(&mut tx)?;
-        let WriteTx { txn, touched } = tx;
         let committed = txn.commit();
         // Also after a failed commit, whose outcome on disk may be unknown: a cache reads
         // again rather than trust what it kept.
@@ -651,29 +652,28 @@ fn scan_in<R: DeserializeOwned>(
 }
 
 mod sealed {
-    /// A table opened for reading, by either transaction kind.
-    pub enum Opened<'a> {
-        /// A read transaction's table, kept open for the transaction's other reads.
-        Read(super::ReadTable),
-        Write(redb::Table<'a, &'static [u8], &'static [u8]>),
-    }
+    /// A table opened in a write transaction.
+    pub type WriteTable<'t> = redb::Table<'t, &'static [u8], &'static [u8]>;
+    /// A table opened in a read transaction.
+    pub type ReadTable = redb::ReadOnlyTable<&'static [u8], &'static [u8]>;
 
-    /// The one primitive each transaction kind implements; keeps [`super::Read`] closed.
+    /// The one primitive each transaction kind implements; keeps [`super::Read`] closed: runs
+    /// `read` on the table if this is a read transaction, `write` if it is a write transaction
+    /// (the same code, see `with_table!`, on redb's two table types).
     pub trait Open {
-        fn open(&self, table: super::Table) -> Result<Opened<'_>, super::StoreError>;
+        fn with<T>(
+            &self,
+            table: super::Table,
+            read: impl FnOnce(&ReadTable) -> Result<T, super::StoreError>,
+            write: impl FnOnce(&WriteTable<'_>) -> Result<T, super::StoreError>,
+        ) -> Result<T, super::StoreError>;
     }
 }
 
-/// Runs `$body` with `$t` bound to the opened table, whichever kind it is.
+/// Runs `$body` with `$t` bound to `$table` opened in transaction `$tx`, whichever kind it is.
 macro_rules! with_table {
-    ($opened:expr, $t:ident => $body:expr) => {
-        match $opened {
-            sealed::Opened::Read(ref table) => {
-                let $t = &**table;
-                $body
-            }
-            sealed::Opened::Write(ref $t) => $body,
-        }
+    ($tx:expr, $table:expr, $t:ident => $body:expr) => {
+        sealed::Open::with($tx, $table, |$t| $body, |$t| $body)
     };
 }
 
@@ -683,7 +683,7 @@ macro_rules! with_table {
 /// [`WriteTx`] also offer them directly, so callers need not import the trait.
 pub trait Read: sealed::Open {
     fn get<R: DeserializeOwned>(&self, table: Table, key: &[u8]) -> Result<Option<R>, StoreError> {
-        with_table!(self.open(table)?, t => get_in(t, &table, key))
+        with_table!(self, table, t => get_in(t, &table, key))
     }
 
     /// [`get`](Read::get) for a record read again and again: decoded once while its bytes
@@ -694,7 +694,7 @@ pub trait Read: sealed::Open {
         key: &[u8],
         memo: &memo::Memo<R>,
     ) -> Result<Option<R>, StoreError> {
-        with_table!(self.open(table)?, t => get_memo_in(t, &table, key, memo))
+        with_table!(self, table, t => get_memo_in(t, &table, key, memo))
     }
 
     /// Every record whose key starts with `prefix`, in key order.
@@ -703,7 +703,7 @@ pub trait Read: sealed::Open {
         table: Table,
         prefix: &[u8],
     ) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
-        with_table!(self.open(table)?, t => scan_in(t, &table, prefix, prefix))
+        with_table!(self, table, t => scan_in(t, &table, prefix, prefix))
     }
 
     /// Records whose key starts with `prefix` and is at least `from` (which should start with
@@ -714,7 +714,7 @@ pub trait Read: sealed::Open {
         prefix: &[u8],
         from: &[u8],
     ) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
-        with_table!(self.open(table)?, t => scan_in(t, &table, prefix, from))
+        with_table!(self, table, t => scan_in(t, &table, prefix, from))
     }
 
     /// Up to `limit` records from key `from` on.
@@ -724,25 +724,25 @@ pub trait Read: sealed::Open {
         from: &[u8],
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, R)>, StoreError> {
-        with_table!(self.open(table)?, t => range_in(t, &table, from, limit))
+        with_table!(self, table, t => range_in(t, &table, from, limit))
     }
 
     /// Raw bytes stored under `key` (content tables).
     fn get_raw(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        with_table!(self.open(table)?, t => get_raw_in(t, key))
+        with_table!(self, table, t => get_raw_in(t, key))
     }
 
     /// The bytes kept under `key` in a table of [`blob`]s (content, extracted text), as
     /// [`WriteTx::put_blob`] was given them.
     fn get_blob(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        let at = match with_table!(self.open(table)?, t => blob::read_in(t, &table, key))? {
+        let at = match with_table!(self, table, t => blob::read_in(t, &table, key))? {
             None => return Ok(None),
             Some(blob::Held::Bytes(bytes)) => return Ok(Some(bytes)),
             Some(blob::Held::At(at)) => at,
         };
         // Kept elsewhere: in the table of rows, where the location says.
         let rows = blob::rows_table(&table).ok_or_else(|| blob::misplaced(&table))?;
-        match with_table!(self.open(rows)?, t => blob::read_in(t, &rows, &at))? {
+        match with_table!(self, rows, t => blob::read_in(t, &rows, &at))? {
             Some(blob::Held::Bytes(bytes)) => Ok(Some(bytes)),
             _ => Err(blob::misplaced(&rows)),
         }
@@ -755,17 +755,17 @@ pub trait Read: sealed::Open {
         prefix: &[u8],
         limit: usize,
     ) -> Result<Vec<Vec<u8>>, StoreError> {
-        with_table!(self.open(table)?, t => scan_keys_in(t, prefix, limit))
+        with_table!(self, table, t => scan_keys_in(t, prefix, limit))
     }
 
     /// How many records the table holds.
     fn count(&self, table: Table) -> Result<u64, StoreError> {
-        with_table!(self.open(table)?, t => Ok(t.len()?))
+        with_table!(self, table, t => Ok(t.len()?))
     }
 
     /// The table's greatest key.
     fn last_key(&self, table: Table) -> Result<Option<Vec<u8>>, StoreError> {
-        with_table!(self.open(table)?, t => Ok(t.last()?.map(|(k, _)| k.value().to_vec())))
+        with_table!(self, table, t => Ok(t.last()?.map(|(k, _)| k.value().to_vec())))
     }
 }
 
@@ -853,49 +853,112 @@ pub struct ReadTx {
     txn: redb::ReadTransaction,
     /// The tables opened so far, by name: opening one looks it up in the database's table of
     /// tables, which costs more than a read (a search reads one table per candidate).
-    opened: RefCell<Vec<(Box<str>, ReadTable)>>,
+    opened: RefCell<Vec<(Box<str>, Rc<sealed::ReadTable>)>>,
 }
 
-/// A table of a read transaction, shared by its reads ([`ReadTx`] keeps it open).
-type ReadTable = std::rc::Rc<redb::ReadOnlyTable<&'static [u8], &'static [u8]>>;
-
 impl sealed::Open for ReadTx {
-    fn open(&self, table: Table) -> Result<sealed::Opened<'_>, StoreError> {
+    fn with<T>(
+        &self,
+        table: Table,
+        read: impl FnOnce(&sealed::ReadTable) -> Result<T, StoreError>,
+        _: impl FnOnce(&sealed::WriteTable<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let name = table.name();
-        if let Some((_, t)) = self.opened.borrow().iter().find(|(n, _)| &**n == name) {
-            return Ok(sealed::Opened::Read(t.clone()));
-        }
-        let t = ReadTable::new(self.txn.open_table(table)?);
-        self.opened.borrow_mut().push((name.into(), t.clone()));
-        Ok(sealed::Opened::Read(t))
+        let cached = self
+            .opened
+            .borrow()
+            .iter()
+            .find(|(n, _)| &**n == name)
+            .map(|(_, t)| t.clone());
+        let t = match cached {
+            Some(t) => t,
+            None => {
+                let t = Rc::new(self.txn.open_table(table)?);
+                self.opened.borrow_mut().push((name.into(), t.clone()));
+                t
+            }
+        };
+        read(&t)
     }
 }
 
 impl Read for ReadTx {}
 inherent_reads!(ReadTx);
 
-/// A write transaction; it reads what it has written so far.
-pub struct WriteTx {
-    txn: redb::WriteTransaction,
+/// A write transaction; it reads what it has written so far. Its tables stay open until it
+/// ends: opening one looks it up in the database's table of tables and closing it writes its
+/// root back there, which together cost more than an insert (a group commit writes the same
+/// few tables hundreds of times).
+pub struct WriteTx<'t> {
+    txn: &'t redb::WriteTransaction,
+    opened: RefCell<Vec<(Box<str>, Shared<'t>)>>,
     /// The tables it changed, for [`Store::watch`].
     touched: Vec<Table>,
 }
 
-impl sealed::Open for WriteTx {
-    fn open(&self, table: Table) -> Result<sealed::Opened<'_>, StoreError> {
-        Ok(sealed::Opened::Write(self.txn.open_table(table)?))
+/// A table kept open by a [`WriteTx`], lent to one operation at a time.
+type Shared<'t> = Rc<RefCell<sealed::WriteTable<'t>>>;
+
+impl sealed::Open for WriteTx<'_> {
+    fn with<T>(
+        &self,
+        table: Table,
+        _: impl FnOnce(&sealed::ReadTable) -> Result<T, StoreError>,
+        write: impl FnOnce(&sealed::WriteTable<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let t = self.table(table)?;
+        let t = t.try_borrow().map_err(|_| in_use(&table))?;
+        write(&t)
     }
 }
 
-impl Read for WriteTx {}
-inherent_reads!(WriteTx);
+impl Read for WriteTx<'_> {}
+inherent_reads!(WriteTx<'_>);
 
-impl WriteTx {
+/// A table asked for while the same transaction is changing it: a mistake in the store's own
+/// code, reported rather than a panic.
+fn in_use(table: &Table) -> StoreError {
+    StoreError::Db(format!("table {} is already in use", table.name()))
+}
+
+impl<'t> WriteTx<'t> {
+    fn new(txn: &'t redb::WriteTransaction) -> WriteTx<'t> {
+        WriteTx {
+            txn,
+            opened: RefCell::new(Vec::new()),
+            touched: Vec::new(),
+        }
+    }
+
+    /// `table`, opened once per transaction.
+    fn table(&self, table: Table) -> Result<Shared<'t>, StoreError> {
+        let name = table.name();
+        if let Some((_, t)) = self.opened.borrow().iter().find(|(n, _)| &**n == name) {
+            return Ok(t.clone());
+        }
+        let t = Rc::new(RefCell::new(self.txn.open_table(table)?));
+        self.opened.borrow_mut().push((name.into(), t.clone()));
+        Ok(t)
+    }
+
+    /// Runs `f` on `table`, opened for writing, after noting it as changed.
+    fn change<T>(
+        &mut self,
+        table: Table,
+        f: impl FnOnce(&mut sealed::WriteTable<'t>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.touch(table);
+        let t = self.table(table)?;
+        let mut t = t.try_borrow_mut().map_err(|_| in_use(&table))?;
+        f(&mut t)
+    }
+
     /// Stores raw bytes (content tables).
     pub fn put_raw(&mut self, table: Table, key: &[u8], bytes: &[u8]) -> Result<(), StoreError> {
-        self.touch(table);
-        self.txn.open_table(table)?.insert(key, bytes)?;
-        Ok(())
+        self.change(table, |t| {
+            t.insert(key, bytes)?;
+            Ok(())
+        })
     }
 
     fn touch(&mut self, table: Table) {
@@ -917,28 +980,38 @@ impl WriteTx {
         key: &[u8],
         value: &blob::Encoded,
     ) -> Result<(), StoreError> {
-        let (mut t, mut rows) = self.open_blobs(table)?;
-        blob::write(&mut t, rows.as_mut(), key, value)
+        self.change_blobs(table, |t, rows| blob::write(t, rows, key, value))
     }
 
     /// Removes a value [`put_blob`](Self::put_blob) kept, with its parts; whether there was one.
     pub fn delete_blob(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
-        let (mut t, mut rows) = self.open_blobs(table)?;
-        blob::remove(&mut t, rows.as_mut(), key)
+        self.change_blobs(table, |t, rows| blob::remove(t, rows, key))
     }
 
-    /// A table of blobs opened for writing, and its table of rows if it has one.
-    fn open_blobs(
+    /// Runs `f` on a table of blobs opened for writing, and its table of rows if it has one.
+    fn change_blobs<T>(
         &mut self,
         table: Table,
-    ) -> Result<(blob::BlobTable<'_>, Option<blob::BlobTable<'_>>), StoreError> {
+        f: impl FnOnce(
+            &mut blob::BlobTable<'t>,
+            Option<&mut blob::BlobTable<'t>>,
+        ) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let rows = blob::rows_table(&table);
         self.touch(table);
         if let Some(rows) = rows {
             self.touch(rows);
         }
-        let rows = rows.map(|r| self.txn.open_table(r)).transpose()?;
-        Ok((self.txn.open_table(table)?, rows))
+        let rows = rows
+            .map(|r| Ok::<_, StoreError>((r, self.table(r)?)))
+            .transpose()?;
+        let mut rows = match &rows {
+            Some((r, t)) => Some(t.try_borrow_mut().map_err(|_| in_use(r))?),
+            None => None,
+        };
+        let t = self.table(table)?;
+        let mut t = t.try_borrow_mut().map_err(|_| in_use(&table))?;
+        f(&mut t, rows.as_deref_mut())
     }
 
     pub fn put<R: Serialize>(
@@ -947,26 +1020,27 @@ impl WriteTx {
         key: &[u8],
         record: &R,
     ) -> Result<(), StoreError> {
-        self.touch(table);
-        self.txn
-            .open_table(table)?
-            .insert(key, encode(record).as_slice())?;
-        Ok(())
+        let value = encode(record);
+        self.change(table, |t| {
+            t.insert(key, value.as_slice())?;
+            Ok(())
+        })
     }
 
     pub fn delete(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
-        self.touch(table);
-        Ok(self.txn.open_table(table)?.remove(key)?.is_some())
+        self.change(table, |t| Ok(t.remove(key)?.is_some()))
     }
 
     /// The next value of the named counter, starting at 1.
     pub fn next_id(&mut self, sequence: &str) -> Result<u64, StoreError> {
-        next_in(&self.txn, sequence)
+        let t = self.table(SEQUENCES)?;
+        let mut t = t.try_borrow_mut().map_err(|_| in_use(&SEQUENCES))?;
+        next_in(&mut t, sequence)
     }
 }
 
-fn next_in(txn: &redb::WriteTransaction, sequence: &str) -> Result<u64, StoreError> {
-    let mut t = txn.open_table(SEQUENCES)?;
+/// The next value of the named counter in the table of sequences.
+fn next_in(t: &mut sealed::WriteTable<'_>, sequence: &str) -> Result<u64, StoreError> {
     let current = match t.get(sequence.as_bytes())? {
         Some(v) => decode::<u64>(&SEQUENCES, v.value())?,
         None => 0,
