@@ -1068,6 +1068,55 @@ mod tests {
     }
 
     #[test]
+    fn a_write_transaction_reads_its_own_writes_through_the_tables_it_keeps_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let long = vec![b'k'; 3 * 1024 * 1024];
+        store
+            .write(|tx| {
+                // Written, read, scanned, written again and deleted in one transaction: every
+                // operation sees the ones before it on the one handle the transaction keeps.
+                tx.put(ORGS, b"a1", &"first")?;
+                assert_eq!(tx.get::<String>(ORGS, b"a1")?.as_deref(), Some("first"));
+                tx.put(ORGS, b"a2", &"second")?;
+                assert_eq!(tx.scan::<String>(ORGS, b"a")?.len(), 2);
+                assert_eq!(tx.count(ORGS)?, 2);
+                assert!(tx.delete(ORGS, b"a1")?);
+                assert_eq!(tx.get::<String>(ORGS, b"a1")?, None);
+                // A long blob lives in two tables (its parts in the rows' table).
+                tx.put_blob(KB_CONTENT, b"doc", &long)?;
+                assert_eq!(tx.get_blob(KB_CONTENT, b"doc")?.as_deref(), Some(&long[..]));
+                assert_eq!(tx.next_id("seq")?, 1);
+                assert_eq!(tx.next_id("seq")?, 2);
+                Ok::<_, StoreError>(())
+            })
+            .unwrap();
+        store
+            .read(|tx| {
+                assert_eq!(tx.get::<String>(ORGS, b"a2")?.as_deref(), Some("second"));
+                assert_eq!(tx.get_blob(KB_CONTENT, b"doc")?.as_deref(), Some(&long[..]));
+                Ok::<_, StoreError>(())
+            })
+            .unwrap();
+        // A refused transaction takes back everything it did through its open tables.
+        let r: Result<(), StoreError> = store.write(|tx| {
+            tx.put(ORGS, b"a3", &"third")?;
+            assert!(tx.delete_blob(KB_CONTENT, b"doc")?);
+            tx.next_id("seq")?;
+            Err(StoreError::Backup("refuse".into()))
+        });
+        assert!(r.is_err());
+        store
+            .read(|tx| {
+                assert_eq!(tx.get::<String>(ORGS, b"a3")?, None);
+                assert_eq!(tx.get_blob(KB_CONTENT, b"doc")?.as_deref(), Some(&long[..]));
+                Ok::<_, StoreError>(())
+            })
+            .unwrap();
+        assert_eq!(store.write(|tx| tx.next_id("seq")).unwrap(), 3);
+    }
+
+    #[test]
     fn sequences_count_from_one_and_survive_reopen() {
         let dir = tempfile::tempdir().unwrap();
         {
