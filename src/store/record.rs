@@ -14,7 +14,6 @@ use std::sync::{LazyLock, Mutex, PoisonError};
 
 use zstd::bulk::{Compressor, Decompressor};
 use zstd::dict::{DecoderDictionary, EncoderDictionary};
-use zstd::zstd_safe::{CParameter, ParamSwitch};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -28,12 +27,6 @@ pub const COMPACT_V1: u8 = 0x01;
 const MIN_COMPRESSED: usize = 48;
 /// zstd's level: records are small, and 1 compresses them as well as 3, faster.
 const LEVEL: i32 = 1;
-/// JSON shorter than this keeps its literals (the bytes no match covers) as they are: for a
-/// record of a few hundred bytes, building and describing a Huffman table costs more than it
-/// saves — a run's record compresses in half the time and reads back in a fifth, for about a
-/// tenth more bytes (measured in docs/performance.md). Longer records (transcripts,
-/// conversations) still gain from it. Only the writer's choice: readers take either.
-const RAW_LITERALS_BELOW: usize = 1024;
 /// No record is this large (transcripts and conversations are capped far below); a frame
 /// that claims more is damage.
 const MAX_RECORD: u64 = 256 << 20;
@@ -97,15 +90,7 @@ pub fn compact(json: Vec<u8>) -> Vec<u8> {
     let frame = pooled(
         &COMPRESSORS,
         || Compressor::with_prepared_dictionary(&ENCODER_DICTIONARY),
-        |c| {
-            let literals = if json.len() < RAW_LITERALS_BELOW {
-                ParamSwitch::Disable
-            } else {
-                ParamSwitch::Auto
-            };
-            c.set_parameter(CParameter::LiteralCompressionMode(literals))?;
-            c.compress(&json)
-        },
+        |c| c.compress(&json),
     )
     .ok()
     .and_then(Result::ok);
@@ -244,29 +229,6 @@ mod tests {
         );
         assert_eq!(decode::<Run>(&T, &stored).unwrap(), run());
         assert_eq!(json(&stored).unwrap(), plain.as_slice());
-    }
-
-    #[test]
-    fn a_small_record_keeps_its_literals_and_a_long_one_is_read_back() {
-        // No Huffman table for a few hundred bytes: the text no match covers stays as it is.
-        let text = "Klaar: de kozijnen zijn geschilderd, de goten schoongemaakt en \
-            het lekkende dakraam boven de trap vervangen door een nieuw exemplaar.";
-        let short = Run {
-            result: Some(text.into()),
-            ..run()
-        };
-        let stored = encode(&short);
-        assert!(serde_json::to_vec(&short).unwrap().len() < RAW_LITERALS_BELOW);
-        let text = text.as_bytes();
-        assert!(stored.windows(text.len()).any(|w| w == text));
-        let long = Run {
-            result: Some("Het kozijn aan de voorkant is geschuurd en gegrond. ".repeat(60)),
-            ..run()
-        };
-        let stored = encode(&long);
-        assert!(serde_json::to_vec(&long).unwrap().len() >= RAW_LITERALS_BELOW);
-        assert!(stored.len() < 400, "{}", stored.len());
-        assert_eq!(decode::<Run>(&T, &stored).unwrap(), long);
     }
 
     #[test]
