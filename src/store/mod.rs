@@ -863,23 +863,26 @@ impl sealed::Open for ReadTx {
         read: impl FnOnce(&sealed::ReadTable) -> Result<T, StoreError>,
         _: impl FnOnce(&sealed::WriteTable<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let name = table.name();
-        let cached = self
-            .opened
-            .borrow()
-            .iter()
-            .find(|(n, _)| &**n == name)
-            .map(|(_, t)| t.clone());
-        let t = match cached {
-            Some(t) => t,
-            None => {
-                let t = Rc::new(self.txn.open_table(table)?);
-                self.opened.borrow_mut().push((name.into(), t.clone()));
-                t
-            }
-        };
+        let t = kept(&self.opened, table.name(), || {
+            Ok(Rc::new(self.txn.open_table(table)?))
+        })?;
         read(&t)
     }
+}
+
+/// The table called `name` among those a transaction has `opened`, or else `open`'s, kept
+/// there for the transaction's next use.
+fn kept<T: Clone>(
+    opened: &RefCell<Vec<(Box<str>, T)>>,
+    name: &str,
+    open: impl FnOnce() -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    if let Some((_, t)) = opened.borrow().iter().find(|(n, _)| &**n == name) {
+        return Ok(t.clone());
+    }
+    let t = open()?;
+    opened.borrow_mut().push((name.into(), t.clone()));
+    Ok(t)
 }
 
 impl Read for ReadTx {}
@@ -932,13 +935,9 @@ impl<'t> WriteTx<'t> {
 
     /// `table`, opened once per transaction.
     fn table(&self, table: Table) -> Result<Shared<'t>, StoreError> {
-        let name = table.name();
-        if let Some((_, t)) = self.opened.borrow().iter().find(|(n, _)| &**n == name) {
-            return Ok(t.clone());
-        }
-        let t = Rc::new(RefCell::new(self.txn.open_table(table)?));
-        self.opened.borrow_mut().push((name.into(), t.clone()));
-        Ok(t)
+        kept(&self.opened, table.name(), || {
+            Ok(Rc::new(RefCell::new(self.txn.open_table(table)?)))
+        })
     }
 
     /// Runs `f` on `table`, opened for writing, after noting it as changed.
