@@ -924,6 +924,14 @@ fn in_use(table: &Table) -> StoreError {
     StoreError::Db(format!("table {} is already in use", table.name()))
 }
 
+/// `table`, kept open by a [`WriteTx`], lent for one change.
+fn lend<'a, 't>(
+    t: &'a Shared<'t>,
+    table: &Table,
+) -> Result<std::cell::RefMut<'a, sealed::WriteTable<'t>>, StoreError> {
+    t.try_borrow_mut().map_err(|_| in_use(table))
+}
+
 impl<'t> WriteTx<'t> {
     fn new(txn: &'t redb::WriteTransaction) -> WriteTx<'t> {
         WriteTx {
@@ -948,8 +956,7 @@ impl<'t> WriteTx<'t> {
     ) -> Result<T, StoreError> {
         self.touch(table);
         let t = self.table(table)?;
-        let mut t = t.try_borrow_mut().map_err(|_| in_use(&table))?;
-        f(&mut t)
+        f(&mut *lend(&t, &table)?)
     }
 
     /// Stores raw bytes (content tables).
@@ -996,21 +1003,20 @@ impl<'t> WriteTx<'t> {
             Option<&mut blob::BlobTable<'t>>,
         ) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let rows = blob::rows_table(&table);
         self.touch(table);
-        if let Some(rows) = rows {
-            self.touch(rows);
-        }
-        let rows = rows
-            .map(|r| Ok::<_, StoreError>((r, self.table(r)?)))
-            .transpose()?;
+        let rows = match blob::rows_table(&table) {
+            Some(r) => {
+                self.touch(r);
+                Some((r, self.table(r)?))
+            }
+            None => None,
+        };
         let mut rows = match &rows {
-            Some((r, t)) => Some(t.try_borrow_mut().map_err(|_| in_use(r))?),
+            Some((r, t)) => Some(lend(t, r)?),
             None => None,
         };
         let t = self.table(table)?;
-        let mut t = t.try_borrow_mut().map_err(|_| in_use(&table))?;
-        f(&mut t, rows.as_deref_mut())
+        f(&mut *lend(&t, &table)?, rows.as_deref_mut())
     }
 
     pub fn put<R: Serialize>(
@@ -1033,8 +1039,7 @@ impl<'t> WriteTx<'t> {
     /// The next value of the named counter, starting at 1.
     pub fn next_id(&mut self, sequence: &str) -> Result<u64, StoreError> {
         let t = self.table(SEQUENCES)?;
-        let mut t = t.try_borrow_mut().map_err(|_| in_use(&SEQUENCES))?;
-        next_in(&mut t, sequence)
+        next_in(&mut *lend(&t, &SEQUENCES)?, sequence)
     }
 }
 
