@@ -10,11 +10,13 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use http_body_util::BodyExt;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::json;
 use tower::ServiceExt;
 
+use super::direct;
 use super::mcp::KennisMcp;
 use super::{CONNECTOR_PATH, Caller, SCOPE_KB, SCOPE_REQUESTS};
 use crate::app::App;
@@ -146,13 +148,7 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-async fn handle(
-    app: Arc<App>,
-    ip: IpAddr,
-    guard: &Guard,
-    service: Mcp,
-    mut req: Request,
-) -> Response {
+async fn handle(app: Arc<App>, ip: IpAddr, guard: &Guard, service: Mcp, req: Request) -> Response {
     let hosts = &guard.hosts;
     // Behind a trusted proxy, the host the client asked the proxy for counts.
     let host = request_origin(&app, req.extensions(), req.headers()).host;
@@ -174,7 +170,7 @@ async fn handle(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if length.is_some_and(|n| n > MAX_BODY as u64) {
-        return (StatusCode::PAYLOAD_TOO_LARGE, axum::Json(json!({"error": "payload_too_large", "error_description": "request body is larger than 1 MB"}))).into_response();
+        return too_large();
     }
     let token = bearer(headers);
     // Personal access tokens and OAuth tokens each have their own count of failures.
@@ -219,13 +215,45 @@ async fn handle(
         Some(token_id) => Caller::token(access.org_id, access.person_id, token_id, scopes),
         None => Caller::person(access.org_id, access.person_id, access.grant_id, scopes),
     };
-    req.extensions_mut().insert(caller);
-    let (parts, body) = req.into_parts();
-    let body = Body::new(http_body_util::Limited::new(body, MAX_BODY));
+    let (mut parts, body) = req.into_parts();
+    let body = http_body_util::Limited::new(body, MAX_BODY);
+    let body = if direct::plain_headers(&parts.headers) {
+        let bytes = match body.collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) => return unreadable_body(&*e),
+        };
+        if let Some(answer) = direct::answer(&app, &caller, &bytes).await {
+            return answer;
+        }
+        Body::from(bytes)
+    } else {
+        Body::new(body)
+    };
+    parts.extensions.insert(caller);
     match service.oneshot(Request::from_parts(parts, body)).await {
         Ok(resp) => resp.map(Body::new),
         Err(never) => match never {},
     }
+}
+
+fn too_large() -> Response {
+    (
+        StatusCode::PAYLOAD_TOO_LARGE,
+        axum::Json(json!({"error": "payload_too_large", "error_description": "request body is larger than 1 MB"})),
+    )
+        .into_response()
+}
+
+/// A body that went past the limit without saying its length, or broke off.
+fn unreadable_body(e: &(dyn std::error::Error + Send + Sync + 'static)) -> Response {
+    if e.is::<http_body_util::LengthLimitError>() {
+        return too_large();
+    }
+    (
+        StatusCode::BAD_REQUEST,
+        axum::Json(json!({"error": "bad_request", "error_description": "the request body could not be read"})),
+    )
+        .into_response()
 }
 
 /// The scopes of a grant that unlock connector tools. Grants are only issued with at least

@@ -6,15 +6,15 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
-    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-    Tool, ToolAnnotations,
+    Implementation, JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
+    ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
 use crate::app::App;
-use crate::tools::{self, Caller, TOOLS, tool_for};
+use crate::tools::{self, Caller, TOOLS, ToolSpec, tool_for};
 
 /// What the assistant is told about this server.
 pub const INSTRUCTIONS: &str = "kennis gives you access to one organisation's knowledge base and, with the feature_requests scope, its feature requests, acting as the person who connected you. The material is mostly written in Dutch: search with Dutch terms as they appear in the documents, and write new documents, feature requests and replies in the language of the material (usually Dutch). Knowledge base: start with kennisbank_list or kennisbank_search, then kennisbank_read the documents you need; new documents go in `aangeleverd/`. Feature requests: app_list shows the apps (only live apps accept requests); feature_request_create files one, an agent works on it and may ask multiple-choice questions; feature_request_read shows the conversation and open questions, feature_request_reply answers them or adds a message.";
@@ -125,28 +125,40 @@ impl ServerHandler for KennisMcp {
             ));
         };
         let args = request.arguments.unwrap_or_default();
-        let result = if tool.quick {
-            tools::call(&self.app, &caller, tool, &args)
-        } else {
-            self.app
-                .blocking(move |app| tools::call(app, &caller, tool, &args))
-                .await
-        };
-        let mut out = match result {
-            Ok(ok) => {
-                let mut r = CallToolResult::success(vec![ContentBlock::text(ok.text)]);
-                r.structured_content = Some(ok.structured);
-                r
-            }
-            Err(e) => {
-                let mut r = CallToolResult::error(vec![ContentBlock::text(e.to_string())]);
-                r.structured_content = Some(e.structured());
-                r
-            }
-        };
-        out.meta = None;
-        Ok(out.into())
+        Ok(run_tool(&self.app, caller, tool, args).await.into())
     }
+}
+
+/// Runs `tool` for `caller` (inline when it is quick, else on a blocking thread) and shapes
+/// what it returned as MCP's result: the text in `content`, the facts in `structuredContent`,
+/// a refusal as a result with `isError`. The SDK's handler and the connector's direct answer
+/// ([`super::direct`]) both call it.
+pub async fn run_tool(
+    app: &Arc<App>,
+    caller: Caller,
+    tool: &'static ToolSpec,
+    args: JsonObject,
+) -> CallToolResult {
+    let result = if tool.quick {
+        tools::call(app, &caller, tool, &args)
+    } else {
+        app.blocking(move |app| tools::call(app, &caller, tool, &args))
+            .await
+    };
+    let mut out = match result {
+        Ok(ok) => {
+            let mut r = CallToolResult::success(vec![ContentBlock::text(ok.text)]);
+            r.structured_content = Some(ok.structured);
+            r
+        }
+        Err(e) => {
+            let mut r = CallToolResult::error(vec![ContentBlock::text(e.to_string())]);
+            r.structured_content = Some(e.structured());
+            r
+        }
+    };
+    out.meta = None;
+    out
 }
 
 #[cfg(test)]

@@ -442,3 +442,181 @@ async fn every_tool_has_a_title_and_annotations() {
     }
     t.stop().await;
 }
+
+/// A plain `tools/call` is answered by the connector itself, without the SDK's per-request
+/// tasks (`connector::direct`): its reply must be the SDK's, byte for byte. Each call goes
+/// once in the plain shape and once with a media-type parameter, which sends it through the
+/// SDK; ids of both kinds, every version before 2026-07-28 (and none), results and tool errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_call_is_answered_exactly_as_the_sdk_answers_it() {
+    let (mut t, s, mcp) = with_one_document().await;
+    let calls = [
+        json!({"name": "kennisbank_read", "arguments": {"path": "aangeleverd/a.md"}}),
+        json!({"name": "kennisbank_list", "arguments": {"path": "aangeleverd"}}),
+        json!({"name": "kennisbank_search", "arguments": {"query": "hallo"}}),
+        json!({"name": "kennisbank_read", "arguments": {"path": "aangeleverd/none.md"}}),
+        json!({"name": "kennisbank_read", "arguments": {"path": 7}}),
+        json!({"name": "kennisbank_read"}),
+        json!({"name": "feature_request_list", "arguments": {}}),
+    ];
+    let versions = [
+        None,
+        Some("2025-03-26"),
+        Some("2025-06-18"),
+        Some("2025-11-25"),
+    ];
+    for (n, (params, version)) in calls.iter().zip(versions.iter().cycle()).enumerate() {
+        for id in [json!(n), json!(format!("call-{n}"))] {
+            let body =
+                json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+            let post = |accept: &'static str| {
+                let mut r = t
+                    .client
+                    .post(&mcp.url)
+                    .bearer_auth(&mcp.token)
+                    .header("accept", accept)
+                    .json(&body);
+                if let Some(v) = version {
+                    r = r.header("mcp-protocol-version", *v);
+                }
+                async move {
+                    let r = r.send().await.unwrap();
+                    let status = r.status().as_u16();
+                    let kind = r.headers()["content-type"].to_str().unwrap().to_owned();
+                    (status, kind, r.bytes().await.unwrap())
+                }
+            };
+            let direct = post("application/json, text/event-stream").await;
+            let sdk = post("application/json;q=1, text/event-stream").await;
+            assert_eq!(direct.0, 200, "{params} {version:?}");
+            assert_eq!(direct.1, "application/json");
+            assert_eq!(
+                (direct.0, &direct.1, String::from_utf8_lossy(&direct.2)),
+                (sdk.0, &sdk.1, String::from_utf8_lossy(&sdk.2)),
+                "{params} {version:?}"
+            );
+            let reply: serde_json::Value = serde_json::from_slice(&direct.2).unwrap();
+            assert_eq!(reply["id"], id);
+        }
+    }
+    // The connector answers the plain ones itself and hands the others on.
+    let caller = kennis::tools::Caller::person(s.org.id, s.person.id, 1, vec!["kennisbank".into()]);
+    let direct = |body: serde_json::Value| {
+        let app = t.app().clone();
+        let caller = caller.clone();
+        async move {
+            let body = axum::body::Bytes::from(body.to_string());
+            kennis::connector::direct::answer(&app, &caller, &body).await
+        }
+    };
+    let read = json!({"name": "kennisbank_read", "arguments": {"path": "aangeleverd/a.md"}});
+    let answer = direct(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": read}))
+        .await
+        .expect("a plain call is answered directly");
+    let bytes = axum::body::to_bytes(answer.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    let reply: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(
+        reply["result"]["structuredContent"]["excerpt"], "hallo",
+        "{reply}"
+    );
+    for handed_on in [
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {}}),
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "app_list"}}),
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "kennisbank_read", "arguments": {"path": "aangeleverd/a.md"}, "_meta": {"progressToken": 1}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"id": 5, "method": "tools/call", "params": read}),
+    ] {
+        assert!(direct(handed_on.clone()).await.is_none(), "{handed_on}");
+    }
+    // Calls the SDK answers (no tool of the grant, a request in 2026-07-28's shape, a
+    // notification) still get its answers.
+    let (status, body) = mcp
+        .rpc("tools/call", json!({"name": "app_list", "arguments": {}}))
+        .await;
+    assert_eq!(status, 200);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("app_list"),
+        "{body}"
+    );
+    let r = t
+        .client
+        .post(&mcp.url)
+        .bearer_auth(&mcp.token)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .json(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientInfo": {"name": "it", "version": "1"}, "io.modelcontextprotocol/clientCapabilities": {}});
+    let r = t
+        .client
+        .post(&mcp.url)
+        .bearer_auth(&mcp.token)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "kennisbank_read")
+        .json(&json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"_meta": meta, "name": "kennisbank_read", "arguments": {"path": "aangeleverd/a.md"}}}))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["result"]["structuredContent"]["excerpt"], "hallo",
+        "{body}"
+    );
+    t.stop().await;
+}
+
+/// A body sent in chunks (no length given) that grows past 1 MB is refused with 413, not
+/// read on; a body that breaks off is refused too, and neither reaches a tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_body_past_the_limit_is_refused() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut t, _s, mcp) = with_one_document().await;
+    let url = reqwest::Url::parse(&mcp.url).unwrap();
+    let (host, port) = (url.host_str().unwrap(), url.port().unwrap());
+    let mut stream = tokio::net::TcpStream::connect((host, port)).await.unwrap();
+    let head = format!(
+        "POST {} HTTP/1.1\r\nhost: {host}:{port}\r\nauthorization: Bearer {}\r\n\
+         accept: application/json, text/event-stream\r\ncontent-type: application/json\r\n\
+         transfer-encoding: chunked\r\n\r\n",
+        url.path(),
+        mcp.token
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let chunk = format!("10000\r\n{}\r\n", " ".repeat(0x10000));
+    for _ in 0..17 {
+        // The server may answer and stop reading before the last chunks.
+        if stream.write_all(chunk.as_bytes()).await.is_err() {
+            break;
+        }
+    }
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tokio::time::timeout(std::time::Duration::from_secs(10), stream.read(&mut buf))
+            .await
+            .expect("an answer")
+            .unwrap();
+        assert!(n > 0, "closed without an answer");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    // The document is as it was, and the server answers the next call.
+    let doc = mcp
+        .ok("kennisbank_read", json!({"path": "aangeleverd/a.md"}))
+        .await;
+    assert_eq!(doc["excerpt"], "hallo");
+    t.stop().await;
+}
