@@ -527,6 +527,9 @@ async fn a_plain_call_is_answered_exactly_as_the_sdk_answers_it() {
         json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "kennisbank_read", "arguments": {"path": "aangeleverd/a.md"}, "_meta": {"progressToken": 1}}}),
         json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
         json!({"id": 5, "method": "tools/call", "params": read}),
+        json!({"jsonrpc": "1.0", "id": 5, "method": "tools/call", "params": read}),
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "kennisbank_read", "arguments": {"path": "aangeleverd/a.md"}, "requestState": "x"}}),
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "kennisbank_read", "arguments": ["aangeleverd/a.md"]}}),
     ] {
         assert!(direct(handed_on.clone()).await.is_none(), "{handed_on}");
     }
