@@ -281,20 +281,7 @@ async fn tools_outside_the_grants_scopes_do_not_exist() {
         only_requests.tool_names().await,
         crate::requests::FEATURE_TOOLS
     );
-    let (status, body) = only_requests
-        .rpc(
-            "tools/call",
-            json!({"name": "kennisbank_list", "arguments": {}}),
-        )
-        .await;
-    assert_eq!(status, 200);
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("Unknown tool"),
-        "{body}"
-    );
+    only_requests.unknown("kennisbank_list", json!({})).await;
     let kb = t.mcp(&t.grant(&s, &["kennisbank"]));
     let (_, body) = kb
         .rpc(
@@ -535,43 +522,23 @@ async fn a_plain_call_is_answered_exactly_as_the_sdk_answers_it() {
     }
     // Calls the SDK answers (no tool of the grant, a request in 2026-07-28's shape, a
     // notification) still get its answers.
-    let (status, body) = mcp
-        .rpc("tools/call", json!({"name": "app_list", "arguments": {}}))
+    mcp.unknown("app_list", json!({})).await;
+    let (status, _) = mcp
+        .send(
+            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            &[],
+        )
         .await;
-    assert_eq!(status, 200);
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("app_list"),
-        "{body}"
-    );
-    let r = t
-        .client
-        .post(&mcp.url)
-        .bearer_auth(&mcp.token)
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-06-18")
-        .json(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202);
+    assert_eq!(status, 202);
     let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientInfo": {"name": "it", "version": "1"}, "io.modelcontextprotocol/clientCapabilities": {}});
-    let r = t
-        .client
-        .post(&mcp.url)
-        .bearer_auth(&mcp.token)
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "kennisbank_read")
-        .json(&json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"_meta": meta, "name": "kennisbank_read", "arguments": {"path": "aangeleverd/a.md"}}}))
-        .send()
-        .await
-        .unwrap();
-    let status = r.status();
-    let body: serde_json::Value = r.json().await.unwrap();
+    let mut modern = t.mcp(&mcp.token);
+    modern.version = "2026-07-28".into();
+    let (status, body) = modern
+        .send(
+            &json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"_meta": meta, "name": "kennisbank_read", "arguments": {"path": "aangeleverd/a.md"}}}),
+            &[("mcp-method", "tools/call"), ("mcp-name", "kennisbank_read")],
+        )
+        .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         body["result"]["structuredContent"]["excerpt"], "hallo",

@@ -429,23 +429,41 @@ impl McpClient {
     pub async fn rpc(&self, method: &str, params: serde_json::Value) -> (u16, serde_json::Value) {
         let body =
             serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-        let r = self
+        self.send(&body, &[("mcp-method", method)]).await
+    }
+
+    /// POSTs `body` (any JSON-RPC message) with the token, the `Accept` the transport asks
+    /// for, this client's protocol version and `headers`; the HTTP status and the parsed body.
+    pub async fn send(
+        &self,
+        body: &serde_json::Value,
+        headers: &[(&str, &str)],
+    ) -> (u16, serde_json::Value) {
+        let mut r = self
             .client
             .post(&self.url)
             .bearer_auth(&self.token)
             .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", &self.version)
-            .header("mcp-method", method)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+            .header("mcp-protocol-version", &self.version);
+        for (name, value) in headers {
+            r = r.header(*name, *value);
+        }
+        let r = r.json(body).send().await.unwrap();
         let status = r.status().as_u16();
         let text = r.text().await.unwrap();
         (
             status,
             serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
         )
+    }
+
+    /// `tools/call` of `tool` with `args`: the HTTP status and the whole reply.
+    async fn call_rpc(&self, tool: &str, args: serde_json::Value) -> (u16, serde_json::Value) {
+        self.rpc(
+            "tools/call",
+            serde_json::json!({"name": tool, "arguments": args}),
+        )
+        .await
     }
 
     /// The names `tools/list` offers, in order.
@@ -462,16 +480,25 @@ impl McpClient {
 
     /// `tools/call`; returns the result object (panics on a JSON-RPC error).
     pub async fn call(&self, tool: &str, args: serde_json::Value) -> serde_json::Value {
-        let (status, body) = self
-            .rpc(
-                "tools/call",
-                serde_json::json!({"name": tool, "arguments": args}),
-            )
-            .await;
+        let (status, body) = self.call_rpc(tool, args).await;
         assert_eq!(status, 200, "{body}");
         body.get("result")
             .cloned()
             .unwrap_or_else(|| panic!("no result: {body}"))
+    }
+
+    /// `tools/call` of a tool this client's grant does not have: a JSON-RPC error (HTTP 200)
+    /// saying the tool is unknown, not a tool result.
+    pub async fn unknown(&self, tool: &str, args: serde_json::Value) {
+        let (status, body) = self.call_rpc(tool, args).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(&format!("Unknown tool: {tool}")),
+            "{tool}: {body}"
+        );
     }
 
     /// `tools/call` expecting success: the structured content.
