@@ -216,21 +216,22 @@ async fn handle(app: Arc<App>, ip: IpAddr, guard: &Guard, service: Mcp, req: Req
         None => Caller::person(access.org_id, access.person_id, access.grant_id, scopes),
     };
     let (mut parts, body) = req.into_parts();
-    let body = http_body_util::Limited::new(body, MAX_BODY);
-    let body = if direct::plain_headers(&parts.headers) {
-        let bytes = match body.collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(e) => return unreadable_body(&*e),
-        };
-        if let Some(answer) = direct::answer(&app, &caller, &bytes).await {
-            return answer;
-        }
-        Body::from(bytes)
-    } else {
-        Body::new(body)
+    // Read here for every call (the SDK would read it whole as well), so a body that grows
+    // past the limit without saying its length is the same 413 whoever answers.
+    let body = match http_body_util::Limited::new(body, MAX_BODY).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) => return unreadable_body(&*e),
     };
+    if direct::plain_headers(&parts.headers)
+        && let Some(answer) = direct::answer(&app, &caller, &body).await
+    {
+        return answer;
+    }
     parts.extensions.insert(caller);
-    match service.oneshot(Request::from_parts(parts, body)).await {
+    match service
+        .oneshot(Request::from_parts(parts, Body::from(body)))
+        .await
+    {
         Ok(resp) => resp.map(Body::new),
         Err(never) => match never {},
     }
