@@ -448,6 +448,7 @@ async fn a_plain_call_is_answered_exactly_as_the_sdk_answers_it() {
     ];
     let versions = [
         None,
+        Some("2024-11-05"),
         Some("2025-03-26"),
         Some("2025-06-18"),
         Some("2025-11-25"),
