@@ -1,13 +1,13 @@
 //! A plain `tools/call`, answered without the SDK's per-request machinery. Without sessions,
 //! `rmcp` serves every POST by spawning a service with its own task, a handler task,
-//! cancellation tokens and a one-shot transport — about a fifth of a `kennisbank_read`'s CPU
+//! cancellation tokens and a one-shot transport — a third of a `kennisbank_read`'s CPU
 //! (docs/performance.md, stop 52). A call in the shape the SDKs send (a protocol version
 //! before 2026-07-28 in the header, plain `Accept` and `Content-Type`, no `_meta`, a tool of
 //! the grant) is read strictly ([`PlainCall`]), run by the same [`run_tool`] the SDK's handler
 //! runs, given the SDK's treatment of results for peers of those versions, and written as the
-//! SDK writes a JSON reply. Everything else — `initialize`, `tools/list`,
-//! notifications, 2026-07-28's per-request metadata and standard headers, media types with
-//! parameters, bodies that do not parse — goes to the SDK unchanged.
+//! SDK writes a JSON reply. Everything else — `initialize`, `tools/list`, notifications,
+//! 2026-07-28's per-request metadata and standard headers, media types with parameters,
+//! bodies that do not fit — goes to the SDK unchanged.
 
 use std::sync::Arc;
 
