@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::fixture::{McpClient, Seeded, TestServer, status_before_body};
+use crate::fixture::{McpClient, Seeded, TestServer, status_before_body, status_of_chunked_body};
 use kennis::identity::{self, ConnectorAccess};
 
 const INIT: &str = "initialize";
@@ -553,42 +553,20 @@ async fn a_plain_call_is_answered_exactly_as_the_sdk_answers_it() {
 /// weighted `Accept`), and the server goes on answering.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunked_body_past_the_limit_is_refused() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (mut t, _s, mcp) = with_one_document().await;
-    let url = reqwest::Url::parse(&mcp.url).unwrap();
-    let (host, port) = (url.host_str().unwrap(), url.port().unwrap());
+    let bearer = format!("Bearer {}", mcp.token);
     for accept in [
         "application/json, text/event-stream",
         "application/json;q=1, text/event-stream",
     ] {
-        let mut stream = tokio::net::TcpStream::connect((host, port)).await.unwrap();
-        let head = format!(
-            "POST {} HTTP/1.1\r\nhost: {host}:{port}\r\nauthorization: Bearer {}\r\n\
-             accept: {accept}\r\ncontent-type: application/json\r\n\
-             transfer-encoding: chunked\r\n\r\n",
-            url.path(),
-            mcp.token
-        );
-        stream.write_all(head.as_bytes()).await.unwrap();
-        let chunk = format!("10000\r\n{}\r\n", " ".repeat(0x10000));
-        for _ in 0..17 {
-            // The server may answer and stop reading before the last chunks.
-            if stream.write_all(chunk.as_bytes()).await.is_err() {
-                break;
-            }
-        }
-        let mut answer = Vec::new();
-        let mut buf = [0u8; 4096];
-        while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
-            let n = tokio::time::timeout(std::time::Duration::from_secs(10), stream.read(&mut buf))
-                .await
-                .expect("an answer")
-                .unwrap();
-            assert!(n > 0, "closed without an answer");
-            answer.extend_from_slice(&buf[..n]);
-        }
-        let answer = String::from_utf8_lossy(&answer);
-        assert!(answer.starts_with("HTTP/1.1 413"), "{accept}: {answer}");
+        let headers = [
+            ("authorization", bearer.as_str()),
+            ("accept", accept),
+            ("content-type", "application/json"),
+        ];
+        // 17 chunks of 64 KiB: past 1 MB.
+        let status = status_of_chunked_body(&mcp.url, &headers, 17).await;
+        assert_eq!(status, 413, "{accept}");
     }
     // The document is as it was, and the server answers the next call.
     let doc = mcp

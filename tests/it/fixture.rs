@@ -987,7 +987,33 @@ pub fn result_paths(search: &serde_json::Value) -> Vec<String> {
 /// come before the body is read; an ordinary client that keeps writing the body can instead
 /// see a broken pipe when the server closes the connection after its answer.
 pub async fn status_before_body(url: &str, headers: &[(&str, &str)], length: usize) -> u16 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = post_head(url, headers, &format!("content-length: {length}")).await;
+    read_status(
+        &mut stream,
+        "the server answers without waiting for the body",
+    )
+    .await
+}
+
+/// POSTs a body of `chunks` chunks of 64 KiB each without saying its length
+/// (`Transfer-Encoding: chunked`), and returns the status the server answers with; the
+/// server may answer and stop reading before the last chunks.
+pub async fn status_of_chunked_body(url: &str, headers: &[(&str, &str)], chunks: usize) -> u16 {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = post_head(url, headers, "transfer-encoding: chunked").await;
+    let chunk = format!("10000\r\n{}\r\n", " ".repeat(0x10000));
+    for _ in 0..chunks {
+        if stream.write_all(chunk.as_bytes()).await.is_err() {
+            break;
+        }
+    }
+    read_status(&mut stream, "the server answers").await
+}
+
+/// A connection to `url`'s server with the head of a POST to its path written: `headers` and
+/// `framing` (how the body's length is told).
+async fn post_head(url: &str, headers: &[(&str, &str)], framing: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
     let url = reqwest::Url::parse(url).unwrap();
     let host = url.host_str().unwrap();
     let port = url.port_or_known_default().unwrap();
@@ -996,19 +1022,24 @@ pub async fn status_before_body(url: &str, headers: &[(&str, &str)], length: usi
         Some(q) => format!("{}?{q}", url.path()),
         None => url.path().to_string(),
     };
-    let mut head =
-        format!("POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-length: {length}\r\n");
+    let mut head = format!("POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\n{framing}\r\n");
     for (name, value) in headers {
         head.push_str(&format!("{name}: {value}\r\n"));
     }
     head.push_str("\r\n");
     stream.write_all(head.as_bytes()).await.unwrap();
+    stream
+}
+
+/// The status of the answer that comes on `stream` within 10 s (`waiting` says what failed).
+async fn read_status(stream: &mut tokio::net::TcpStream, waiting: &str) -> u16 {
+    use tokio::io::AsyncReadExt;
     let mut answer = Vec::new();
     let mut buf = [0u8; 1024];
     while !answer.windows(2).any(|w| w == b"\r\n") {
         let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
             .await
-            .expect("the server answers without waiting for the body")
+            .unwrap_or_else(|_| panic!("{waiting}"))
             .unwrap();
         assert!(n > 0, "connection closed without an answer");
         answer.extend_from_slice(&buf[..n]);
