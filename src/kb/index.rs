@@ -575,9 +575,7 @@ impl SearchIndex {
         }
         index.tokenizers().register(LONG, LongWords);
         index.tokenizers().register(JOINS, Joins);
-        index
-            .tokenizers()
-            .register(WORDS, LineWords(words_analyzer()));
+        index.tokenizers().register(WORDS, LineWords::default());
         let writer = index
             .writer_with_num_threads(WRITER_THREADS, WRITER_HEAP)
             .map_err(index_err)?;

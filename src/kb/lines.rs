@@ -14,57 +14,128 @@
 
 use tantivy::postings::Postings;
 use tantivy::schema::IndexRecordOption;
-use tantivy::tokenizer::{BoxTokenStream, TextAnalyzer, Token, TokenStream, Tokenizer};
+use tantivy::tokenizer::{Token, TokenStream, Tokenizer};
 use tantivy::{DocId, DocSet, SegmentReader, TERMINATED, Term};
+
+use super::vocabulary::LONG_WORD;
 
 /// All terms must occur within this many consecutive lines.
 pub const WINDOW_LINES: usize = 3;
 
-/// Tokenizer of the `words` field: the words analyzer's tokens, each at its line's position.
-#[derive(Clone)]
-pub struct LineWords(pub TextAnalyzer);
+/// Tokenizer of the `words` and `title` fields: the runs of alphanumeric characters (as
+/// tantivy's `SimpleTokenizer` splits them) shorter than [`LONG_WORD`] bytes (as its
+/// `RemoveLongFilter` keeps them), each at its line's position.
+///
+/// Written as one pass over the bytes rather than those two with the line breaks counted
+/// between tokens: the text is folded, so nearly every byte is ASCII and is classed by a table
+/// (only a character beyond ASCII is decoded); the three passes were a sixth of indexing's CPU
+/// in an import's profile (`docs/performance.md`, stop 53). The tests hold it to the
+/// composition it replaces.
+#[derive(Clone, Default)]
+pub struct LineWords {
+    token: Token,
+}
 
 impl Tokenizer for LineWords {
     type TokenStream<'a> = LineStream<'a>;
 
     fn token_stream<'a>(&'a mut self, text: &'a str) -> LineStream<'a> {
+        self.token.reset();
         LineStream {
-            inner: self.0.token_stream(text),
             text,
-            scanned: 0,
+            at: 0,
             line: 0,
+            token: &mut self.token,
         }
     }
 }
 
 pub struct LineStream<'a> {
-    inner: BoxTokenStream<'a>,
     text: &'a str,
-    /// Line breaks before this byte are counted in `line`.
-    scanned: usize,
+    /// Where the next token is looked for: everything before it is read.
+    at: usize,
+    /// Line breaks before `at`.
     line: usize,
+    token: &'a mut Token,
+}
+
+const OTHER: u8 = 0;
+const ALNUM: u8 = 1;
+const BREAK: u8 = 2;
+/// What each ASCII byte is to [`LineStream`]: part of a word, a line break, or neither.
+// Indexed while the program is built: an index out of bounds fails the build, never a run.
+#[allow(clippy::indexing_slicing)]
+const CLASS: [u8; 128] = {
+    let mut table = [OTHER; 128];
+    let mut b = 0;
+    while b < 128 {
+        if (b as u8).is_ascii_alphanumeric() {
+            table[b] = ALNUM;
+        }
+        b += 1;
+    }
+    table[b'\n' as usize] = BREAK;
+    table
+};
+
+impl LineStream<'_> {
+    /// The class of the character at byte `i` and its length, or `None` at the end.
+    #[inline]
+    fn class_at(&self, i: usize) -> Option<(u8, usize)> {
+        let byte = *self.text.as_bytes().get(i)?;
+        if let Some(&class) = CLASS.get(usize::from(byte)) {
+            return Some((class, 1));
+        }
+        // A character beyond ASCII starts here (`i` is always on a character boundary).
+        let c = self.text.get(i..)?.chars().next()?;
+        let class = if c.is_alphanumeric() { ALNUM } else { OTHER };
+        Some((class, c.len_utf8()))
+    }
 }
 
 impl TokenStream for LineStream<'_> {
     fn advance(&mut self) -> bool {
-        if !self.inner.advance() {
-            return false;
+        loop {
+            // To the next word, counting the line breaks passed.
+            let from = loop {
+                match self.class_at(self.at) {
+                    None => return false,
+                    Some((ALNUM, _)) => break self.at,
+                    Some((class, len)) => {
+                        if class == BREAK {
+                            self.line += 1;
+                        }
+                        self.at += len;
+                    }
+                }
+            };
+            // To its end.
+            let mut to = from;
+            while let Some((ALNUM, len)) = self.class_at(to) {
+                to += len;
+            }
+            self.at = to;
+            if to - from >= LONG_WORD {
+                continue;
+            }
+            let Some(word) = self.text.get(from..to) else {
+                return false;
+            };
+            self.token.text.clear();
+            self.token.text.push_str(word);
+            self.token.offset_from = from;
+            self.token.offset_to = to;
+            self.token.position = self.line;
+            return true;
         }
-        let from = self.inner.token().offset_from;
-        if let Some(between) = self.text.as_bytes().get(self.scanned..from) {
-            self.line += memchr::memchr_iter(b'\n', between).count();
-            self.scanned = from;
-        }
-        self.inner.token_mut().position = self.line;
-        true
     }
 
     fn token(&self) -> &Token {
-        self.inner.token()
+        self.token
     }
 
     fn token_mut(&mut self) -> &mut Token {
-        self.inner.token_mut()
+        self.token
     }
 }
 
@@ -138,16 +209,70 @@ mod tests {
     use super::*;
 
     fn lines_of(text: &str) -> Vec<(String, usize)> {
-        let analyzer = TextAnalyzer::builder(tantivy::tokenizer::SimpleTokenizer::default())
-            .filter(tantivy::tokenizer::RemoveLongFilter::limit(40))
-            .build();
-        let mut tokenizer = LineWords(analyzer);
+        let mut tokenizer = LineWords::default();
         let mut stream = tokenizer.token_stream(text);
         let mut out = Vec::new();
         while let Some(t) = stream.next() {
             out.push((t.text.clone(), t.position));
         }
         out
+    }
+
+    /// What `LineWords` replaces: tantivy's `SimpleTokenizer` and `RemoveLongFilter`, each
+    /// token at the count of line breaks before it.
+    fn composed(text: &str) -> Vec<(String, usize, usize, usize)> {
+        let mut analyzer = tantivy::tokenizer::TextAnalyzer::builder(
+            tantivy::tokenizer::SimpleTokenizer::default(),
+        )
+        .filter(tantivy::tokenizer::RemoveLongFilter::limit(LONG_WORD))
+        .build();
+        let mut stream = analyzer.token_stream(text);
+        let mut out = Vec::new();
+        while let Some(t) = stream.next() {
+            let line = text[..t.offset_from].matches('\n').count();
+            out.push((t.text.clone(), line, t.offset_from, t.offset_to));
+        }
+        out
+    }
+
+    fn fused(text: &str) -> Vec<(String, usize, usize, usize)> {
+        let mut tokenizer = LineWords::default();
+        let mut stream = tokenizer.token_stream(text);
+        let mut out = Vec::new();
+        while let Some(t) = stream.next() {
+            assert_eq!(t.position_length, 1);
+            out.push((t.text.clone(), t.position, t.offset_from, t.offset_to));
+        }
+        out
+    }
+
+    #[test]
+    fn the_words_are_tantivys_simple_tokens_shorter_than_long_words() {
+        let long = "x".repeat(LONG_WORD);
+        let short = "y".repeat(LONG_WORD - 1);
+        for text in [
+            "",
+            "\n\n",
+            "een",
+            "een twee\r\ndrie\n\nvier-vijf",
+            "straße café naïef ﬁne ǅemal",
+            "中文字符 と かな\n١٢٣ ½ ² x\u{301}y",
+            "tabs\tand\u{a0}non-breaking\u{2028}separators",
+            "emoji 🙂 between🙂words\n",
+            &format!("{long} a\n{short}\n{long}é{short}"),
+            &format!("ü{}", "é".repeat(20)),
+        ] {
+            assert_eq!(fused(text), composed(text), "{text:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_text_is_split_as_the_composition_splits_it(
+            text in "([a-z0-9]{1,45}|[ \n\r\t.,;:/-]|é|ß|ǅ|中|١|\u{301}|🙂|\u{a0}|\u{2028}){0,40}"
+        ) {
+            proptest::prop_assert_eq!(fused(&text), composed(&text));
+        }
     }
 
     #[test]
