@@ -56,8 +56,14 @@ use crate::store::{KB_CHANGES, KB_DOCS, Store, key};
 const LONG: &str = "kennis_long";
 const JOINS: &str = "kennis_joins";
 const WORDS: &str = "kennis_words";
-/// Memory the index writer may use before it writes a segment: its threads share it.
-const WRITER_HEAP: usize = 96_000_000;
+/// Memory the index writer may use before it writes a segment: its threads share it. Only
+/// documents added and not yet committed fill it (a server commits each write; an import or
+/// a rebuild commits at its end), and tantivy's term table starts at the same size whatever
+/// the budget, so a server's memory does not follow it. At 96 MB a 1 GB import wrote more
+/// than eight segments, which it then merged into one (4–5 s more at its end); at 384 MB it
+/// writes four and merges none, for about 100 MB more at its peak (`docs/performance.md`,
+/// stop 53).
+const WRITER_HEAP: usize = 384_000_000;
 /// Indexing threads: the machine kennis is made for has two cores.
 const WRITER_THREADS: usize = 2;
 /// How much more a query word in the title counts than one in the body.
