@@ -5,7 +5,7 @@ use redb::ReadableTable;
 use super::{ALL_TABLES, KB_CONTENT, META, Store, StoreError, Table, blob, decode, encode};
 
 /// The schema version this binary writes.
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// Migrations from a version below this one leave space to give back (the file is compacted
 /// after them); the later ones change nothing already written.
@@ -23,6 +23,7 @@ const MIGRATIONS: &[Migration] = &[
     compact_records,
     content_in_parts,
     content_located,
+    records_v2,
 ];
 
 fn create_tables(txn: &redb::WriteTransaction) -> Result<(), StoreError> {
@@ -70,6 +71,13 @@ fn content_in_parts(_txn: &redb::WriteTransaction) -> Result<(), StoreError> {
 /// hash ([`blob`]), which a version-4 binary would read as damaged: the version says so.
 /// Content written before stays under its hash, readable as ever.
 fn content_located(_txn: &redb::WriteTransaction) -> Result<(), StoreError> {
+    Ok(())
+}
+
+/// Version 6 compresses records with a second dictionary ([`super::record`]'s `COMPACT_V2`),
+/// which a version-5 binary would read as damaged: the version says so. Records written
+/// before keep the first dictionary, readable as ever.
+fn records_v2(_txn: &redb::WriteTransaction) -> Result<(), StoreError> {
     Ok(())
 }
 

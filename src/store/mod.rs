@@ -1180,6 +1180,37 @@ mod tests {
     }
 
     #[test]
+    fn compaction_keeps_records_of_either_dictionary_and_compresses_plain_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let doc = serde_json::json!({
+            "org_id": 3, "path": "map/notitie.md", "version": 2, "size": 1200,
+            "hash": "9f2c", "created_at": "2026-11-30T13:04:00.123456789Z", "created_by": null,
+        });
+        let v1 = record::written_with_v1(&doc);
+        let plain = serde_json::to_vec(&doc).unwrap();
+        store
+            .write(|tx| {
+                tx.put(KB_DOCS, b"v2", &doc)?;
+                tx.put_raw(KB_DOCS, b"v1", &v1)?;
+                tx.put_raw(KB_DOCS, b"plain", &plain)
+            })
+            .unwrap();
+        let raw = |k: &[u8]| store.read(|tx| tx.get_raw(KB_DOCS, k)).unwrap().unwrap();
+        let v2 = raw(b"v2");
+        assert_eq!(v2[0], record::COMPACT_V2);
+        store.compact(Duration::from_secs(1)).unwrap();
+        for k in [&b"v2"[..], b"v1", b"plain"] {
+            let back: Option<serde_json::Value> = store.read(|tx| tx.get(KB_DOCS, k)).unwrap();
+            assert_eq!(back.as_ref(), Some(&doc), "{k:?}");
+        }
+        // Compressed records are copied as they are; plain ones are compressed, with the second.
+        assert_eq!(raw(b"v2"), v2);
+        assert_eq!(raw(b"v1"), v1);
+        assert_eq!(raw(b"plain"), v2);
+    }
+
+    #[test]
     fn scan_stops_at_prefix_end() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();

@@ -48,7 +48,7 @@ pub(super) fn rewrite(db: &Database, path: &Path) -> Result<Database, StoreError
                 let value = v.value();
                 if parted {
                     blob::copy_in(&mut dst, k.value(), value)?;
-                } else if records && value.first() != Some(&record::COMPACT_V1) {
+                } else if records && !record::is_compact(value) {
                     dst.insert(k.value(), record::compact(value.to_vec()).as_slice())?;
                 } else {
                     dst.insert(k.value(), value)?;
