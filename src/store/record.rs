@@ -11,7 +11,7 @@
 //! frame carried its own Huffman and FSE tables, and building them was half of what
 //! compressing a run's record cost on the single writer's thread; [`DICTIONARY_V2`] is the
 //! same content with tables made from synthetic records (stop 53): a run's record compresses
-//! in about a third of the time, a fifth smaller. Records written with the first are read as
+//! in about a third of the time, a sixth smaller. Records written with the first are read as
 //! they are, and kept so until `kennis compact` rewrites them.
 
 use std::borrow::Cow;
