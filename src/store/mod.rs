@@ -1210,6 +1210,31 @@ mod tests {
         assert_eq!(raw(b"plain"), v2);
     }
 
+    /// A record of the second dictionary whose frame is one stored (raw) block, which would
+    /// compress again: the compaction must copy it, not compress it a second time (it did
+    /// for every value not starting with the first dictionary's byte).
+    #[test]
+    fn compaction_does_not_compress_a_compressed_record_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let json = format!("\"{}\"", "a".repeat(200));
+        let len = json.len();
+        // zstd's frame format: magic, a single-segment header with a one-byte content size,
+        // then one last raw block of the content.
+        let mut stored = vec![record::COMPACT_V2, 0x28, 0xb5, 0x2f, 0xfd, 0x20, len as u8];
+        stored.extend_from_slice(&(1 | (len as u32) << 3).to_le_bytes()[..3]);
+        stored.extend_from_slice(json.as_bytes());
+        store
+            .write(|tx| tx.put_raw(KB_DOCS, b"raw", &stored))
+            .unwrap();
+        let read = || -> Option<String> { store.read(|tx| tx.get(KB_DOCS, b"raw")).unwrap() };
+        assert_eq!(read(), Some("a".repeat(200)));
+        store.compact(Duration::from_secs(1)).unwrap();
+        let after = store.read(|tx| tx.get_raw(KB_DOCS, b"raw")).unwrap();
+        assert_eq!(after.as_deref(), Some(stored.as_slice()));
+        assert_eq!(read(), Some("a".repeat(200)));
+    }
+
     #[test]
     fn scan_stops_at_prefix_end() {
         let dir = tempfile::tempdir().unwrap();
