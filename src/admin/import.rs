@@ -189,10 +189,10 @@ impl Drop for ForgetHanded<'_> {
     }
 }
 
-/// A batch of files read into memory: (relative path, document path, bytes) each, the files
-/// skipped on the way, and how many files of the import it reaches (for progress).
+/// A batch of files read into memory: (relative path, document path) each, their content, the
+/// files skipped on the way, and how many files of the import it reaches (for progress).
 struct Batch {
-    files: Vec<(String, String, Vec<u8>)>,
+    files: Vec<(String, String)>,
     /// Their content made ready for storing (`kb::prepare`), in the same order.
     prepared: Vec<kb::Prepared>,
     skipped: Vec<String>,
@@ -230,10 +230,11 @@ fn store_batches(
             let versions: Vec<kb::NewVersion<'_>> = batch
                 .files
                 .iter()
-                .map(|(_, path, bytes)| kb::NewVersion {
+                .zip(&batch.prepared)
+                .map(|((_, path), prepared)| kb::NewVersion {
                     org_id,
                     path,
-                    bytes,
+                    bytes: prepared.bytes(),
                     expect: kb::Expect::Any,
                     by: None,
                     now,
@@ -241,9 +242,12 @@ fn store_batches(
                 .collect();
             let outcomes = writer.put_many_prepared(&versions, &batch.prepared)?;
             drop(versions);
-            // What changed is handed to the index with its bytes, which it need not read back.
+            // What changed is handed to the index with its bytes and their hash, which it need
+            // not read back nor make again.
             let mut changed = Vec::new();
-            for ((rel_str, _, bytes), outcome) in batch.files.into_iter().zip(outcomes) {
+            for (((rel_str, _), prepared), outcome) in
+                batch.files.into_iter().zip(batch.prepared).zip(outcomes)
+            {
                 match outcome {
                     Ok(o) if !o.changed => summary.unchanged += 1,
                     Ok(o) => {
@@ -252,7 +256,7 @@ fn store_batches(
                         } else {
                             summary.revised += 1;
                         }
-                        changed.push((org_id, o.path, bytes));
+                        changed.push((org_id, o.path, prepared));
                     }
                     Err(e) => summary.skipped.push(format!("{rel_str}: {e}")),
                 }
@@ -285,6 +289,7 @@ fn read_batches(
     let mut rest = files;
     let mut share = FIRST_BATCH_SHARE;
     while !rest.is_empty() {
+        let mut contents = Vec::new();
         let mut batch = Batch {
             files: Vec::new(),
             prepared: Vec::new(),
@@ -317,15 +322,17 @@ fn read_batches(
                 None => rel_str.clone(),
             };
             batch.bytes += bytes.len() as u64;
-            batch.files.push((rel_str, path, bytes));
+            batch.files.push((rel_str, path));
+            contents.push(bytes);
         }
         batch.done = done;
-        let documents: Vec<(&str, &[u8])> = batch
+        let documents: Vec<(&str, Vec<u8>)> = batch
             .files
             .iter()
-            .map(|(_, path, bytes)| (path.as_str(), bytes.as_slice()))
+            .map(|(_, path)| path.as_str())
+            .zip(contents)
             .collect();
-        match kb::prepare(store, org_id, &documents) {
+        match kb::prepare(store, org_id, documents) {
             Ok(prepared) => batch.prepared = prepared,
             Err(e) => {
                 let _ = send.send(Err(e.into()));

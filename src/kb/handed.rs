@@ -1,15 +1,16 @@
 //! Texts an import hands to the search index with the documents it stores, so that the index
 //! takes them from memory instead of reading each back from the store and decompressing it
 //! (about a twentieth of a 100 MB import's CPU, stop 47). Only a help: the index uses a text
-//! when it is exactly the content of the document's current version (the same BLAKE3 hash)
-//! and reads from the store whatever it was not handed. What is held is bounded
+//! when it is exactly the content of the document's current version (the same BLAKE3 hash,
+//! made when the import prepared the bytes: [`Prepared`]) and reads from the store whatever
+//! it was not handed. What is held is bounded
 //! ([`MAX_BYTES`]): past that, texts are not taken until the index has used what it holds, so
 //! an index far behind the import costs no memory.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::{DocKind, DocText, Document, doc_key};
+use super::{DocKind, DocText, Document, Prepared, doc_key};
 
 /// The most text held at once: a few of an import's batches.
 pub const MAX_BYTES: usize = 64 << 20;
@@ -21,8 +22,8 @@ pub struct Handed {
 
 #[derive(Default)]
 struct Inner {
-    /// By [`doc_key`].
-    texts: HashMap<Vec<u8>, Vec<u8>>,
+    /// By [`doc_key`]: the bytes and their hash.
+    texts: HashMap<Vec<u8>, (blake3::Hash, Vec<u8>)>,
     bytes: usize,
 }
 
@@ -34,19 +35,20 @@ impl Handed {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Holds these documents' texts (organisation, normalised path, the bytes just stored)
+    /// Holds these documents' texts (organisation, normalised path, the content just stored)
     /// until the index takes them, as far as [`MAX_BYTES`] allows; returns how many it took.
     /// The bytes of a file whose name says it is binary (a PDF, an Office file) are no text
     /// the index could use, and are not held.
-    pub fn hand(&self, texts: impl IntoIterator<Item = (u64, String, Vec<u8>)>) -> usize {
+    pub fn hand(&self, texts: impl IntoIterator<Item = (u64, String, Prepared)>) -> usize {
         let mut inner = self.inner();
         let mut taken = 0;
-        for (org_id, path, bytes) in texts {
+        for (org_id, path, prepared) in texts {
+            let (hash, bytes) = prepared.into_hashed();
             if inner.bytes + bytes.len() > MAX_BYTES || super::path::binary_type(&path).is_some() {
                 continue;
             }
             inner.bytes += bytes.len();
-            if let Some(old) = inner.texts.insert(doc_key(org_id, &path), bytes) {
+            if let Some((_, old)) = inner.texts.insert(doc_key(org_id, &path), (hash, bytes)) {
                 inner.bytes -= old.len();
             }
             taken += 1;
@@ -54,15 +56,15 @@ impl Handed {
         taken
     }
 
-    /// The text handed for this document, if any (it is held no longer).
-    pub fn take(&self, org_id: u64, path: &str) -> Option<Vec<u8>> {
+    /// The text handed for this document and its hash, if any (it is held no longer).
+    pub fn take(&self, org_id: u64, path: &str) -> Option<(blake3::Hash, Vec<u8>)> {
         let mut inner = self.inner();
         if inner.texts.is_empty() {
             return None;
         }
-        let bytes = inner.texts.remove(&doc_key(org_id, path))?;
+        let (hash, bytes) = inner.texts.remove(&doc_key(org_id, path))?;
         inner.bytes -= bytes.len();
-        Some(bytes)
+        Some((hash, bytes))
     }
 
     /// Lets go of every text not taken (an import that ended, or stopped).
@@ -78,10 +80,10 @@ impl Handed {
     }
 }
 
-/// `bytes` as the text of `doc`, when they are the content of its current version and it is a
-/// text document: what [`super::text_of`] would read from the store.
-pub fn text_for(doc: &Document, bytes: Vec<u8>) -> Option<DocText> {
-    if doc.kind != DocKind::Text || blake3::hash(&bytes).to_hex().as_str() != doc.hash {
+/// `bytes` (whose BLAKE3 hash is `hash`) as the text of `doc`, when they are the content of its
+/// current version and it is a text document: what [`super::text_of`] would read from the store.
+pub fn text_for(doc: &Document, (hash, bytes): (blake3::Hash, Vec<u8>)) -> Option<DocText> {
+    if doc.kind != DocKind::Text || hash.to_hex().as_str() != doc.hash {
         return None;
     }
     Some(DocText {
@@ -93,6 +95,19 @@ pub fn text_for(doc: &Document, bytes: Vec<u8>) -> Option<DocText> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `bytes` as an import prepares them (not compressed: not needed here).
+    fn prepared(bytes: &[u8]) -> Prepared {
+        Prepared {
+            hash: blake3::hash(bytes),
+            stored: None,
+            bytes: bytes.to_vec(),
+        }
+    }
+
+    fn hashed(bytes: &[u8]) -> (blake3::Hash, Vec<u8>) {
+        (blake3::hash(bytes), bytes.to_vec())
+    }
 
     fn doc(kind: DocKind, bytes: &[u8]) -> Document {
         Document {
@@ -114,36 +129,39 @@ mod tests {
         let big = vec![b'a'; MAX_BYTES / 2];
         assert_eq!(
             handed.hand([
-                (1, "a.md".into(), big.clone()),
-                (1, "b.md".into(), big.clone()),
+                (1, "a.md".into(), prepared(&big)),
+                (1, "b.md".into(), prepared(&big)),
                 // Past the bound: not held.
-                (1, "c.md".into(), vec![b'c']),
+                (1, "c.md".into(), prepared(b"c")),
             ]),
             2
         );
         handed.clear();
         // A binary file's bytes are not held, whatever they hold.
         assert_eq!(
-            handed.hand([(1, "plaat.pdf".into(), b"kozijn".to_vec())]),
+            handed.hand([(1, "plaat.pdf".into(), prepared(b"kozijn"))]),
             0
         );
         assert_eq!((handed.bytes(), handed.take(1, "plaat.pdf")), (0, None));
         handed.hand([
-            (1, "a.md".into(), big.clone()),
-            (1, "b.md".into(), big.clone()),
+            (1, "a.md".into(), prepared(&big)),
+            (1, "b.md".into(), prepared(&big)),
         ]);
         assert_eq!(handed.bytes(), MAX_BYTES);
         assert_eq!(handed.take(1, "c.md"), None);
         // Per organisation: the same path elsewhere is another document.
         assert_eq!(handed.take(2, "a.md"), None);
-        assert_eq!(handed.take(1, "a.md").map(|b| b.len()), Some(big.len()));
+        assert_eq!(
+            handed.take(1, "a.md").map(|(_, b)| b.len()),
+            Some(big.len())
+        );
         assert_eq!(handed.take(1, "a.md"), None);
         assert_eq!(handed.bytes(), MAX_BYTES / 2);
         // Handed again for the same document: the newer text replaces the older.
-        assert_eq!(handed.hand([(1, "b.md".into(), b"nieuw".to_vec())]), 1);
+        assert_eq!(handed.hand([(1, "b.md".into(), prepared(b"nieuw"))]), 1);
         assert_eq!(handed.bytes(), 5);
-        assert_eq!(handed.take(1, "b.md").as_deref(), Some(&b"nieuw"[..]));
-        handed.hand([(1, "d.md".into(), b"over".to_vec())]);
+        assert_eq!(handed.take(1, "b.md"), Some(hashed(b"nieuw")));
+        handed.hand([(1, "d.md".into(), prepared(b"over"))]);
         handed.clear();
         assert_eq!((handed.bytes(), handed.take(1, "d.md")), (0, None));
     }
@@ -152,21 +170,21 @@ mod tests {
     fn only_a_text_documents_own_content_is_its_text() {
         let d = doc(DocKind::Text, b"kozijn");
         assert_eq!(
-            text_for(&d, b"kozijn".to_vec()),
+            text_for(&d, hashed(b"kozijn")),
             Some(DocText {
                 text: "kozijn".into(),
                 extracted: false
             })
         );
-        assert_eq!(text_for(&d, b"kozijnen".to_vec()), None);
+        assert_eq!(text_for(&d, hashed(b"kozijnen")), None);
         assert_eq!(
-            text_for(&doc(DocKind::Binary, b"kozijn"), b"kozijn".to_vec()),
+            text_for(&doc(DocKind::Binary, b"kozijn"), hashed(b"kozijn")),
             None
         );
         // Not UTF-8: read as the store's text would be, with replacement characters.
         let odd = doc(DocKind::Text, b"koz\xffijn");
         assert_eq!(
-            text_for(&odd, b"koz\xffijn".to_vec()).map(|t| t.text),
+            text_for(&odd, hashed(b"koz\xffijn")).map(|t| t.text),
             Some("koz\u{fffd}ijn".into())
         );
     }

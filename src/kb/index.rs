@@ -639,10 +639,10 @@ impl SearchIndex {
             .map_err(index_err)
     }
 
-    /// Holds the texts of documents just stored (organisation, path, bytes) for the next
-    /// [`follow`](Self::follow), which then need not read them back from the store
-    /// ([`handed`]); returns how many it took.
-    pub fn hand(&self, texts: impl IntoIterator<Item = (u64, String, Vec<u8>)>) -> usize {
+    /// Holds the texts of documents just stored (organisation, path, the content as prepared)
+    /// for the next [`follow`](Self::follow), which then need not read them back from the
+    /// store nor hash them again ([`handed`]); returns how many it took.
+    pub fn hand(&self, texts: impl IntoIterator<Item = (u64, String, super::Prepared)>) -> usize {
         self.handed.hand(texts)
     }
 
@@ -796,7 +796,7 @@ impl SearchIndex {
                 let Some(doc) = tx.get::<Document>(KB_DOCS, &doc_key(*org_id, path))? else {
                     return Ok::<_, KbError>(None);
                 };
-                let text = match handed.and_then(|bytes| handed::text_for(&doc, bytes)) {
+                let text = match handed.and_then(|hashed| handed::text_for(&doc, hashed)) {
                     Some(text) => Some(text),
                     None => super::text_of(tx, &doc, self.with_extracted)?,
                 };

@@ -221,9 +221,13 @@ fn put_document(
         }
         _ => {}
     }
-    let hash_bytes = blake3::hash(bytes);
+    // Prepared from these very bytes (the same memory, which it owns and lends), or hashed
+    // here; what was prepared from other bytes is not used.
+    let hash_bytes = match prepared {
+        Some(p) if p.holds(bytes) => p.hash,
+        _ => blake3::hash(bytes),
+    };
     let hash = hash_bytes.to_hex().to_string();
-    // Made from these very bytes, or not used (hashing is cheap beside compressing).
     let prepared = prepared.filter(|p| p.hash == hash_bytes);
     if let Some(doc) = &current
         && doc.hash == hash
@@ -656,19 +660,41 @@ pub fn store_document(
     store.write(|tx| put_document(tx, &new, &path, None))
 }
 
-/// A document's content made ready outside the write transaction: its hash and, unless it is
-/// the document's current content already, its stored form (compressed), so that storing a
-/// batch only inserts. An import prepares its next batch on its reading thread while one is
-/// stored ([`prepare`], [`Writer::put_many_prepared`]).
+/// A document's content made ready outside the write transaction: the bytes, their hash and,
+/// unless they are the document's current content already, their stored form (compressed), so
+/// that storing a batch only inserts. An import prepares its next batch on its reading thread
+/// while one is stored ([`prepare`], [`Writer::put_many_prepared`]).
+///
+/// It owns the bytes it hashed: a write of [`bytes`](Self::bytes) — the same memory — takes
+/// the hash as it is, and so does the search index when the bytes are handed to it
+/// ([`SearchIndex::hand`]). Each hash of an import's files was made three times before
+/// (reading, storing, indexing); now once.
 pub struct Prepared {
     hash: blake3::Hash,
     stored: Option<Encoded>,
+    bytes: Vec<u8>,
 }
 
 impl Prepared {
     /// Whether its stored form was made (its content is not the document's already).
     pub fn encoded(&self) -> bool {
         self.stored.is_some()
+    }
+
+    /// The content, to write as [`NewVersion::bytes`].
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Whether `bytes` is its content lent out: the same memory, which cannot change while
+    /// both are borrowed. Two equal contents elsewhere are not it (they are hashed again).
+    fn holds(&self, bytes: &[u8]) -> bool {
+        std::ptr::eq(self.bytes.as_slice(), bytes)
+    }
+
+    /// The content and its hash, the stored form let go.
+    pub(crate) fn into_hashed(self) -> (blake3::Hash, Vec<u8>) {
+        (self.hash, self.bytes)
     }
 }
 
@@ -678,23 +704,23 @@ impl Prepared {
 pub fn prepare(
     store: &Store,
     org_id: u64,
-    batch: &[(&str, &[u8])],
+    batch: Vec<(&str, Vec<u8>)>,
 ) -> Result<Vec<Prepared>, KbError> {
     store.read(|tx| {
-        batch
-            .iter()
-            .map(|&(path, bytes)| {
-                let hash = blake3::hash(bytes);
-                let current = match path::normalize(path) {
-                    Ok(path) => get_document(tx, org_id, &path)?,
-                    Err(_) => None,
-                };
-                let unchanged = current.is_some_and(|d| d.hash == hash.to_hex().as_str());
-                Ok(Prepared {
-                    hash,
-                    stored: (!unchanged).then(|| Encoded::of(bytes)),
-                })
-            })
-            .collect()
+        let mut out = Vec::with_capacity(batch.len());
+        for (path, bytes) in batch {
+            let hash = blake3::hash(&bytes);
+            let current = match path::normalize(path) {
+                Ok(path) => get_document(tx, org_id, &path)?,
+                Err(_) => None,
+            };
+            let unchanged = current.is_some_and(|d| d.hash == hash.to_hex().as_str());
+            out.push(Prepared {
+                hash,
+                stored: (!unchanged).then(|| Encoded::of(&bytes)),
+                bytes,
+            });
+        }
+        Ok(out)
     })
 }

@@ -889,7 +889,12 @@ fn texts_handed_to_the_index_are_used_only_when_they_are_the_content() {
     put("twee.md", "kozijn opgeslagen");
     put("plaat.png", "kozijn\u{0}binair");
     put("ruis.txt", "kozijn\u{0}ruis");
-    let handed = |path: &str, text: &str| (org, path.to_owned(), text.as_bytes().to_vec());
+    // Handed as an import hands them: prepared (hashed once) from the bytes read.
+    let handed = |path: &str, text: &str| {
+        let mut prepared =
+            kennis::kb::prepare(&store, org, vec![(path, text.as_bytes().to_vec())]).unwrap();
+        (org, path.to_owned(), prepared.remove(0))
+    };
     assert_eq!(
         index.hand([
             // The very bytes stored.
@@ -984,10 +989,19 @@ fn content_prepared_outside_the_transaction_is_stored_as_its_own() {
         }
     }
     let version = |path, bytes| version(org, path, bytes, now);
-    let batch = [version("lang.md", long), version("kort.md", b"kozijn kort")];
-    let docs: Vec<(&str, &[u8])> = batch.iter().map(|v| (v.path, v.bytes)).collect();
-    let prepared = kennis::kb::prepare(&store, org, &docs).unwrap();
+    let docs = || {
+        vec![
+            ("lang.md", long.to_vec()),
+            ("kort.md", b"kozijn kort".to_vec()),
+        ]
+    };
+    // The prepared content is what is written: the same memory, hashed once.
+    let prepared = kennis::kb::prepare(&store, org, docs()).unwrap();
     assert!(prepared.iter().all(|p| p.encoded()));
+    let batch = [
+        version("lang.md", prepared[0].bytes()),
+        version("kort.md", prepared[1].bytes()),
+    ];
     let mut writer = Writer::new(&store, &index);
     let out = writer.put_many_prepared(&batch, &prepared).unwrap();
     assert!(out.iter().all(|o| o.as_ref().is_ok_and(|o| o.created)));
@@ -1003,20 +1017,24 @@ fn content_prepared_outside_the_transaction_is_stored_as_its_own() {
     assert_eq!(content("lang.md"), long);
     assert_eq!(content("kort.md"), b"kozijn kort");
 
-    // Unchanged content is not compressed again for a second import.
-    let again = kennis::kb::prepare(&store, org, &docs).unwrap();
+    // Unchanged content is not compressed again for a second import; written from equal bytes
+    // elsewhere in memory (hashed again), it is still found unchanged.
+    let again = kennis::kb::prepare(&store, org, docs()).unwrap();
     assert!(!again.iter().any(|p| p.encoded()));
-    let out = writer.put_many_prepared(&batch, &again).unwrap();
+    let copies = [version("lang.md", long), version("kort.md", b"kozijn kort")];
+    let out = writer.put_many_prepared(&copies, &again).unwrap();
     assert!(out.iter().all(|o| o.as_ref().is_ok_and(|o| !o.changed)));
 
-    // Prepared from other bytes (or for another batch): not used, the bytes given are stored.
-    let other = kennis::kb::prepare(&store, org, &[("lang.md", b"iets anders")]).unwrap();
+    // Prepared from other bytes (or for another batch): neither its hash nor its stored form
+    // is used, the bytes given are stored under their own hash.
+    let other =
+        kennis::kb::prepare(&store, org, vec![("lang.md", b"iets anders".to_vec())]).unwrap();
     let swapped = [version("kort.md", b"kozijn herzien")];
     let out = writer.put_many_prepared(&swapped, &other).unwrap();
     assert!(out[0].as_ref().is_ok_and(|o| o.changed && o.version == 2));
     assert_eq!(content("kort.md"), b"kozijn herzien");
     // A path the write will refuse is prepared all the same: refusing it is the write's.
-    let bad = kennis::kb::prepare(&store, org, &[("../uit", b"x")]).unwrap();
+    let bad = kennis::kb::prepare(&store, org, vec![("../uit", b"x".to_vec())]).unwrap();
     assert!(bad[0].encoded());
     let refused = writer
         .put_many_prepared(&[version("../uit", b"x")], &bad)
