@@ -78,6 +78,9 @@ const MAX_TITLE_KEY: usize = 512;
 /// quarter of the instructions (measured with callgrind on 28,000 documents) for 6 % more
 /// stored-field bytes (about 100 KB per 100 MB of documents).
 const DOCSTORE_BLOCK: usize = 2048;
+/// Bytes of a document's values besides its text, title and path (numbers, hash, folders' and
+/// keys' separators), with some to spare: [`SearchIndex::document`] sizes its buffer by it.
+const DOCUMENT_ROOM: usize = 256;
 /// Bumped when the schema or what a field holds changes; a mismatch rebuilds the index.
 const INDEX_FORMAT: &str = "kennis-index-6";
 
@@ -815,17 +818,26 @@ impl SearchIndex {
     fn document(&self, org_id: u64, doc: &Document, text: &super::DocText) -> TantivyDocument {
         let f = &self.fields;
         let folded = fold_text(prefix_on_char_boundary(&text.text, MAX_SEARCHED_BYTES));
-        let mut d = doc!(
-            f.key => format!("{org_id}:{}", doc.path),
-            f.org => org_id,
-            f.path => doc.path.clone(),
-            f.version => doc.version,
-            f.hash => blake3::Hash::from_hex(&doc.hash).map(|h| h.as_bytes().to_vec()).unwrap_or_default(),
-            // What verifying it reads: its text (for an extracted file, not the file's size).
-            f.size => text.text.len() as u64,
-            f.extracted => u64::from(text.extracted),
-        );
         let title = title_of(&doc.path, &folded);
+        // Its values are copied into one buffer, which would otherwise grow from 1 KiB by
+        // doubling (the folded text goes in three times): room for all of them at once.
+        let mut d = TantivyDocument::with_capacity(
+            3 * folded.len() + 2 * title.len() + 4 * doc.path.len() + DOCUMENT_ROOM,
+        );
+        d.add_text(f.key, format!("{org_id}:{}", doc.path));
+        d.add_u64(f.org, org_id);
+        d.add_text(f.path, &doc.path);
+        d.add_u64(f.version, doc.version);
+        d.add_bytes(
+            f.hash,
+            blake3::Hash::from_hex(&doc.hash)
+                .map(|h| h.as_bytes().to_vec())
+                .unwrap_or_default()
+                .as_slice(),
+        );
+        // What verifying it reads: its text (for an extracted file, not the file's size).
+        d.add_u64(f.size, text.text.len() as u64);
+        d.add_u64(f.extracted, u64::from(text.extracted));
         let mut analyzer = self.words.clone();
         let mut keys: Vec<String> = Vec::with_capacity(2);
         for line in title.lines() {
