@@ -261,7 +261,16 @@ fn store_batches(
                     Err(e) => summary.skipped.push(format!("{rel_str}: {e}")),
                 }
             }
-            writer.index().hand(changed);
+            // At most a bound ahead of the index, which then reads none of them back.
+            let handing = changed.len();
+            let handed = writer.index().hand_when_room(changed);
+            if handed < handing {
+                tracing::debug!(
+                    handing,
+                    handed,
+                    "import: texts not handed to the index (it reads them back)"
+                );
+            }
             *imported_bytes += batch.bytes;
             // Full means the indexer has a wake-up waiting already.
             let _ = wake.try_send(());

@@ -3,12 +3,14 @@
 //! (about a twentieth of a 100 MB import's CPU, stop 47). Only a help: the index uses a text
 //! when it is exactly the content of the document's current version (the same BLAKE3 hash,
 //! made when the import prepared the bytes: [`Prepared`]) and reads from the store whatever
-//! it was not handed. What is held is bounded
-//! ([`MAX_BYTES`]): past that, texts are not taken until the index has used what it holds, so
-//! an index far behind the import costs no memory.
+//! it was not handed. What is held is bounded ([`MAX_BYTES`]): an import that is more than
+//! that ahead of the index waits for it ([`Handed::wait_for_room`]) rather than letting texts
+//! go that the index would then read back (at 1 GB a quarter to a third of them were, stop 54),
+//! and texts past the bound are not held, so an index far behind costs no memory.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
 
 use super::{DocKind, DocText, Document, Prepared, doc_key};
 
@@ -18,6 +20,8 @@ pub const MAX_BYTES: usize = 64 << 20;
 #[derive(Default)]
 pub struct Handed {
     inner: Mutex<Inner>,
+    /// Told when the index took texts and room was waited for.
+    taken: Condvar,
 }
 
 #[derive(Default)]
@@ -25,6 +29,8 @@ struct Inner {
     /// By [`doc_key`]: the bytes and their hash.
     texts: HashMap<Vec<u8>, (blake3::Hash, Vec<u8>)>,
     bytes: usize,
+    /// Bytes [`Handed::wait_for_room`] waits to fit (0: nobody waits).
+    wanted: usize,
 }
 
 impl Handed {
@@ -44,7 +50,7 @@ impl Handed {
         let mut taken = 0;
         for (org_id, path, prepared) in texts {
             let (hash, bytes) = prepared.into_hashed();
-            if inner.bytes + bytes.len() > MAX_BYTES || super::path::binary_type(&path).is_some() {
+            if inner.bytes + bytes.len() > MAX_BYTES || !holds(&path) {
                 continue;
             }
             inner.bytes += bytes.len();
@@ -64,7 +70,40 @@ impl Handed {
         }
         let (hash, bytes) = inner.texts.remove(&doc_key(org_id, path))?;
         inner.bytes -= bytes.len();
+        if inner.wanted > 0 && inner.bytes + inner.wanted <= MAX_BYTES {
+            self.taken.notify_all();
+        }
         Some((hash, bytes))
+    }
+
+    /// Waits until `bytes` more fit beside what is held, as long as the index keeps taking
+    /// texts: when it takes none for `patience` (it is not following, or what is held is not
+    /// what it follows) the wait ends all the same, and what is held is let go if they still
+    /// do not fit (the index reads from the store what it was not handed). Whether the wait
+    /// ended with room made by the index.
+    pub fn wait_for_room(&self, bytes: usize, patience: Duration) -> bool {
+        let mut inner = self.inner();
+        loop {
+            if inner.bytes == 0 || inner.bytes + bytes <= MAX_BYTES {
+                inner.wanted = 0;
+                return true;
+            }
+            inner.wanted = bytes;
+            let (next, waited) = self
+                .taken
+                .wait_timeout(inner, patience)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            inner = next;
+            if waited.timed_out() {
+                inner.wanted = 0;
+                if inner.bytes + bytes <= MAX_BYTES {
+                    return true;
+                }
+                inner.texts = HashMap::new();
+                inner.bytes = 0;
+                return false;
+            }
+        }
     }
 
     /// Lets go of every text not taken (an import that ended, or stopped).
@@ -78,6 +117,12 @@ impl Handed {
     pub fn bytes(&self) -> usize {
         self.inner().bytes
     }
+}
+
+/// Whether a document's handed bytes are held: not those of a file whose name says it is
+/// binary (a PDF, an Office file), which are no text the index could use.
+pub fn holds(path: &str) -> bool {
+    super::path::binary_type(path).is_none()
 }
 
 /// `bytes` (whose BLAKE3 hash is `hash`) as the text of `doc`, when they are the content of its
@@ -164,6 +209,29 @@ mod tests {
         handed.hand([(1, "d.md".into(), prepared(b"over"))]);
         handed.clear();
         assert_eq!((handed.bytes(), handed.take(1, "d.md")), (0, None));
+    }
+
+    #[test]
+    fn a_wait_for_room_ends_when_the_index_takes_enough_or_takes_nothing() {
+        let handed = Handed::default();
+        let half = vec![b'a'; MAX_BYTES / 2];
+        handed.hand([
+            (1, "a.md".into(), prepared(&half)),
+            (1, "b.md".into(), prepared(&half)),
+        ]);
+        // Room already, or nothing held (a text larger than the bound is then handed alone).
+        assert!(Handed::default().wait_for_room(MAX_BYTES * 2, Duration::ZERO));
+        std::thread::scope(|scope| {
+            // A patience the test would not wait out: the take must end the wait.
+            let waiting = scope.spawn(|| handed.wait_for_room(10, Duration::from_secs(60)));
+            assert!(handed.take(1, "a.md").is_some());
+            assert!(waiting.join().unwrap());
+        });
+        assert_eq!(handed.bytes(), MAX_BYTES / 2);
+        // Full, and nothing is taken: the wait gives up and lets go of what is held.
+        handed.hand([(1, "c.md".into(), prepared(&half))]);
+        assert!(!handed.wait_for_room(10, Duration::from_millis(1)));
+        assert_eq!((handed.bytes(), handed.take(1, "b.md")), (0, None));
     }
 
     #[test]

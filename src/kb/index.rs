@@ -78,6 +78,9 @@ const MAX_TITLE_KEY: usize = 512;
 /// quarter of the instructions (measured with callgrind on 28,000 documents) for 6 % more
 /// stored-field bytes (about 100 KB per 100 MB of documents).
 const DOCSTORE_BLOCK: usize = 2048;
+/// How long an import waits for the index to take a handed text before it lets go of those
+/// held: longer than both indexing threads writing a segment at once.
+const HANDED_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 /// Bytes of a document's values besides its text, title and path (numbers, hash, folders' and
 /// keys' separators), with some to spare: [`SearchIndex::document`] sizes its buffer by it.
 const DOCUMENT_ROOM: usize = 256;
@@ -646,6 +649,19 @@ impl SearchIndex {
     /// for the next [`follow`](Self::follow), which then need not read them back from the
     /// store nor hash them again ([`handed`]); returns how many it took.
     pub fn hand(&self, texts: impl IntoIterator<Item = (u64, String, super::Prepared)>) -> usize {
+        self.handed.hand(texts)
+    }
+
+    /// [`hand`](Self::hand) once they fit beside the texts held, waiting for that as long as
+    /// the index keeps taking them ([`handed::Handed::wait_for_room`]): an import stays at
+    /// most a bound ahead of the index rather than have it read back what it stored.
+    pub fn hand_when_room(&self, texts: Vec<(u64, String, super::Prepared)>) -> usize {
+        let bytes = texts
+            .iter()
+            .filter(|(_, path, _)| handed::holds(path))
+            .map(|(_, _, p)| p.bytes().len())
+            .sum();
+        self.handed.wait_for_room(bytes, HANDED_PATIENCE);
         self.handed.hand(texts)
     }
 
