@@ -218,6 +218,7 @@ fn store_batches(
     progress: Report<'_>,
 ) -> Result<(), AdminError> {
     let total = files.len();
+    let mut indexing = true;
     // One batch read ahead at most: memory stays at two batches.
     let (send, batches) = std::sync::mpsc::sync_channel::<Result<Batch, AdminError>>(1);
     std::thread::scope(|scope| {
@@ -261,10 +262,15 @@ fn store_batches(
                     Err(e) => summary.skipped.push(format!("{rel_str}: {e}")),
                 }
             }
-            // At most a bound ahead of the index, which then reads none of them back.
+            // At most a bound ahead of the index, which then reads none of them back; an
+            // indexer that stopped (its error ends the import) is neither handed nor waited for.
             let handing = changed.len();
-            let handed = writer.index().hand_when_room(changed);
-            if handed < handing {
+            let handed = if indexing {
+                writer.index().hand_when_room(changed)
+            } else {
+                0
+            };
+            if indexing && handed < handing {
                 tracing::debug!(
                     handing,
                     handed,
@@ -273,7 +279,9 @@ fn store_batches(
             }
             *imported_bytes += batch.bytes;
             // Full means the indexer has a wake-up waiting already.
-            let _ = wake.try_send(());
+            if let Err(std::sync::mpsc::TrySendError::Disconnected(())) = wake.try_send(()) {
+                indexing = false;
+            }
             progress(Progress::step(
                 "importing files",
                 batch.done as u64,
