@@ -264,18 +264,8 @@ fn store_batches(
             }
             // At most a bound ahead of the index, which then reads none of them back; an
             // indexer that stopped (its error ends the import) is neither handed nor waited for.
-            let handing = changed.len();
-            let handed = if indexing {
-                writer.index().hand_when_room(changed)
-            } else {
-                0
-            };
-            if indexing && handed < handing {
-                tracing::debug!(
-                    handing,
-                    handed,
-                    "import: texts not handed to the index (it reads them back)"
-                );
+            if indexing {
+                writer.index().hand_when_room(changed);
             }
             *imported_bytes += batch.bytes;
             // Full means the indexer has a wake-up waiting already.

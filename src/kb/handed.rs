@@ -76,15 +76,37 @@ impl Handed {
         Some((hash, bytes))
     }
 
-    /// Waits until `bytes` more fit beside what is held, as long as the index keeps taking
-    /// texts: when it takes none for `patience` (it is not following, or what is held is not
-    /// what it follows) the wait ends all the same, and what is held is let go if they still
-    /// do not fit (the index reads from the store what it was not handed). Whether the wait
-    /// ended with room made by the index.
-    pub fn wait_for_room(&self, bytes: usize, patience: Duration) -> bool {
+    /// [`hand`](Self::hand) once these texts fit beside those held, waiting for that as long
+    /// as the index keeps taking them ([`wait_for_room`](Self::wait_for_room)); returns how
+    /// many it took.
+    pub fn hand_when_room(&self, texts: Vec<(u64, String, Prepared)>, patience: Duration) -> usize {
+        let (count, bytes) = texts
+            .iter()
+            .filter(|(_, path, _)| holds(path))
+            .fold((0, 0), |(n, b), (_, _, p)| (n + 1, b + p.bytes().len()));
+        self.wait_for_room(bytes, patience);
+        let taken = self.hand(texts);
+        if taken < count {
+            tracing::debug!(
+                count,
+                taken,
+                "texts not held for the search index (it reads them back)"
+            );
+        }
+        taken
+    }
+
+    /// Waits until `bytes` more fit beside what is held (all of the bound, when they are
+    /// more), as long as the index keeps taking texts: when it takes none for `patience` (it is
+    /// not following, or what is held is not what it follows) the wait ends all the same, and
+    /// what is held is let go if they still do not fit (the index reads from the store what it
+    /// was not handed). Whether the wait ended with room made by the index.
+    fn wait_for_room(&self, bytes: usize, patience: Duration) -> bool {
+        // More than the bound never fits: an empty hold is as much room as there is.
+        let bytes = bytes.min(MAX_BYTES);
         let mut inner = self.inner();
         loop {
-            if inner.bytes == 0 || inner.bytes + bytes <= MAX_BYTES {
+            if inner.bytes + bytes <= MAX_BYTES {
                 inner.wanted = 0;
                 return true;
             }
@@ -121,7 +143,7 @@ impl Handed {
 
 /// Whether a document's handed bytes are held: not those of a file whose name says it is
 /// binary (a PDF, an Office file), which are no text the index could use.
-pub fn holds(path: &str) -> bool {
+fn holds(path: &str) -> bool {
     super::path::binary_type(path).is_none()
 }
 
@@ -140,6 +162,15 @@ pub fn text_for(doc: &Document, (hash, bytes): (blake3::Hash, Vec<u8>)) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Handed {
+        /// Returns once a wait for room has begun (and not yet ended).
+        fn until_waited_on(&self) {
+            while self.inner().wanted == 0 {
+                std::thread::yield_now();
+            }
+        }
+    }
 
     /// `bytes` as an import prepares them (not compressed: not needed here).
     fn prepared(bytes: &[u8]) -> Prepared {
@@ -221,9 +252,19 @@ mod tests {
         ]);
         // Room already, or nothing held (a text larger than the bound is then handed alone).
         assert!(Handed::default().wait_for_room(MAX_BYTES * 2, Duration::ZERO));
+        // More than the bound, waited for: the index taking everything held ends the wait.
+        let all = Handed::default();
+        all.hand([(1, "a.md".into(), prepared(b"kozijn"))]);
+        std::thread::scope(|scope| {
+            let waiting = scope.spawn(|| all.wait_for_room(MAX_BYTES * 2, Duration::from_secs(60)));
+            all.until_waited_on();
+            assert!(all.take(1, "a.md").is_some());
+            assert!(waiting.join().unwrap());
+        });
         std::thread::scope(|scope| {
             // A patience the test would not wait out: the take must end the wait.
             let waiting = scope.spawn(|| handed.wait_for_room(10, Duration::from_secs(60)));
+            handed.until_waited_on();
             assert!(handed.take(1, "a.md").is_some());
             assert!(waiting.join().unwrap());
         });

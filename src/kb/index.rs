@@ -653,16 +653,10 @@ impl SearchIndex {
     }
 
     /// [`hand`](Self::hand) once they fit beside the texts held, waiting for that as long as
-    /// the index keeps taking them ([`handed::Handed::wait_for_room`]): an import stays at
+    /// the index keeps taking them ([`handed::Handed::hand_when_room`]): an import stays at
     /// most a bound ahead of the index rather than have it read back what it stored.
     pub fn hand_when_room(&self, texts: Vec<(u64, String, super::Prepared)>) -> usize {
-        let bytes = texts
-            .iter()
-            .filter(|(_, path, _)| handed::holds(path))
-            .map(|(_, _, p)| p.bytes().len())
-            .sum();
-        self.handed.wait_for_room(bytes, HANDED_PATIENCE);
-        self.handed.hand(texts)
+        self.handed.hand_when_room(texts, HANDED_PATIENCE)
     }
 
     /// Lets go of the handed texts not used (an import ended).
@@ -844,13 +838,8 @@ impl SearchIndex {
         d.add_u64(f.org, org_id);
         d.add_text(f.path, &doc.path);
         d.add_u64(f.version, doc.version);
-        d.add_bytes(
-            f.hash,
-            blake3::Hash::from_hex(&doc.hash)
-                .map(|h| h.as_bytes().to_vec())
-                .unwrap_or_default()
-                .as_slice(),
-        );
+        let hash = blake3::Hash::from_hex(&doc.hash).ok();
+        d.add_bytes(f.hash, hash.as_ref().map_or(&[][..], |h| h.as_bytes()));
         // What verifying it reads: its text (for an extracted file, not the file's size).
         d.add_u64(f.size, text.text.len() as u64);
         d.add_u64(f.extracted, u64::from(text.extracted));

@@ -12,7 +12,7 @@
 //! compressing a run's record cost on the single writer's thread; [`DICTIONARY_V2`] is the
 //! same content with tables made from synthetic records (stop 53): a run's record compresses
 //! in about a third of the time, a sixth smaller. Records written with the first are read as
-//! they are, and kept so until `kennis compact` rewrites them.
+//! they are and kept so (`kennis compact` copies them unchanged).
 
 use std::borrow::Cow;
 use std::sync::{LazyLock, Mutex, PoisonError};
