@@ -441,52 +441,52 @@ impl Tokenizer for LongWords {
 /// long word: only those are read character by character.
 fn long_words(text: &str) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
-    // Most texts have no such stretch: a first pass without branches says so.
     let bytes = text.as_bytes();
-    let mut run = 0u32;
-    let mut longest = 0u32;
-    for &byte in bytes {
-        run = (run + 1) & KEEPS_RUN.get(usize::from(byte)).copied().unwrap_or(0);
-        longest = longest.max(run);
-    }
-    if (longest as usize) < vocabulary::LONG_WORD {
-        return out;
-    }
-    let mut from = 0;
-    for (i, &byte) in bytes.iter().enumerate() {
-        if splits_words(byte) {
-            if i - from >= vocabulary::LONG_WORD {
-                long_words_in(text, from..i, &mut out);
-            }
-            from = i + 1;
+    // A stretch of at least LONG_WORD bytes holds a whole chunk (twice a chunk, less one, is
+    // enough): most texts have no chunk without a byte that splits words, and only around
+    // such a chunk is a stretch looked for.
+    const _: () = assert!(vocabulary::LONG_WORD >= 2 * CHUNK - 1);
+    let mut done = 0;
+    for (k, chunk) in bytes.chunks_exact(CHUNK).enumerate() {
+        let at = k * CHUNK;
+        let whole = <&[u8; CHUNK]>::try_from(chunk)
+            .is_ok_and(|c| c.iter().fold(true, |all, &b| all & keeps_word(b)));
+        if at < done || !whole {
+            continue;
         }
-    }
-    if text.len() - from >= vocabulary::LONG_WORD {
-        long_words_in(text, from..text.len(), &mut out);
+        let before = bytes.get(..at).unwrap_or_default();
+        let from = before
+            .iter()
+            .rposition(|&b| splits_words(b))
+            .map_or(0, |p| p + 1);
+        let after = bytes.get(at + CHUNK..).unwrap_or_default();
+        let to = after
+            .iter()
+            .position(|&b| splits_words(b))
+            .map_or(bytes.len(), |p| at + CHUNK + p);
+        if to - from >= vocabulary::LONG_WORD {
+            long_words_in(text, from..to, &mut out);
+        }
+        done = to;
     }
     out
+}
+
+/// The bytes [`long_words`] tests at once.
+const CHUNK: usize = 16;
+
+/// Whether `b` may be part of a word: not [`splits_words`], in comparisons that a chunk's
+/// test compiles to vector instructions with.
+const fn keeps_word(b: u8) -> bool {
+    let letter = (b | 0x20).wrapping_sub(b'a') < 26;
+    let digit = b.wrapping_sub(b'0') < 10;
+    (b >= 0x80) | letter | digit
 }
 
 /// Whether `byte` is an ASCII character that is neither a letter nor a digit.
 const fn splits_words(byte: u8) -> bool {
     byte.is_ascii() && !byte.is_ascii_alphanumeric()
 }
-
-/// Per byte: all ones where it may be part of a word, none where it [`splits_words`] (a
-/// table: the first pass of [`long_words`] reads every byte through it, without branches).
-// Indexed while the program is built: an index out of bounds fails the build, never a run.
-#[allow(clippy::indexing_slicing)]
-const KEEPS_RUN: [u32; 256] = {
-    let mut table = [u32::MAX; 256];
-    let mut b = 0;
-    while b < 256 {
-        if splits_words(b as u8) {
-            table[b] = 0;
-        }
-        b += 1;
-    }
-    table
-};
 
 /// [`long_words`] within `stretch` of `text`, character by character.
 fn long_words_in(text: &str, stretch: std::ops::Range<usize>, out: &mut Vec<(usize, usize)>) {
@@ -1979,12 +1979,32 @@ mod tests {
             } else {
                 text
             };
+            // And text as most is: ASCII words and spaces, now and then a sign or an accent,
+            // with words about as long as a long word's bound, anywhere in its chunks.
+            let text = if round % 2 == 1 {
+                let mut prose = String::new();
+                while prose.len() < rng.gen_range(0..len * 3) {
+                    let word = rng.gen_range(1..48);
+                    prose.extend((0..word).map(|_| ['a', 'q', '7', 'é'][rng.gen_range(0..4)]));
+                    prose.push([' ', ' ', '\n', '.', '-', '\t'][rng.gen_range(0..6)]);
+                }
+                prose
+            } else {
+                text
+            };
             assert_eq!(joins(&text), joins_by_characters(&text), "{text:?}");
             assert_eq!(
                 long_words(&text),
                 long_words_by_characters(&text),
                 "{text:?}"
             );
+        }
+    }
+
+    #[test]
+    fn a_byte_keeps_a_word_exactly_when_it_does_not_split_words() {
+        for b in 0..=u8::MAX {
+            assert_eq!(keeps_word(b), !splits_words(b), "{b:#x}");
         }
     }
 
