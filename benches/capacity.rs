@@ -302,6 +302,7 @@ fn measure_size(source: &[(String, String)], target_mb: u64, s: &Settings) -> Si
     let files = work.path().join("documents");
     let t = Instant::now();
     let (documents, bytes) = common::write_generated(source, target_mb * 1_000_000, &files, SEED);
+    common::flush_to_disk();
     println!(
         "\n## {:.1} MB: {documents} documents written in {:.1} s; machine anchor {anchor}",
         mb(bytes),

@@ -77,6 +77,7 @@ fn main() {
         n += 1;
         bytes += noise.len() as u64;
     }
+    common::flush_to_disk();
     println!("\n## Export: {n} documents, {:.1} MB", mb(bytes));
     let data = work.path().join("data");
     let kennis = env!("CARGO_BIN_EXE_kennis");

@@ -149,6 +149,7 @@ fn main() {
     let work = tempfile::tempdir().unwrap();
     let src = work.path().join("documents");
     let (n, bytes) = common::write_scaled(&corpus, target_mb * 1_000_000, &src);
+    common::flush_to_disk();
     println!("\n## Import: {n} documents, {:.1} MB", mb(bytes));
     let data = work.path().join("data");
     let kennis = env!("CARGO_BIN_EXE_kennis");

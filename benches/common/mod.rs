@@ -65,7 +65,6 @@ pub fn write_scaled(docs: &[(String, String)], target: u64, dir: &Path) -> (usiz
             std::fs::write(p, text).unwrap();
         }
     }
-    flush_to_disk();
     (n, bytes)
 }
 
@@ -128,12 +127,12 @@ pub fn write_generated(
         bytes += text.len() as u64;
         n += 1;
     }
-    flush_to_disk();
     (n, bytes)
 }
 
-/// Writes every file system's dirty pages to disk (`sync`): files just written would
-/// otherwise be written back while the next measurement runs (the kernel writes a page back
+/// Writes every file system's dirty pages to disk (`sync`), called by a benchmark between
+/// writing its documents and timing their import: files just written would otherwise be
+/// written back while the measurement runs (the kernel writes a page back
 /// about 30 s after it changed, or sooner under pressure), so an import would be measured
 /// beside the writeback of its own input — as much as a gigabyte, depending on how long the
 /// writing took (8.8 to 42 s for the same 1 GB in one hour).
