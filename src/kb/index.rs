@@ -1138,6 +1138,7 @@ impl SearchIndex {
             asked,
             docs,
             apart: Vec::new(),
+            first_apart: FIRST_APART,
         })
     }
 
@@ -1793,13 +1794,24 @@ pub struct Ranked {
     /// Whether the lines rule out each of the first of `docs` (and then its size), found in
     /// batches as the search reaches them.
     apart: Vec<Option<u64>>,
+    /// How many candidates' lines are checked at first ([`expecting`](Self::expecting)).
+    first_apart: usize,
 }
 
-/// How many candidates' lines are checked at first, where most searches find their results;
-/// past them, all the rest at once (each batch looks up every word again).
+/// How many candidates' lines are checked at first unless the search says how many results
+/// it wants; past them, all the rest at once (each batch opens every word's list again, the
+/// larger part of its cost).
 const FIRST_APART: usize = 16;
 
 impl Ranked {
+    /// The search wants this many results: the lines of twice as many candidates are checked
+    /// at first, as it reads at least that many unless fewer match. (16 at first, with 20
+    /// results wanted, checked a second batch whenever the search got past them.)
+    pub fn expecting(mut self, results: usize) -> Ranked {
+        self.first_apart = results.saturating_mul(2).max(1);
+        self
+    }
+
     /// The candidate at rank `i` (0-based) as the verifier needs it, or `None` past the last:
     /// one its lines rule out carries only its size (no stored fields read, as it will not be
     /// read either).
@@ -1830,7 +1842,7 @@ impl Ranked {
         while self.apart.len() <= i {
             let from = self.apart.len();
             let to = if from == 0 {
-                FIRST_APART.min(self.docs.len())
+                self.first_apart.min(self.docs.len())
             } else {
                 self.docs.len()
             };
