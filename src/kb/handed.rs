@@ -29,8 +29,8 @@ struct Inner {
     /// By [`doc_key`]: the bytes and their hash.
     texts: HashMap<Vec<u8>, (blake3::Hash, Vec<u8>)>,
     bytes: usize,
-    /// Bytes [`Handed::wait_for_room`] waits to fit (0: nobody waits).
-    wanted: usize,
+    /// What each [`Handed::wait_for_room`] under way waits to fit, in bytes.
+    wanted: Vec<usize>,
 }
 
 impl Handed {
@@ -70,7 +70,7 @@ impl Handed {
         }
         let (hash, bytes) = inner.texts.remove(&doc_key(org_id, path))?;
         inner.bytes -= bytes.len();
-        if inner.wanted > 0 && inner.bytes + inner.wanted <= MAX_BYTES {
+        if inner.wanted.iter().any(|&w| inner.bytes + w <= MAX_BYTES) {
             self.taken.notify_all();
         }
         Some((hash, bytes))
@@ -100,32 +100,37 @@ impl Handed {
     /// more), as long as the index keeps taking texts: when it takes none for `patience` (it is
     /// not following, or what is held is not what it follows) the wait ends all the same, and
     /// what is held is let go if they still do not fit (the index reads from the store what it
-    /// was not handed). Whether the wait ended with room made by the index.
+    /// was not handed). Whether the wait ended with room made by the index. Several may wait
+    /// at once (imports through the admin socket beside one another), each for its own room.
     fn wait_for_room(&self, bytes: usize, patience: Duration) -> bool {
         // More than the bound never fits: an empty hold is as much room as there is.
         let bytes = bytes.min(MAX_BYTES);
         let mut inner = self.inner();
-        loop {
-            if inner.bytes + bytes <= MAX_BYTES {
-                inner.wanted = 0;
-                return true;
-            }
-            inner.wanted = bytes;
+        if inner.bytes + bytes <= MAX_BYTES {
+            return true;
+        }
+        inner.wanted.push(bytes);
+        let fits = loop {
             let (next, waited) = self
                 .taken
                 .wait_timeout(inner, patience)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             inner = next;
+            if inner.bytes + bytes <= MAX_BYTES {
+                break true;
+            }
             if waited.timed_out() {
-                inner.wanted = 0;
-                if inner.bytes + bytes <= MAX_BYTES {
-                    return true;
-                }
                 inner.texts = HashMap::new();
                 inner.bytes = 0;
-                return false;
+                // Room for every other wait too.
+                self.taken.notify_all();
+                break false;
             }
+        };
+        if let Some(i) = inner.wanted.iter().position(|&w| w == bytes) {
+            inner.wanted.swap_remove(i);
         }
+        fits
     }
 
     /// Lets go of every text not taken (an import that ended, or stopped).
@@ -164,9 +169,9 @@ mod tests {
     use super::*;
 
     impl Handed {
-        /// Returns once a wait for room has begun (and not yet ended).
-        fn until_waited_on(&self) {
-            while self.inner().wanted == 0 {
+        /// Returns once `n` waits for room have begun (and not yet ended).
+        fn until_waited_on(&self, n: usize) {
+            while self.inner().wanted.len() < n {
                 std::thread::yield_now();
             }
         }
@@ -257,14 +262,14 @@ mod tests {
         all.hand([(1, "a.md".into(), prepared(b"kozijn"))]);
         std::thread::scope(|scope| {
             let waiting = scope.spawn(|| all.wait_for_room(MAX_BYTES * 2, Duration::from_secs(60)));
-            all.until_waited_on();
+            all.until_waited_on(1);
             assert!(all.take(1, "a.md").is_some());
             assert!(waiting.join().unwrap());
         });
         std::thread::scope(|scope| {
             // A patience the test would not wait out: the take must end the wait.
             let waiting = scope.spawn(|| handed.wait_for_room(10, Duration::from_secs(60)));
-            handed.until_waited_on();
+            handed.until_waited_on(1);
             assert!(handed.take(1, "a.md").is_some());
             assert!(waiting.join().unwrap());
         });
@@ -273,6 +278,50 @@ mod tests {
         handed.hand([(1, "c.md".into(), prepared(&half))]);
         assert!(!handed.wait_for_room(10, Duration::from_millis(1)));
         assert_eq!((handed.bytes(), handed.take(1, "b.md")), (0, None));
+    }
+
+    /// Two imports through the admin socket may wait at once, each for its own room: each
+    /// wait ends when the index has made room for it, not when the other's would fit (the
+    /// smaller waited out its patience while the larger was the one remembered), nor after
+    /// its patience once the other's wait ended (nobody was told any more).
+    #[test]
+    fn two_waits_for_room_each_end_when_their_own_room_is_made() {
+        let handed = Handed::default();
+        let half = vec![b'a'; MAX_BYTES / 2];
+        let rest = vec![b'b'; MAX_BYTES / 2 - 10];
+        handed.hand([
+            (1, "a.md".into(), prepared(&half)),
+            (1, "b.md".into(), prepared(&rest)),
+            (1, "c.md".into(), prepared(&[b'c'; 10])),
+        ]);
+        assert_eq!(handed.bytes(), MAX_BYTES);
+        // A patience the test would not wait out: only the takes may end the waits.
+        let patience = Duration::from_secs(60);
+        let ended = |rx: &std::sync::mpsc::Receiver<bool>| {
+            rx.recv_timeout(Duration::from_secs(5))
+                .expect("the wait ends once its room is made")
+        };
+        std::thread::scope(|scope| {
+            let (small_tx, small) = std::sync::mpsc::channel();
+            let (large_tx, large) = std::sync::mpsc::channel();
+            let handed = &handed;
+            scope.spawn(move || small_tx.send(handed.wait_for_room(10, patience)));
+            handed.until_waited_on(1);
+            scope.spawn(move || large_tx.send(handed.wait_for_room(MAX_BYTES / 2, patience)));
+            handed.until_waited_on(2);
+            // Room for the small one only.
+            assert!(handed.take(1, "c.md").is_some());
+            assert!(ended(&small));
+            assert!(large.try_recv().is_err(), "no room for the large one yet");
+            // Then for the large one, the small one's wait over, once the large one (woken
+            // with it) has had a moment to wait again: woken now, it would find its room
+            // whether or not the take told it.
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(handed.take(1, "a.md").is_some());
+            assert!(ended(&large));
+        });
+        assert!(handed.inner().wanted.is_empty());
+        assert_eq!(handed.bytes(), MAX_BYTES / 2 - 10);
     }
 
     #[test]
