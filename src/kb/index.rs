@@ -1805,8 +1805,9 @@ const FIRST_APART: usize = 16;
 
 impl Ranked {
     /// The search wants this many results: the lines of twice as many candidates are checked
-    /// at first, as it reads at least that many unless fewer match. (16 at first, with 20
-    /// results wanted, checked a second batch whenever the search got past them.)
+    /// at first. It reads at least as many candidates as results unless fewer match, and
+    /// more when some are ruled out (with 16 first and 20 wanted, a second batch was opened
+    /// whenever the search got past them).
     pub fn expecting(mut self, results: usize) -> Ranked {
         self.first_apart = results.saturating_mul(2).max(1);
         self
@@ -2015,6 +2016,60 @@ mod tests {
                 "{text:?}"
             );
         }
+    }
+
+    /// A search checks its candidates' lines in two batches, each opening every word's list:
+    /// the first is twice the results the search wants (a search of 20 always got past 16),
+    /// the second all the rest. The verdicts do not depend on the batches.
+    #[test]
+    fn a_search_checks_the_lines_of_twice_the_results_it_wants_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let index = SearchIndex::open(&dir.path().join("index"), false).unwrap();
+        let now = jiff::Timestamp::now();
+        for i in 0..100 {
+            // Four lines apart: every one is ruled out.
+            let text = if i % 2 == 0 {
+                "kozijn\n\n\n\nhout\n"
+            } else {
+                "kozijn\n\nhout\n"
+            };
+            super::super::store_document(
+                &store,
+                1,
+                &format!("d{i}.md"),
+                text.as_bytes(),
+                None,
+                now,
+            )
+            .unwrap();
+        }
+        index.catch_up(&store).unwrap();
+        let terms = vec!["kozijn".to_owned(), "hout".to_owned()];
+        let checked_for_first = |ranked: &mut Ranked| {
+            assert!(ranked.to_verify(&index, 0).unwrap().is_some());
+            ranked.apart.len()
+        };
+        let mut plain = index
+            .ranked(1, None, &terms, 200, PairTerms::Adaptive)
+            .unwrap();
+        assert_eq!(checked_for_first(&mut plain), FIRST_APART);
+        let mut wanting = index
+            .ranked(1, None, &terms, 200, PairTerms::Adaptive)
+            .unwrap()
+            .expecting(20);
+        assert_eq!(checked_for_first(&mut wanting), 40);
+        assert!(wanting.to_verify(&index, 40).unwrap().is_some());
+        assert_eq!(wanting.apart.len(), 100);
+        // The same verdicts either way: exactly the documents whose terms stand apart.
+        let apart = |ranked: &mut Ranked| -> Vec<bool> {
+            (0..100)
+                .map(|i| ranked.to_verify(&index, i).unwrap().unwrap().apart)
+                .collect()
+        };
+        let verdicts = apart(&mut wanting);
+        assert_eq!(verdicts, apart(&mut plain));
+        assert_eq!(verdicts.iter().filter(|a| **a).count(), 50);
     }
 
     #[test]
