@@ -324,6 +324,35 @@ mod tests {
         assert_eq!(handed.bytes(), MAX_BYTES / 2 - 10);
     }
 
+    /// A wait that gives up lets go of every text held, which is room for every other wait:
+    /// those are told at once, not left to wait out their own patience while the index takes
+    /// nothing more (there is nothing left to take).
+    #[test]
+    fn a_wait_that_gives_up_tells_the_others_there_is_room() {
+        let handed = Handed::default();
+        let half = vec![b'a'; MAX_BYTES / 2];
+        handed.hand([
+            (1, "a.md".into(), prepared(&half)),
+            (1, "b.md".into(), prepared(&half)),
+        ]);
+        std::thread::scope(|scope| {
+            let (tx, patient) = std::sync::mpsc::channel();
+            let handed = &handed;
+            // A patience the test would not wait out.
+            scope.spawn(move || tx.send(handed.wait_for_room(10, Duration::from_secs(60))));
+            handed.until_waited_on(1);
+            // Nothing is taken: this wait gives up and lets go of the texts.
+            assert!(!handed.wait_for_room(10, Duration::from_millis(50)));
+            assert_eq!(
+                patient.recv_timeout(Duration::from_secs(5)),
+                Ok(true),
+                "the other wait is told it has room"
+            );
+        });
+        assert!(handed.inner().wanted.is_empty());
+        assert_eq!(handed.bytes(), 0);
+    }
+
     #[test]
     fn only_a_text_documents_own_content_is_its_text() {
         let d = doc(DocKind::Text, b"kozijn");
