@@ -626,7 +626,7 @@ fn measure_orgs(source: &[(String, String)], s: &Settings) -> OrgsRow {
             clients: s.assistants,
             // Each assistant alternates a search and a read of its organisation.
             calls: move |c: usize, n: usize| {
-                if n % 2 == 0 {
+                if n.is_multiple_of(2) {
                     let q = queries[(n / 2 + c) % queries.len()];
                     ("kennisbank_search".to_string(), json!({"query": q}))
                 } else {

@@ -108,7 +108,7 @@ fn bytes_of(store: &Store, hash: &str) -> Result<Option<Vec<u8>>, StoreError> {
 
 /// Calls `progress` now and then (and for the last document).
 fn report(progress: &mut dyn FnMut(u64, u64), done: u64, total: u64) {
-    if done % 25 == 0 || done == total {
+    if done.is_multiple_of(25) || done == total {
         progress(done, total);
     }
 }

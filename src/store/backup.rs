@@ -109,7 +109,7 @@ pub fn backup_to_dir(
                 dst.insert(k.value(), v.value())?;
                 n += 1;
                 records += 1;
-                if records % PROGRESS_EVERY == 0 {
+                if records.is_multiple_of(PROGRESS_EVERY) {
                     progress(Progress::step("copying records", records, total));
                 }
             }
