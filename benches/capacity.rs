@@ -692,12 +692,55 @@ fn print_table(rows: &[SizeRow], orgs: Option<&OrgsRow>, end: Anchor) {
             .collect::<Vec<_>>()
             .join(" ")
     );
+    println!("{}", machine_speed(rows, orgs, &end));
     if !rows.is_empty() {
         print_sizes(rows);
     }
     if let Some(o) = orgs {
         print_orgs(o);
     }
+}
+
+/// Below this share of the run's fastest anchor, a phase began on a slower machine.
+const SLOW_PHASE: f64 = 0.85;
+
+/// How fast the machine was as each phase began, against the fastest of the run's anchors
+/// (one thread's): this machine's speed moves by up to a half within an hour, and a phase that
+/// began slow gives a slower machine's figures.
+fn machine_speed(rows: &[SizeRow], orgs: Option<&OrgsRow>, end: &Anchor) -> String {
+    let mut phases: Vec<(String, f64)> = rows
+        .iter()
+        .map(|r| (format!("{:.0} MB", r.mb), r.anchor.one_thread))
+        .collect();
+    if let Some(o) = orgs {
+        phases.push(("organisations".into(), o.anchor.one_thread));
+    }
+    let fastest = phases
+        .iter()
+        .map(|(_, a)| *a)
+        .fold(end.one_thread, f64::max);
+    let shares: Vec<String> = phases
+        .iter()
+        .map(|(name, a)| format!("{name} {:.0} %", 100.0 * a / fastest))
+        .collect();
+    let slow: Vec<&str> = phases
+        .iter()
+        .filter(|(_, a)| *a < SLOW_PHASE * fastest)
+        .map(|(name, _)| name.as_str())
+        .collect();
+    let verdict = if slow.is_empty() {
+        "every phase began within 15 % of it".to_string()
+    } else {
+        format!(
+            "began slower than 85 % of it: {} (read its figures as a slower machine's, or run again)",
+            slow.join(", ")
+        )
+    };
+    format!(
+        "machine speed as each phase began, against the run's fastest anchor ({fastest:.0} MB/s \
+         on one thread): {}; {verdict}",
+        shares.join(", ")
+    )
 }
 
 /// The table of the corpus sizes, one column each.
