@@ -728,11 +728,12 @@ fn machine_speed(rows: &[SizeRow], orgs: Option<&OrgsRow>, end: &Anchor) -> Stri
         .filter(|(_, a)| *a < SLOW_PHASE * fastest)
         .map(|(name, _)| name.as_str())
         .collect();
+    let bound = 100.0 * SLOW_PHASE;
     let verdict = if slow.is_empty() {
-        "every phase began within 15 % of it".to_string()
+        format!("every phase began at {bound:.0} % of it or more")
     } else {
         format!(
-            "began slower than 85 % of it: {} (read its figures as a slower machine's, or run again)",
+            "began below {bound:.0} % of it: {} (read its figures as a slower machine's, or run again)",
             slow.join(", ")
         )
     };

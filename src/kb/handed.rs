@@ -247,14 +247,22 @@ mod tests {
         assert_eq!((handed.bytes(), handed.take(1, "d.md")), (0, None));
     }
 
-    #[test]
-    fn a_wait_for_room_ends_when_the_index_takes_enough_or_takes_nothing() {
+    /// A hold that is full: `a.md` and `b.md`, half the bound each.
+    fn full() -> Handed {
         let handed = Handed::default();
         let half = vec![b'a'; MAX_BYTES / 2];
         handed.hand([
             (1, "a.md".into(), prepared(&half)),
             (1, "b.md".into(), prepared(&half)),
         ]);
+        assert_eq!(handed.bytes(), MAX_BYTES);
+        handed
+    }
+
+    #[test]
+    fn a_wait_for_room_ends_when_the_index_takes_enough_or_takes_nothing() {
+        let handed = full();
+        let half = vec![b'a'; MAX_BYTES / 2];
         // Room already, or nothing held (a text larger than the bound is then handed alone).
         assert!(Handed::default().wait_for_room(MAX_BYTES * 2, Duration::ZERO));
         // More than the bound, waited for: the index taking everything held ends the wait.
@@ -329,12 +337,7 @@ mod tests {
     /// nothing more (there is nothing left to take).
     #[test]
     fn a_wait_that_gives_up_tells_the_others_there_is_room() {
-        let handed = Handed::default();
-        let half = vec![b'a'; MAX_BYTES / 2];
-        handed.hand([
-            (1, "a.md".into(), prepared(&half)),
-            (1, "b.md".into(), prepared(&half)),
-        ]);
+        let handed = full();
         std::thread::scope(|scope| {
             let (tx, patient) = std::sync::mpsc::channel();
             let handed = &handed;

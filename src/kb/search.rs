@@ -285,19 +285,21 @@ pub fn search(
     req: &SearchRequest<'_>,
 ) -> Result<SearchOutput, KbError> {
     let (terms, max) = (&req.query.terms, req.budget.max_documents);
-    let ranked = index
-        .ranked(req.org_id, req.folder, terms, max, PairTerms::Adaptive)?
-        .expecting(req.limit);
-    let loose = ranked.loose();
-    let out = verify_ranked(store, index, req, ranked)?;
+    let ranked = |pairs| {
+        Ok::<_, KbError>(
+            index
+                .ranked(req.org_id, req.folder, terms, max, pairs)?
+                .expecting(req.limit),
+        )
+    };
+    let first = ranked(PairTerms::Adaptive)?;
+    let loose = first.loose();
+    let out = verify_ranked(store, index, req, first)?;
     // A term that many words in most of the index's documents hold was left to the verifier,
     // and the budget ran out: in this organisation it may be rare (another language than
     // the others'). Searched again, filtering through every word that holds it.
     if loose && out.not_searched.is_some() {
-        let ranked = index
-            .ranked(req.org_id, req.folder, terms, max, PairTerms::Filtered)?
-            .expecting(req.limit);
-        return verify_ranked(store, index, req, ranked);
+        return verify_ranked(store, index, req, ranked(PairTerms::Filtered)?);
     }
     Ok(out)
 }
