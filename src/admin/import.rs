@@ -436,3 +436,71 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), AdminE
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kb::index::SearchIndex;
+    use crate::store::Store;
+
+    /// An import whose indexer stopped (its error ends the import once everything is stored)
+    /// hands it no more texts: handed, they would fill the hold, and each batch past its bound
+    /// would wait for room that no one makes (stop 56). The first batch is handed before the
+    /// import can know; the rest are stored and not handed.
+    #[test]
+    fn an_import_whose_indexer_stopped_stores_everything_and_hands_it_nothing_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let files_dir = dir.path().join("files");
+        std::fs::create_dir(&files_dir).unwrap();
+        let text = "kozijn van hout\n".repeat(8);
+        let count = 600;
+        for i in 0..count {
+            std::fs::write(files_dir.join(format!("d{i:04}.md")), &text).unwrap();
+        }
+        let mut files = Vec::new();
+        collect(&files_dir, &files_dir, &mut files).unwrap();
+        files.sort();
+        let store = Store::open(&dir.path().join("data")).unwrap();
+        let index = SearchIndex::open(&dir.path().join("index"), false).unwrap();
+        let mut writer = kb::Writer::new(&store, &index);
+        let mut summary = ImportSummary {
+            files: count,
+            created: 0,
+            revised: 0,
+            unchanged: 0,
+            skipped: Vec::new(),
+            extracted: 0,
+            extraction_failed: 0,
+            extraction_failures: Vec::new(),
+            index_updates: 0,
+        };
+        let mut imported = 0;
+        let mut steps = 0;
+        // The indexer is gone before the first batch is stored.
+        let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
+        drop(woken);
+        store_batches(
+            &files,
+            &files_dir,
+            None,
+            1,
+            jiff::Timestamp::now(),
+            &mut writer,
+            &mut summary,
+            &mut imported,
+            &wake,
+            &mut |_| steps += 1,
+        )
+        .unwrap();
+        assert_eq!(summary.created, count);
+        assert!(summary.skipped.is_empty(), "{:?}", summary.skipped);
+        assert_eq!(imported, (count * text.len()) as u64);
+        let first_batch = BATCH_FILES / FIRST_BATCH_SHARE;
+        assert!(steps >= 2, "{steps} batches: the test needs more than one");
+        assert_eq!(index.handed_bytes(), first_batch * text.len());
+        // Everything is stored: the index takes it all in once it follows, the first batch
+        // from what it was handed.
+        assert_eq!(index.catch_up(&store).unwrap(), count);
+        assert_eq!(index.handed_bytes(), 0);
+    }
+}
