@@ -20,7 +20,7 @@ use crate::kb;
 use crate::progress::{Progress, Report};
 use crate::store::Compaction;
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct ImportSummary {
     pub files: usize,
     pub created: usize,
@@ -73,14 +73,7 @@ pub fn import_dir(
     let total = files.len();
     let mut summary = ImportSummary {
         files: total,
-        created: 0,
-        revised: 0,
-        unchanged: 0,
-        skipped: Vec::new(),
-        extracted: 0,
-        extraction_failed: 0,
-        extraction_failures: Vec::new(),
-        index_updates: 0,
+        ..ImportSummary::default()
     };
     let now = ctx.clock.now();
     let mut writer = kb::Writer::new(&ctx.store, &ctx.kb_index).extracting(&ctx.extractor);
@@ -465,14 +458,7 @@ mod tests {
         let mut writer = kb::Writer::new(&store, &index);
         let mut summary = ImportSummary {
             files: count,
-            created: 0,
-            revised: 0,
-            unchanged: 0,
-            skipped: Vec::new(),
-            extracted: 0,
-            extraction_failed: 0,
-            extraction_failures: Vec::new(),
-            index_updates: 0,
+            ..ImportSummary::default()
         };
         let mut imported = 0;
         let mut steps = 0;
