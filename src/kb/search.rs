@@ -286,11 +286,9 @@ pub fn search(
 ) -> Result<SearchOutput, KbError> {
     let (terms, max) = (&req.query.terms, req.budget.max_documents);
     let ranked = |pairs| {
-        Ok::<_, KbError>(
-            index
-                .ranked(req.org_id, req.folder, terms, max, pairs)?
-                .expecting(req.limit),
-        )
+        index
+            .ranked(req.org_id, req.folder, terms, max, pairs)
+            .map(|r| r.expecting(req.limit))
     };
     let first = ranked(PairTerms::Adaptive)?;
     let loose = first.loose();
